@@ -1,0 +1,367 @@
+"""In-memory implementations of every port, shipped in the package.
+
+They are for tests, simulations and benchmarks of our own code (the emulator is a
+correctness tool, not a speed substrate). They keep the same conditional-write semantics
+as the AWS adapters (tests/contract runs one suite against both) and are thread-safe, so
+racing tickers and workers can be simulated. Time comes from an injected Clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import builtins
+import itertools
+import json
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+from fireline import ports
+from fireline.domain import errors, lease, model, occurrence
+
+SQS_MAX_BATCH = 10
+SQS_MAX_BODY_BYTES = 256 * 1024
+SQS_MAX_DELAY_SECONDS = 900
+
+
+class FakeClock:
+    """A clock that moves only when told: ``advance`` and ``sleep`` move both readings."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        if self._now.tzinfo is None:
+            raise errors.ValidationError("needs a UTC offset", field="start")
+        self._monotonic = 1000.0
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            self._monotonic += seconds
+
+    def set_wall(self, moment: datetime) -> None:
+        """Jump the wall clock (NTP step, VM resume); the monotonic clock does not jump."""
+        with self._lock:
+            self._now = moment
+
+
+class MemoryScheduleStore:
+    def __init__(self, shards: int = model.DEFAULT_SHARDS) -> None:
+        self.shards = shards
+        self._items: dict[tuple[str, str], model.Schedule] = {}
+        # Per shard, sorted (next_fire, tenant_id, schedule_id): the sparse due index.
+        self._index: dict[int, list[tuple[datetime, str, str]]] = defaultdict(list)
+        self._lock = threading.RLock()
+        #: Entries read by ``due`` (the memory twin of a Query's ScannedCount).
+        self.index_reads = 0
+
+    def create(self, item: model.Schedule) -> None:
+        key = (item.tenant_id, item.schedule_id)
+        with self._lock:
+            if key in self._items:
+                raise errors.AlreadyExists(f"schedule {item.schedule_id} exists")
+            self._store(item)
+
+    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
+        with self._lock:
+            return self._items.get((tenant_id, schedule_id))
+
+    def list(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[model.Schedule]:
+        with self._lock:
+            ids = sorted(sid for tid, sid in self._items if tid == tenant_id)
+            start = bisect.bisect_right(ids, cursor) if cursor else 0
+            chosen = ids[start : start + limit]
+            more = start + limit < len(ids)
+            return ports.Page(
+                [self._items[(tenant_id, sid)] for sid in chosen],
+                chosen[-1] if more and chosen else None,
+            )
+
+    def replace(self, item: model.Schedule, *, expected_version: int) -> None:
+        key = (item.tenant_id, item.schedule_id)
+        with self._lock:
+            current = self._items.get(key)
+            if current is None:
+                raise errors.NotFound(f"schedule {item.schedule_id} does not exist")
+            if current.version != expected_version:
+                raise errors.ConflictError(
+                    f"schedule {item.schedule_id} is at version {current.version}, "
+                    f"not {expected_version}"
+                )
+            self._unindex(current)
+            self._store(item)
+
+    def delete(self, tenant_id: str, schedule_id: str) -> bool:
+        with self._lock:
+            current = self._items.pop((tenant_id, schedule_id), None)
+            if current is None:
+                return False
+            self._unindex(current)
+            return True
+
+    def due(self, shard: int, *, until: datetime, limit: int) -> builtins.list[ports.DueEntry]:
+        with self._lock:
+            entries = self._index.get(shard, [])
+            end = bisect.bisect_right(entries, (until, "\U0010ffff", "\U0010ffff"))
+            chosen = entries[: min(end, limit)]
+            self.index_reads += len(chosen)
+            return [ports.DueEntry(tid, sid, fire) for fire, tid, sid in chosen]
+
+    def advance(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        expected_next_fire: datetime,
+        next_fire: datetime | None,
+        now: datetime,
+    ) -> bool:
+        with self._lock:
+            current = self._items.get((tenant_id, schedule_id))
+            # Same condition as the DynamoDB adapter: only the value we read may be moved.
+            if current is None or current.next_fire != expected_next_fire:
+                return False
+            self._unindex(current)
+            self._store(current.advanced(next_fire, now))
+            return True
+
+    def _store(self, item: model.Schedule) -> None:
+        self._items[(item.tenant_id, item.schedule_id)] = item
+        if item.next_fire is not None:
+            bisect.insort(
+                self._index[item.shard(self.shards)],
+                (item.next_fire, item.tenant_id, item.schedule_id),
+            )
+
+    def _unindex(self, item: model.Schedule) -> None:
+        if item.next_fire is None:
+            return
+        entries = self._index[item.shard(self.shards)]
+        entry = (item.next_fire, item.tenant_id, item.schedule_id)
+        at = bisect.bisect_left(entries, entry)
+        if at < len(entries) and entries[at] == entry:
+            del entries[at]
+
+
+class MemoryOccurrenceStore:
+    def __init__(self) -> None:
+        self._items: dict[str, occurrence.Occurrence] = {}
+        self._by_schedule: dict[tuple[str, str], list[tuple[datetime, str]]] = defaultdict(list)
+        self._lock = threading.RLock()
+        #: Puts refused because the key existed (duplicates the key caught).
+        self.duplicates = 0
+
+    def put_new(self, item: occurrence.Occurrence) -> bool:
+        with self._lock:
+            if item.key in self._items:
+                self.duplicates += 1
+                return False
+            self._items[item.key] = item
+            bisect.insort(
+                self._by_schedule[(item.tenant_id, item.schedule_id)], (item.fire_time, item.key)
+            )
+            return True
+
+    def get(self, key: str) -> occurrence.Occurrence | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def history(
+        self, tenant_id: str, schedule_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[occurrence.Occurrence]:
+        with self._lock:
+            newest_first = list(reversed(self._by_schedule.get((tenant_id, schedule_id), [])))
+            start = 0
+            if cursor is not None:
+                keys = [key for _, key in newest_first]
+                start = keys.index(cursor) + 1 if cursor in keys else len(keys)
+            chosen = newest_first[start : start + limit]
+            more = start + limit < len(newest_first)
+            return ports.Page(
+                [self._items[key] for _, key in chosen], chosen[-1][1] if more and chosen else None
+            )
+
+    def transition(self, item: occurrence.Occurrence, *, expected_state: occurrence.State) -> bool:
+        with self._lock:
+            current = self._items.get(item.key)
+            if current is None:
+                raise errors.NotFound(f"occurrence {item.key} does not exist")
+            if current.state is not expected_state:
+                return False
+            occurrence.check_transition(current.state, item.state)
+            self._items[item.key] = item
+            return True
+
+
+@dataclass
+class _Message:
+    message_id: str
+    body: str
+    visible_at: datetime
+    receive_count: int = 0
+    receipt: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    visibility_timeout: int = 30
+    max_receive_count: int = 5  # the redrive policy: then the dead-letter queue
+
+
+class MemoryWorkQueue:
+    """SQS semantics that matter to us: delay, visibility timeout, receive count, redrive."""
+
+    def __init__(self, clock: ports.Clock, configs: dict[str, QueueConfig] | None = None) -> None:
+        self._clock = clock
+        self._configs = configs or {name: QueueConfig() for name in model.JOB_CLASSES}
+        self._queues: dict[str, list[_Message]] = {name: [] for name in self._configs}
+        self._dead: dict[str, list[_Message]] = {name: [] for name in self._configs}
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        #: Requests made, by name, so cost per job can be counted on the memory path too.
+        self.requests: dict[str, int] = defaultdict(int)
+
+    def send_batch(self, job_class: str, messages: Sequence[ports.OutboundMessage]) -> list[str]:
+        self._check_class(job_class)
+        if not 1 <= len(messages) <= SQS_MAX_BATCH:
+            raise errors.ValidationError(
+                f"a batch holds 1 to {SQS_MAX_BATCH} messages", field="messages"
+            )
+        now = self._clock.now()
+        with self._lock:
+            self.requests["SendMessageBatch"] += 1
+            for message in messages:
+                body = json.dumps(message.body, separators=(",", ":"))
+                if len(body.encode()) > SQS_MAX_BODY_BYTES:
+                    raise errors.ValidationError("exceeds 256 KiB", field="body")
+                if not 0 <= message.delay_seconds <= SQS_MAX_DELAY_SECONDS:
+                    raise errors.ValidationError("must be 0 to 900", field="delay_seconds")
+                self._queues[job_class].append(
+                    _Message(
+                        message_id=f"m-{next(self._ids)}",
+                        body=body,
+                        visible_at=now + timedelta(seconds=message.delay_seconds),
+                    )
+                )
+        return []
+
+    def receive(
+        self, job_class: str, *, max_messages: int = 10, visibility_timeout: int | None = None
+    ) -> list[ports.ReceivedMessage]:
+        self._check_class(job_class)
+        config = self._configs[job_class]
+        timeout = config.visibility_timeout if visibility_timeout is None else visibility_timeout
+        now = self._clock.now()
+        received: list[ports.ReceivedMessage] = []
+        with self._lock:
+            self.requests["ReceiveMessage"] += 1
+            queue = self._queues[job_class]
+            for message in list(queue):
+                if len(received) >= max_messages:
+                    break
+                if message.visible_at > now:
+                    continue
+                if message.receive_count >= config.max_receive_count:
+                    # SQS moves a message past maxReceiveCount on the receive that would
+                    # exceed it, not when the last attempt failed.
+                    queue.remove(message)
+                    self._dead[job_class].append(message)
+                    continue
+                message.receive_count += 1
+                message.receipt = f"r-{next(self._ids)}"
+                message.visible_at = now + timedelta(seconds=timeout)
+                received.append(self._received(message))
+        return received
+
+    def delete(self, job_class: str, receipt: str) -> None:
+        with self._lock:
+            self.requests["DeleteMessage"] += 1
+            queue = self._queues[job_class]
+            for message in queue:
+                if message.receipt == receipt:
+                    queue.remove(message)
+                    return
+
+    def change_visibility(self, job_class: str, receipt: str, seconds: int) -> None:
+        now = self._clock.now()
+        with self._lock:
+            self.requests["ChangeMessageVisibility"] += 1
+            for message in self._queues[job_class]:
+                if message.receipt == receipt:
+                    message.visible_at = now + timedelta(seconds=seconds)
+                    return
+        raise errors.NotFound("the receipt is stale: the message was received again or deleted")
+
+    def dead_letters(
+        self, job_class: str, *, max_messages: int = 10
+    ) -> list[ports.ReceivedMessage]:
+        with self._lock:
+            return [self._received(m) for m in self._dead[job_class][:max_messages]]
+
+    def depth(self, job_class: str) -> int:
+        with self._lock:
+            return len(self._queues[job_class])
+
+    def _check_class(self, job_class: str) -> None:
+        if job_class not in self._configs:
+            raise errors.ValidationError(f"no queue for class {job_class!r}", field="job_class")
+
+    @staticmethod
+    def _received(message: _Message) -> ports.ReceivedMessage:
+        return ports.ReceivedMessage(
+            message_id=message.message_id,
+            receipt=message.receipt or "",
+            body=json.loads(message.body),
+            receive_count=message.receive_count,
+        )
+
+
+class MemoryLeaseStore:
+    def __init__(self) -> None:
+        self._leases: dict[str, lease.Lease] = {}
+        self._lock = threading.Lock()
+
+    def acquire(
+        self, name: str, owner: str, now_ms: int, terms: lease.LeaseTerms
+    ) -> lease.Lease | None:
+        with self._lock:
+            current = self._leases.get(name)
+            if not lease.can_acquire(current, now_ms):
+                return None
+            taken = lease.acquired(current, name, owner, now_ms, terms)
+            self._leases[name] = taken
+            return taken
+
+    def renew(self, held: lease.Lease, now_ms: int, terms: lease.LeaseTerms) -> lease.Lease:
+        with self._lock:
+            renewed = lease.renewed(
+                self._leases.get(held.name), held.owner, held.token, now_ms, terms
+            )
+            self._leases[held.name] = renewed
+            return renewed
+
+    def release(self, held: lease.Lease) -> None:
+        with self._lock:
+            current = self._leases.get(held.name)
+            if current is not None and current.owner == held.owner and current.token == held.token:
+                # Keep the token so the next acquisition still increments past it.
+                self._leases[held.name] = replace(current, expires_at_ms=0)
+
+    def get(self, name: str) -> lease.Lease | None:
+        with self._lock:
+            return self._leases.get(name)

@@ -1,0 +1,95 @@
+"""The stored schedule record, and the shard it is indexed under.
+
+A one-off job is a schedule whose spec is ``at(...)`` and whose kind is ``job``: it goes
+through the same due index, ticker, occurrence key and workers as a recurring fire, so
+there is one path to keep correct, not two.
+"""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from fireline.domain import errors, policies, retry, schedule
+
+DEFAULT_SHARDS = 16
+JOB_CLASSES = ("default", "short", "long")
+
+
+class Kind(enum.StrEnum):
+    SCHEDULE = "schedule"
+    JOB = "job"
+
+
+class ScheduleState(enum.StrEnum):
+    ACTIVE = "active"  # in the due index (has next_fire)
+    PAUSED = "paused"  # out of the index until resumed
+    COMPLETED = "completed"  # no fire left (one-off fired, end of window reached)
+    CANCELLED = "cancelled"  # a one-off job cancelled before it ran
+
+
+def due_shard(schedule_id: str, shards: int = DEFAULT_SHARDS) -> int:
+    """A stable shard in [0, shards): spreads index writes over partitions.
+
+    crc32, not ``hash()``: Python salts ``hash`` per process, and every ticker and API
+    process must agree on the shard of a schedule.
+    """
+    if shards < 1:
+        raise errors.ValidationError("must be at least 1", field="shards")
+    return zlib.crc32(schedule_id.encode()) % shards
+
+
+@dataclass(frozen=True)
+class Schedule:
+    tenant_id: str
+    schedule_id: str
+    timing: schedule.Timing
+    spec_text: str  # the spec as stored and shown back (cron(...), rate(...), at(...))
+    kind: Kind = Kind.SCHEDULE
+    description: str = ""
+    job_class: str = "default"
+    target: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any] = field(default_factory=dict)
+    retry: retry.RetryPolicy = field(default_factory=retry.RetryPolicy)
+    misfire: policies.Misfire = field(default_factory=policies.Misfire)
+    overlap: policies.OverlapPolicy = policies.OverlapPolicy.ALLOW
+    jitter_seconds: int = 0
+    deadline_seconds: int | None = None
+    state: ScheduleState = ScheduleState.ACTIVE
+    version: int = 1
+    next_fire: datetime | None = None  # set iff ACTIVE: the item is in the due index
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.job_class not in JOB_CLASSES:
+            raise errors.ValidationError(
+                f"{self.job_class!r} is not one of {', '.join(JOB_CLASSES)}", field="job_class"
+            )
+        if self.jitter_seconds < 0:
+            raise errors.ValidationError("must not be negative", field="jitter_seconds")
+        if self.deadline_seconds is not None and self.deadline_seconds < 1:
+            raise errors.ValidationError("must be at least 1", field="deadline_seconds")
+        if (self.next_fire is not None) != (self.state is ScheduleState.ACTIVE):
+            raise errors.ValidationError(
+                "an active schedule has a next fire, any other has none", field="next_fire"
+            )
+
+    @property
+    def jitter(self) -> timedelta:
+        return timedelta(seconds=self.jitter_seconds)
+
+    def shard(self, shards: int = DEFAULT_SHARDS) -> int:
+        return due_shard(self.schedule_id, shards)
+
+    def paused(self, now: datetime) -> Schedule:
+        return replace(self, state=ScheduleState.PAUSED, next_fire=None, updated_at=now)
+
+    def advanced(self, next_fire: datetime | None, now: datetime) -> Schedule:
+        """After firing: the next fire, or completed when there is none."""
+        if next_fire is None:
+            return replace(self, state=ScheduleState.COMPLETED, next_fire=None, updated_at=now)
+        return replace(self, next_fire=next_fire, updated_at=now)

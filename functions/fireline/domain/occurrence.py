@@ -1,0 +1,156 @@
+"""Occurrences: one durable row per intended fire, its key and its state machine.
+
+The key ``{schedule_id}#{version}#{fire_time_utc}`` is deterministic, so two tickers that
+race on the same fire compute the same key and the store's ``attribute_not_exists`` put
+lets only one row exist. The row is also the history of that fire.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from fireline.domain import errors
+
+KEY_SEPARATOR = "#"
+FIRE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+class State(enum.StrEnum):
+    QUEUED = "queued"  # materialized and handed to a queue
+    RUNNING = "running"  # claimed by a worker (an attempt is in progress)
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # the last attempt failed; a retry is scheduled
+    DEAD = "dead"  # attempts exhausted: waits for a human (redrive)
+    CANCELLED = "cancelled"
+    SKIPPED = "skipped"  # never ran, on purpose: misfire, overlap, pause, stale version
+
+
+# Legal moves. RUNNING -> RUNNING is a new claim after the previous worker's claim expired
+# (it crashed or timed out); DEAD -> QUEUED is a redrive.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.QUEUED: frozenset({State.RUNNING, State.CANCELLED, State.SKIPPED}),
+    State.RUNNING: frozenset(
+        {State.RUNNING, State.SUCCEEDED, State.FAILED, State.DEAD, State.CANCELLED}
+    ),
+    State.FAILED: frozenset({State.RUNNING, State.DEAD, State.CANCELLED}),
+    State.DEAD: frozenset({State.QUEUED}),
+    State.SUCCEEDED: frozenset(),
+    State.CANCELLED: frozenset(),
+    State.SKIPPED: frozenset(),
+}
+TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# States in which an occurrence still counts as "unfinished" for the overlap policy.
+UNFINISHED = frozenset({State.QUEUED, State.RUNNING, State.FAILED})
+
+
+def can_transition(current: State, requested: State) -> bool:
+    return requested in TRANSITIONS[current]
+
+
+def check_transition(current: State, requested: State) -> None:
+    if not can_transition(current, requested):
+        raise errors.IllegalTransition(current, requested)
+
+
+def format_fire_time(fire_time: datetime) -> str:
+    if fire_time.tzinfo is None:
+        raise errors.ValidationError("needs a UTC offset", field="fire_time")
+    return fire_time.astimezone(UTC).strftime(FIRE_TIME_FORMAT)
+
+
+def occurrence_key(schedule_id: str, version: int, fire_time: datetime) -> str:
+    if not schedule_id or KEY_SEPARATOR in schedule_id:
+        raise errors.ValidationError(
+            f"must be non-empty and free of {KEY_SEPARATOR!r}", field="schedule_id"
+        )
+    if version < 1:
+        raise errors.ValidationError("must be at least 1", field="version")
+    return KEY_SEPARATOR.join((schedule_id, str(version), format_fire_time(fire_time)))
+
+
+@dataclass(frozen=True)
+class OccurrenceKey:
+    schedule_id: str
+    version: int
+    fire_time: datetime
+
+    def __str__(self) -> str:
+        return occurrence_key(self.schedule_id, self.version, self.fire_time)
+
+
+def parse_key(key: str) -> OccurrenceKey:
+    parts = key.split(KEY_SEPARATOR)
+    if len(parts) != 3 or not parts[0] or not parts[1].isdigit():
+        raise errors.ValidationError(
+            f"{key!r} is not schedule_id#version#fire_time", field="occurrence_key"
+        )
+    try:
+        fire_time = datetime.strptime(parts[2], FIRE_TIME_FORMAT).replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise errors.ValidationError(
+            f"{parts[2]!r} is not {FIRE_TIME_FORMAT}", field="occurrence_key"
+        ) from exc
+    return OccurrenceKey(parts[0], int(parts[1]), fire_time)
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """The history row of one intended fire."""
+
+    key: str
+    tenant_id: str
+    schedule_id: str
+    version: int
+    fire_time: datetime  # nominal (the key's); delivery may be jittered later
+    job_class: str
+    state: State = State.QUEUED
+    attempts: int = 0
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_reason: str | None = None  # succeeded | error: ... | deadline | cancelled | skipped: why
+    progress: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def moved(self, state: State, **changes: Any) -> Occurrence:
+        """This occurrence in ``state``; raises IllegalTransition for an illegal move."""
+        check_transition(self.state, state)
+        return replace(self, state=state, **changes)
+
+
+def new(
+    *,
+    tenant_id: str,
+    schedule_id: str,
+    version: int,
+    fire_time: datetime,
+    job_class: str,
+    created_at: datetime,
+    state: State = State.QUEUED,
+    exit_reason: str | None = None,
+    payload: dict[str, Any] | None = None,
+) -> Occurrence:
+    if state not in (State.QUEUED, State.SKIPPED):
+        raise errors.ValidationError("a new occurrence is queued or skipped", field="state")
+    return Occurrence(
+        key=occurrence_key(schedule_id, version, fire_time),
+        tenant_id=tenant_id,
+        schedule_id=schedule_id,
+        version=version,
+        fire_time=fire_time.astimezone(UTC),
+        job_class=job_class,
+        state=state,
+        created_at=created_at,
+        finished_at=created_at if state is State.SKIPPED else None,
+        exit_reason=exit_reason,
+        payload=dict(payload or {}),
+    )

@@ -1,0 +1,171 @@
+"""The seams between use cases and the outside world.
+
+Each port has a memory implementation in :mod:`fireline.adapters.memory` and an AWS one;
+one contract suite (tests/contract) holds both to the same behaviour, so the fake cannot
+drift from the real thing.
+
+Every write that guards against a race says so here, because callers rely on it:
+``create`` is conditional on absence, ``replace`` on the version read, ``advance`` on the
+next fire read, ``put_new`` on the occurrence key's absence, ``transition`` on the state
+read, and lease calls on owner and fencing token.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+from fireline.domain import lease, model, occurrence
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Wall-clock time, timezone-aware UTC: used for the schedule itself."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary origin that never go back: used for intervals."""
+        ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    cursor: str | None  # pass back to get the next page; None at the end
+
+
+@dataclass(frozen=True)
+class DueEntry:
+    """What the due index holds: enough to find the schedule and check nothing moved."""
+
+    tenant_id: str
+    schedule_id: str
+    next_fire: datetime
+
+
+class ScheduleStore(Protocol):
+    def create(self, item: model.Schedule) -> None:
+        """Store a new schedule; AlreadyExists when its id is taken (conditional put)."""
+        ...
+
+    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None: ...
+
+    def list(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[model.Schedule]:
+        """A tenant's schedules in id order."""
+        ...
+
+    def replace(self, item: model.Schedule, *, expected_version: int) -> None:
+        """Overwrite a schedule; ConflictError unless the stored version is expected_version."""
+        ...
+
+    def delete(self, tenant_id: str, schedule_id: str) -> bool:
+        """Remove a schedule; False when there was none."""
+        ...
+
+    def due(self, shard: int, *, until: datetime, limit: int) -> builtins.list[DueEntry]:
+        """Active schedules of ``shard`` with next fire <= until, earliest first."""
+        ...
+
+    def advance(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        expected_next_fire: datetime,
+        next_fire: datetime | None,
+        now: datetime,
+    ) -> bool:
+        """Move next fire forward (None: the schedule completed).
+
+        Conditional on the stored next fire still being ``expected_next_fire``: a stale
+        ticker that read an older value cannot move a schedule backwards. False when the
+        condition failed (someone else advanced, paused or changed it).
+        """
+        ...
+
+
+class OccurrenceStore(Protocol):
+    def put_new(self, item: occurrence.Occurrence) -> bool:
+        """Store an occurrence unless its key exists; False for a duplicate.
+
+        This conditional put is the correctness boundary of the ticker: racing tickers
+        converge on one row per key.
+        """
+        ...
+
+    def get(self, key: str) -> occurrence.Occurrence | None: ...
+
+    def history(
+        self, tenant_id: str, schedule_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[occurrence.Occurrence]:
+        """A schedule's occurrences, newest fire first."""
+        ...
+
+    def transition(self, item: occurrence.Occurrence, *, expected_state: occurrence.State) -> bool:
+        """Store ``item`` (its new state and fields) if the stored state is expected_state.
+
+        False when the stored state moved on (another worker claimed or finished it).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class OutboundMessage:
+    body: dict[str, Any]
+    delay_seconds: int = 0
+    id: str = ""  # batch entry id; defaults to the position in the batch
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    message_id: str
+    receipt: str
+    body: dict[str, Any]
+    receive_count: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+class WorkQueue(Protocol):
+    def send_batch(self, job_class: str, messages: Sequence[OutboundMessage]) -> list[str]:
+        """Send up to 10 messages; returns the ids of entries that failed (to resend)."""
+        ...
+
+    def receive(
+        self, job_class: str, *, max_messages: int = 10, visibility_timeout: int | None = None
+    ) -> list[ReceivedMessage]: ...
+
+    def delete(self, job_class: str, receipt: str) -> None: ...
+
+    def change_visibility(self, job_class: str, receipt: str, seconds: int) -> None: ...
+
+    def dead_letters(self, job_class: str, *, max_messages: int = 10) -> list[ReceivedMessage]:
+        """Messages the queue's redrive moved to its dead-letter queue."""
+        ...
+
+
+class LeaseStore(Protocol):
+    def acquire(
+        self, name: str, owner: str, now_ms: int, terms: lease.LeaseTerms
+    ) -> lease.Lease | None:
+        """Take the lease if free or expired (token + 1); None while someone holds it."""
+        ...
+
+    def renew(self, held: lease.Lease, now_ms: int, terms: lease.LeaseTerms) -> lease.Lease:
+        """Extend a held lease; LeaseLost unless owner and token still match, unexpired."""
+        ...
+
+    def release(self, held: lease.Lease) -> None:
+        """Give the lease up early (expire it) if still held with this token."""
+        ...
+
+    def get(self, name: str) -> lease.Lease | None: ...
