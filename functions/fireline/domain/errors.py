@@ -87,6 +87,10 @@ class IllegalTransition(FirelineError):
         self.requested = requested
 
 
+class Unavailable(FirelineError):
+    """A backing service is throttling or failing: retry later."""
+
+
 class LeaseLost(FirelineError):
     """The lease is held by someone else or has expired: stop writing at once."""
 

@@ -29,6 +29,9 @@ class LeaseTerms:
     def __post_init__(self) -> None:
         if self.ttl_ms <= 0:
             raise errors.ValidationError("must be positive", field="ttl_ms")
+        if self.safety_margin_ms < 0:
+            # A negative margin would have the holder trust its lease after it expired.
+            raise errors.ValidationError("must not be negative", field="safety_margin_ms")
         if not 0 < self.renew_every_ms < self.ttl_ms - self.safety_margin_ms:
             # A renewal must land while the lease is still safely ours, or every tick
             # would risk running on an expired lease.

@@ -61,6 +61,7 @@ class Schedule:
     state: ScheduleState = ScheduleState.ACTIVE
     version: int = 1
     next_fire: datetime | None = None  # set iff ACTIVE: the item is in the due index
+    paused_at: datetime | None = None  # resume counts missed fires from here
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
@@ -86,7 +87,16 @@ class Schedule:
         return due_shard(self.schedule_id, shards)
 
     def paused(self, now: datetime) -> Schedule:
-        return replace(self, state=ScheduleState.PAUSED, next_fire=None, updated_at=now)
+        # A new version: occurrences already materialized ahead of time become stale and
+        # the worker's version check skips them while the schedule is paused.
+        return replace(
+            self,
+            state=ScheduleState.PAUSED,
+            next_fire=None,
+            paused_at=now,
+            version=self.version + 1,
+            updated_at=now,
+        )
 
     def advanced(self, next_fire: datetime | None, now: datetime) -> Schedule:
         """After firing: the next fire, or completed when there is none."""

@@ -8,6 +8,7 @@ lets only one row exist. The row is also the history of that fire.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +17,7 @@ from fireline.domain import errors
 
 KEY_SEPARATOR = "#"
 FIRE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_VERSION = re.compile(r"[1-9][0-9]*")
 
 
 class State(enum.StrEnum):
@@ -83,7 +85,9 @@ class OccurrenceKey:
 
 def parse_key(key: str) -> OccurrenceKey:
     parts = key.split(KEY_SEPARATOR)
-    if len(parts) != 3 or not parts[0] or not parts[1].isdigit():
+    # ASCII digits without a leading zero: str.isdigit() also passes "²" (int() fails) and
+    # "03" or other scripts' digits (which parse, but to a key spelled differently).
+    if len(parts) != 3 or not parts[0] or _VERSION.fullmatch(parts[1]) is None:
         raise errors.ValidationError(
             f"{key!r} is not schedule_id#version#fire_time", field="occurrence_key"
         )
@@ -93,7 +97,12 @@ def parse_key(key: str) -> OccurrenceKey:
         raise errors.ValidationError(
             f"{parts[2]!r} is not {FIRE_TIME_FORMAT}", field="occurrence_key"
         ) from exc
-    return OccurrenceKey(parts[0], int(parts[1]), fire_time)
+    parsed = OccurrenceKey(parts[0], int(parts[1]), fire_time)
+    if str(parsed) != key:
+        # strptime also reads unpadded fields ("2026-3-1T9:30:0Z"): the same fire, but a
+        # different store key, so it would not find (or dedupe against) the real row.
+        raise errors.ValidationError(f"{key!r} is not in canonical form", field="occurrence_key")
+    return parsed
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,10 @@ def plan_misfires(
     cutoff = now - timedelta(seconds=misfire.grace_seconds)
     missed: list[datetime] = []
     overflow_count, overflow_first, overflow_last, exact = 0, None, None, True
-    keep_tail = max(record_cap, misfire.catch_up_max, 1)
+    # The tail must hold the fires that may still run *and* record_cap skipped ones after
+    # them; a tail of only max(record_cap, catch_up_max) listed fewer than record_cap
+    # skipped fires (and counted the rest) whenever a fold had just happened.
+    keep_tail = record_cap + max(misfire.catch_up_max, 1)
     past_due = schedule.fires(timing, due - timedelta(microseconds=1), until=cutoff)
     for scanned, fire_time in enumerate(past_due, 1):
         if fire_time >= cutoff:

@@ -1,0 +1,194 @@
+"""OccurrenceStore contract: one row per key, history newest first, conditional moves."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fireline import ports
+from fireline.domain.occurrence import State
+
+from .support import MINUTE, OTHER_TENANT, START, TENANT, Backend, an_occurrence
+
+
+def walk(store: ports.OccurrenceStore, schedule_id: str, limit: int) -> list[list[str]]:
+    """Every page of a schedule's history, following cursors to the end."""
+    pages: list[list[str]] = []
+    cursor: str | None = None
+    while True:
+        page = store.history(TENANT, schedule_id, limit=limit, cursor=cursor)
+        pages.append([o.key for o in page.items])
+        cursor = page.cursor
+        if cursor is None:
+            return pages
+        assert len(pages) < 1_000, "the cursor never reached the end"
+
+
+# --- put_new / get ------------------------------------------------------------------------
+
+
+def test_given_a_new_key_when_put_then_it_is_stored_whole(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN
+    item = an_occurrence("nightly", START, payload={"report": "daily", "n": 3})
+    # WHEN
+    stored = occurrence_store.put_new(item)
+    # THEN
+    assert stored is True
+    assert occurrence_store.get(item.key) == item
+
+
+def test_given_an_existing_key_when_put_again_then_false_and_the_first_row_stays(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN a ticker stored the occurrence
+    first = an_occurrence("nightly", START, payload={"from": "ticker-a"})
+    assert occurrence_store.put_new(first)
+    # WHEN a second ticker puts the same fire
+    second = an_occurrence("nightly", START, payload={"from": "ticker-b"}, job_class="short")
+    duplicate = occurrence_store.put_new(second)
+    # THEN
+    assert duplicate is False
+    assert occurrence_store.get(first.key) == first
+
+
+def test_given_tickers_racing_to_put_one_fire_then_exactly_one_row_exists(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN eight tickers that all materialize the same fire
+    start = threading.Barrier(8)
+    results: dict[int, bool] = {}
+
+    def ticker(n: int) -> None:
+        start.wait()
+        results[n] = occurrence_store.put_new(
+            an_occurrence("nightly", START, payload={"from": f"ticker-{n}"})
+        )
+
+    # WHEN they put at once
+    threads = [threading.Thread(target=ticker, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # THEN one put wins and its row is the one stored
+    winners = [n for n, stored in results.items() if stored]
+    assert len(results) == 8 and len(winners) == 1
+    row = occurrence_store.get(an_occurrence("nightly", START).key)
+    assert row is not None and row.payload == {"from": f"ticker-{winners[0]}"}
+
+
+def test_given_no_such_key_then_get_returns_none(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    occurrence_store.put_new(an_occurrence("nightly", START))
+    assert occurrence_store.get(an_occurrence("nightly", START + MINUTE).key) is None
+    assert occurrence_store.get(an_occurrence("nightly", START, version=2).key) is None
+
+
+# --- history ------------------------------------------------------------------------------
+
+
+def test_given_occurrences_put_in_any_order_then_history_is_newest_fire_first(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN fires put out of order, and other schedules' occurrences
+    for offset in (2, 0, 3, 1):
+        occurrence_store.put_new(an_occurrence("nightly", START + offset * MINUTE))
+    occurrence_store.put_new(an_occurrence("weekly", START + 9 * MINUTE))
+    occurrence_store.put_new(an_occurrence("hourly", START + 9 * MINUTE, tenant_id=OTHER_TENANT))
+    # WHEN
+    page = occurrence_store.history(TENANT, "nightly", limit=10)
+    # THEN
+    assert [o.fire_time for o in page.items] == [START + n * MINUTE for n in (3, 2, 1, 0)]
+    assert page.cursor is None
+
+
+def test_given_no_occurrences_then_history_is_empty(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    page = occurrence_store.history(TENANT, "nightly", limit=10)
+    assert (page.items, page.cursor) == ([], None)
+
+
+@settings(
+    max_examples=30,
+    # `backend` only builds ports; each example makes its own empty store.
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    deadline=None,
+)
+@given(
+    offsets=st.sets(st.integers(min_value=0, max_value=10_000), max_size=25),
+    limit=st.integers(min_value=1, max_value=7),
+)
+def test_given_any_history_when_paged_then_each_occurrence_comes_once_newest_first(
+    backend: Backend, offsets: set[int], limit: int
+) -> None:
+    # GIVEN
+    store = backend.occurrence_store()
+    items = [an_occurrence("nightly", START + n * MINUTE) for n in offsets]
+    for item in items:
+        store.put_new(item)
+    # WHEN
+    pages = walk(store, "nightly", limit)
+    # THEN
+    newest_first = [o.key for o in sorted(items, key=lambda o: o.fire_time, reverse=True)]
+    assert all(len(page) <= limit for page in pages)
+    assert [key for page in pages for key in page] == newest_first
+
+
+# --- transition ---------------------------------------------------------------------------
+
+
+def test_given_the_state_read_when_transitioned_then_the_new_row_is_stored(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN
+    queued = an_occurrence("nightly", START)
+    occurrence_store.put_new(queued)
+    # WHEN a worker claims it, then finishes it
+    running = queued.moved(State.RUNNING, attempts=1, started_at=START + MINUTE)
+    claimed = occurrence_store.transition(running, expected_state=State.QUEUED)
+    done = running.moved(
+        State.SUCCEEDED, finished_at=START + 2 * MINUTE, exit_reason="succeeded", progress={"n": 1}
+    )
+    finished = occurrence_store.transition(done, expected_state=State.RUNNING)
+    # THEN
+    assert (claimed, finished) == (True, True)
+    assert occurrence_store.get(queued.key) == done
+
+
+def test_given_two_workers_claiming_one_occurrence_then_the_second_is_refused(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN both workers read it queued
+    queued = an_occurrence("nightly", START)
+    occurrence_store.put_new(queued)
+    first = queued.moved(State.RUNNING, attempts=1, progress={"by": "w1"})
+    second = queued.moved(State.RUNNING, attempts=1, progress={"by": "w2"})
+    # WHEN they claim one after the other
+    won = occurrence_store.transition(first, expected_state=State.QUEUED)
+    lost = occurrence_store.transition(second, expected_state=State.QUEUED)
+    # THEN the second claim changes nothing
+    assert (won, lost) == (True, False)
+    assert occurrence_store.get(queued.key) == first
+
+
+def test_given_a_finished_occurrence_when_a_late_update_expects_running_then_false(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN the occurrence was cancelled while a worker still thought it queued
+    queued = an_occurrence("nightly", START)
+    occurrence_store.put_new(queued)
+    cancelled = queued.moved(State.CANCELLED, exit_reason="cancelled")
+    assert occurrence_store.transition(cancelled, expected_state=State.QUEUED)
+    # WHEN the worker's claim arrives
+    claim = dataclasses.replace(queued, state=State.RUNNING, attempts=1)
+    moved = occurrence_store.transition(claim, expected_state=State.QUEUED)
+    # THEN
+    assert moved is False
+    assert occurrence_store.get(queued.key) == cancelled
