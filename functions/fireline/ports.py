@@ -58,6 +58,10 @@ class ScheduleStore(Protocol):
 
     def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None: ...
 
+    def get_many(self, keys: Sequence[tuple[str, str]]) -> builtins.list[model.Schedule]:
+        """The schedules of (tenant_id, schedule_id) keys that exist, in no particular order."""
+        ...
+
     def list(
         self, tenant_id: str, *, limit: int, cursor: str | None = None
     ) -> Page[model.Schedule]:
@@ -82,14 +86,16 @@ class ScheduleStore(Protocol):
         schedule_id: str,
         *,
         expected_next_fire: datetime,
+        expected_version: int,
         next_fire: datetime | None,
         now: datetime,
     ) -> bool:
         """Move next fire forward (None: the schedule completed).
 
-        Conditional on the stored next fire still being ``expected_next_fire``: a stale
-        ticker that read an older value cannot move a schedule backwards. False when the
-        condition failed (someone else advanced, paused or changed it).
+        Conditional on the stored next fire and version still being the ones read: a stale
+        ticker cannot move a schedule backwards, and an update that kept the same next fire
+        (new version) is not overwritten by a ticker that materialized the old version.
+        False when the condition failed (someone else advanced, paused or changed it).
         """
         ...
 
@@ -169,3 +175,17 @@ class LeaseStore(Protocol):
         ...
 
     def get(self, name: str) -> lease.Lease | None: ...
+
+
+class Metrics(Protocol):
+    """What services emit; Powertools ``Metrics`` (EMF) satisfies it in Lambda."""
+
+    def add_metric(self, name: str, unit: str, value: float) -> None: ...
+
+
+class ApiKeyStore(Protocol):
+    """API keys (kept only as SHA-256 hashes) and the tenant each one authenticates."""
+
+    def tenant_for(self, api_key: str) -> str | None: ...
+
+    def put(self, api_key: str, tenant_id: str) -> None: ...

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import hashlib
 import itertools
 import json
 import threading
@@ -17,6 +18,16 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyItemAlreadyExistsError,
+    IdempotencyItemNotFoundError,
+)
+from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
+from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
+    STATUS_CONSTANTS,
+    DataRecord,
+)
 
 from fireline import ports
 from fireline.domain import errors, lease, model, occurrence
@@ -79,6 +90,10 @@ class MemoryScheduleStore:
         with self._lock:
             return self._items.get((tenant_id, schedule_id))
 
+    def get_many(self, keys: Sequence[tuple[str, str]]) -> builtins.list[model.Schedule]:
+        with self._lock:
+            return [self._items[key] for key in dict.fromkeys(keys) if key in self._items]
+
     def list(
         self, tenant_id: str, *, limit: int, cursor: str | None = None
     ) -> ports.Page[model.Schedule]:
@@ -128,13 +143,18 @@ class MemoryScheduleStore:
         schedule_id: str,
         *,
         expected_next_fire: datetime,
+        expected_version: int,
         next_fire: datetime | None,
         now: datetime,
     ) -> bool:
         with self._lock:
             current = self._items.get((tenant_id, schedule_id))
             # Same condition as the DynamoDB adapter: only the value we read may be moved.
-            if current is None or current.next_fire != expected_next_fire:
+            if (
+                current is None
+                or current.next_fire != expected_next_fire
+                or current.version != expected_version
+            ):
                 return False
             self._unindex(current)
             self._store(current.advanced(next_fire, now))
@@ -161,7 +181,10 @@ class MemoryScheduleStore:
 class MemoryOccurrenceStore:
     def __init__(self) -> None:
         self._items: dict[str, occurrence.Occurrence] = {}
-        self._by_schedule: dict[tuple[str, str], list[tuple[datetime, str]]] = defaultdict(list)
+        # Per schedule, sorted (fire_time, version, key): the history, oldest first.
+        self._by_schedule: dict[tuple[str, str], list[tuple[datetime, int, str]]] = defaultdict(
+            list
+        )
         self._lock = threading.RLock()
         #: Puts refused because the key existed (duplicates the key caught).
         self.duplicates = 0
@@ -173,7 +196,8 @@ class MemoryOccurrenceStore:
                 return False
             self._items[item.key] = item
             bisect.insort(
-                self._by_schedule[(item.tenant_id, item.schedule_id)], (item.fire_time, item.key)
+                self._by_schedule[(item.tenant_id, item.schedule_id)],
+                (item.fire_time, item.version, item.key),
             )
             return True
 
@@ -188,12 +212,13 @@ class MemoryOccurrenceStore:
             newest_first = list(reversed(self._by_schedule.get((tenant_id, schedule_id), [])))
             start = 0
             if cursor is not None:
-                keys = [key for _, key in newest_first]
+                keys = [key for _, _, key in newest_first]
                 start = keys.index(cursor) + 1 if cursor in keys else len(keys)
             chosen = newest_first[start : start + limit]
             more = start + limit < len(newest_first)
             return ports.Page(
-                [self._items[key] for _, key in chosen], chosen[-1][1] if more and chosen else None
+                [self._items[key] for _, _, key in chosen],
+                chosen[-1][2] if more and chosen else None,
             )
 
     def transition(self, item: occurrence.Occurrence, *, expected_state: occurrence.State) -> bool:
@@ -242,15 +267,20 @@ class MemoryWorkQueue:
             raise errors.ValidationError(
                 f"a batch holds 1 to {SQS_MAX_BATCH} messages", field="messages"
             )
+        # Check every entry before enqueuing any: a refused batch must change nothing, or the
+        # caller's resend would duplicate the entries that went in before the bad one.
+        bodies = []
+        for message in messages:
+            body = json.dumps(message.body, separators=(",", ":"))
+            if len(body.encode()) > SQS_MAX_BODY_BYTES:
+                raise errors.ValidationError("exceeds 256 KiB", field="body")
+            if not 0 <= message.delay_seconds <= SQS_MAX_DELAY_SECONDS:
+                raise errors.ValidationError("must be 0 to 900", field="delay_seconds")
+            bodies.append(body)
         now = self._clock.now()
         with self._lock:
             self.requests["SendMessageBatch"] += 1
-            for message in messages:
-                body = json.dumps(message.body, separators=(",", ":"))
-                if len(body.encode()) > SQS_MAX_BODY_BYTES:
-                    raise errors.ValidationError("exceeds 256 KiB", field="body")
-                if not 0 <= message.delay_seconds <= SQS_MAX_DELAY_SECONDS:
-                    raise errors.ValidationError("must be 0 to 900", field="delay_seconds")
+            for message, body in zip(messages, bodies, strict=True):
                 self._queues[job_class].append(
                     _Message(
                         message_id=f"m-{next(self._ids)}",
@@ -365,3 +395,80 @@ class MemoryLeaseStore:
     def get(self, name: str) -> lease.Lease | None:
         with self._lock:
             return self._leases.get(name)
+
+
+class RecordingMetrics:
+    """Keeps every metric data point, for tests and the local status screen."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[str, str, float]] = []
+        self._lock = threading.Lock()
+
+    def add_metric(self, name: str, unit: str, value: float) -> None:
+        with self._lock:
+            self.points.append((name, str(unit), float(value)))
+
+    def values(self, name: str) -> builtins.list[float]:
+        with self._lock:
+            return [v for n, _, v in self.points if n == name]
+
+    def total(self, name: str) -> float:
+        return sum(self.values(name))
+
+
+class MemoryIdempotencyStore(BasePersistenceLayer):
+    """Powertools idempotency records in a dict, with the DynamoDB layer's put condition:
+    a record can be taken when absent, expired, or in progress past its in-progress expiry."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._records: dict[str, DataRecord] = {}
+        self._lock = threading.Lock()
+
+    def _get_record(self, idempotency_key: str) -> DataRecord:
+        with self._lock:
+            record = self._records.get(idempotency_key)
+        if record is None:
+            raise IdempotencyItemNotFoundError
+        return record
+
+    def _put_record(self, data_record: DataRecord) -> None:
+        now = datetime.now(UTC)
+        with self._lock:
+            old = self._records.get(data_record.idempotency_key)
+            if old is not None:
+                expired = (
+                    old.expiry_timestamp is not None and old.expiry_timestamp < now.timestamp()
+                )
+                stuck = (
+                    old.status == STATUS_CONSTANTS["INPROGRESS"]
+                    and old.in_progress_expiry_timestamp is not None
+                    and old.in_progress_expiry_timestamp < now.timestamp() * 1000
+                )
+                if not (expired or stuck):
+                    self._validate_payload(data_payload=data_record, stored_data_record=old)
+                    raise IdempotencyItemAlreadyExistsError(old_data_record=old)
+            self._records[data_record.idempotency_key] = data_record
+
+    def _update_record(self, data_record: DataRecord) -> None:
+        with self._lock:
+            self._records[data_record.idempotency_key] = data_record
+
+    def _delete_record(self, data_record: DataRecord) -> None:
+        with self._lock:
+            self._records.pop(data_record.idempotency_key, None)
+
+
+class MemoryApiKeyStore:
+    def __init__(self, keys: dict[str, str] | None = None) -> None:
+        self._tenants = {key_hash(k): t for k, t in (keys or {}).items()}
+
+    def tenant_for(self, api_key: str) -> str | None:
+        return self._tenants.get(key_hash(api_key))
+
+    def put(self, api_key: str, tenant_id: str) -> None:
+        self._tenants[key_hash(api_key)] = tenant_id
+
+
+def key_hash(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
