@@ -1,0 +1,599 @@
+"""The SAM template: lint-clean, translatable offline, and holding what the code reads.
+
+The template is linted as written (SAM) and again after the SAM transform, which runs here
+offline the way `sam deploy` runs it in CloudFormation: the local cloud and a real deploy
+see the same translated resources that these tests pin.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cfnlint import api as cfnlint_api
+from cfnlint.decode import decode_str
+from packaging.requirements import Requirement
+from samtranslator.translator.transform import transform
+
+ROOT = Path(__file__).parents[2]
+TEMPLATE = ROOT / "infra" / "template.yaml"
+# What `sam package` puts in place of the local CodeUri before the transform runs.
+PACKAGED_CODE_URI = "s3://fireline-artifacts/functions.zip"
+
+HANDLERS = {
+    "ApiFunction": "fireline.handlers.api.handler",
+    "AuthorizerFunction": "fireline.handlers.authorizer.handler",
+    "TickerFunction": "fireline.handlers.ticker.handler",
+}
+HANDLER_PATH = re.compile(r"fireline\.handlers\.[a-z_][a-z0-9_]*\.handler")
+
+ENVIRONMENT = {
+    "SCHEDULES_TABLE": {"Ref": "SchedulesTable"},
+    "OCCURRENCES_TABLE": {"Ref": "OccurrencesTable"},
+    "LEASES_TABLE": {"Ref": "LeasesTable"},
+    "IDEMPOTENCY_TABLE": {"Ref": "IdempotencyTable"},
+    "API_KEYS_TABLE": {"Ref": "ApiKeysTable"},
+    "QUEUE_URL_DEFAULT": {"Ref": "DefaultQueue"},
+    "QUEUE_URL_SHORT": {"Ref": "ShortQueue"},
+    "QUEUE_URL_LONG": {"Ref": "LongQueue"},
+    "DEAD_LETTER_QUEUE_URL_DEFAULT": {"Ref": "DefaultDeadLetterQueue"},
+    "DEAD_LETTER_QUEUE_URL_SHORT": {"Ref": "ShortDeadLetterQueue"},
+    "DEAD_LETTER_QUEUE_URL_LONG": {"Ref": "LongDeadLetterQueue"},
+    "DUE_SHARDS": {"Ref": "DueShards"},
+    "LOOKAHEAD_SECONDS": {"Ref": "LookaheadSeconds"},
+    "HORIZON_SECONDS": {"Ref": "HorizonSeconds"},
+    "POWERTOOLS_SERVICE_NAME": "fireline",
+    "POWERTOOLS_METRICS_NAMESPACE": "Fireline",
+    "LOG_LEVEL": "INFO",
+}
+
+# job class -> (queue, dead-letter queue, visibility timeout = 6 x the class's worker timeout)
+QUEUE_CLASSES = {
+    "default": ("DefaultQueue", "DefaultDeadLetterQueue", 6 * 120),
+    "short": ("ShortQueue", "ShortDeadLetterQueue", 6 * 30),
+    "long": ("LongQueue", "LongDeadLetterQueue", 6 * 60),
+}
+FOUR_DAYS = 4 * 24 * 3600
+FOURTEEN_DAYS = 14 * 24 * 3600
+
+ALARM_ACTIONS = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+SERVICE_DIMENSION = [{"Name": "service", "Value": "fireline"}]
+DYNAMODB_WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+
+
+class OfflinePolicyLoader:
+    """Stands in for samtranslator's ManagedPolicyLoader, which lists policies through IAM.
+
+    Any managed policy name resolves to its AWS managed policy ARN, so the transform needs
+    no AWS account or network.
+    """
+
+    class _AnyPolicy(dict[str, str]):
+        def get(self, name: str, default: str | None = None) -> str:  # type: ignore[override]
+            return f"arn:aws:iam::aws:policy/{name}"
+
+    def load(self) -> dict[str, str]:
+        return self._AnyPolicy()
+
+
+def _lint(text: str) -> list[str]:
+    # Default rule set: errors and warnings. Informational checks are not run.
+    return [
+        f"{match.rule.id} line {match.linenumber}: {match.message}"
+        for match in cfnlint_api.lint(text, regions=["us-east-1"])
+    ]
+
+
+def _resources_of_type(template: dict[str, Any], type_: str) -> dict[str, dict[str, Any]]:
+    return {
+        name: resource
+        for name, resource in template["Resources"].items()
+        if resource["Type"] == type_
+    }
+
+
+# ${Name} or ${Name.Attribute} in an Fn::Sub string; pseudo parameters (AWS::...) excluded.
+SUB_VARIABLE = re.compile(r"\$\{([A-Za-z0-9_]+)(?:\.[A-Za-z0-9.]+)?\}")
+
+
+def _referenced(node: Any) -> set[str]:
+    """Logical ids named by Ref, Fn::GetAtt or Fn::Sub anywhere under ``node``."""
+    if isinstance(node, list):
+        return set().union(*(_referenced(item) for item in node))
+    if not isinstance(node, dict):
+        return set()
+    found: set[str] = set()
+    for key, value in node.items():
+        if key == "Ref" and isinstance(value, str):
+            found.add(value)
+        elif key == "Fn::GetAtt":
+            found.add(value[0] if isinstance(value, list) else value.split(".")[0])
+        elif key == "Fn::Sub":
+            text, local = (value, {}) if isinstance(value, str) else value
+            found |= set(SUB_VARIABLE.findall(text)) - set(local)
+            found |= _referenced(local)
+        else:
+            found |= _referenced(value)
+    return found
+
+
+def _grants(role: dict[str, Any], service: str) -> dict[str, set[str]]:
+    """Resource logical id -> actions of ``service`` the role's inline policies allow on it."""
+    grants: dict[str, set[str]] = {}
+    for policy in role["Properties"].get("Policies", []):
+        for statement in policy["PolicyDocument"]["Statement"]:
+            actions = statement["Action"]
+            actions = [actions] if isinstance(actions, str) else actions
+            mine = {action for action in actions if action.startswith(f"{service}:")}
+            if not mine:
+                continue
+            for target in _referenced(statement["Resource"]):
+                grants.setdefault(target, set()).update(mine)
+    return grants
+
+
+@pytest.fixture(scope="module")
+def sam_template() -> dict[str, Any]:
+    template, errors = decode_str(TEMPLATE.read_text())
+    assert not errors, errors
+    # decode_str returns its own node types (they carry line numbers); plain JSON values
+    # compare and copy like any other dict.
+    return json.loads(json.dumps(template))
+
+
+@pytest.fixture(scope="module")
+def translated(sam_template: dict[str, Any]) -> dict[str, Any]:
+    packaged = copy.deepcopy(sam_template)
+    packaged["Globals"]["Function"]["CodeUri"] = PACKAGED_CODE_URI
+    with pytest.MonkeyPatch.context() as env:
+        # The transform fills AWS::Region and AWS::Partition from a boto3 session.
+        env.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        env.delenv("AWS_PROFILE", raising=False)
+        return transform(packaged, {}, OfflinePolicyLoader(), None)
+
+
+# ---------------------------------------------------------------- lint
+
+
+def test_template_as_written_is_lint_clean() -> None:
+    # GIVEN the SAM template WHEN cfn-lint checks it THEN it reports nothing
+    assert _lint(TEMPLATE.read_text()) == []
+
+
+def test_translated_template_is_lint_clean(translated: dict[str, Any]) -> None:
+    # GIVEN the template after the SAM transform WHEN cfn-lint checks the plain
+    # CloudFormation THEN it reports nothing either
+    assert _lint(json.dumps(translated)) == []
+
+
+# ---------------------------------------------------------------- parameters and globals
+
+
+def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any]) -> None:
+    parameters = sam_template["Parameters"]
+
+    assert set(parameters) == {
+        "StageName",
+        "DueShards",
+        "LookaheadSeconds",
+        "HorizonSeconds",
+        "LagAlarmThresholdSeconds",
+        "AlarmTopicArn",
+    }
+    assert parameters["StageName"]["Default"] == "prod"
+    due_shards = parameters["DueShards"]
+    assert {key: due_shards[key] for key in ("Type", "Default", "MinValue", "MaxValue")} == {
+        "Type": "Number",
+        "Default": 16,
+        "MinValue": 1,
+        "MaxValue": 64,
+    }
+    # Early pickups are delivered with SQS DelaySeconds, which stops at 900.
+    assert [
+        (parameters[name]["Default"], parameters[name]["MinValue"], parameters[name]["MaxValue"])
+        for name in ("LookaheadSeconds", "HorizonSeconds")
+    ] == [(10, 0, 900), (180, 0, 900)]
+    assert parameters["LagAlarmThresholdSeconds"]["Default"] == "10"
+    assert parameters["AlarmTopicArn"]["Default"] == ""
+    assert sam_template["Conditions"]["HasAlarmTopic"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]
+    }
+
+
+def test_lag_threshold_accepts_only_whole_seconds(sam_template: dict[str, Any]) -> None:
+    # The alarm appends "000" to the parameter; a decimal would silently mean milliseconds.
+    pattern = sam_template["Parameters"]["LagAlarmThresholdSeconds"]["AllowedPattern"]
+
+    candidates = ["10", "1", "120", "2.5", "0", "", "-1", "10s"]
+
+    assert [value for value in candidates if re.fullmatch(pattern, value)] == ["10", "1", "120"]
+
+
+def test_code_uri_points_at_the_package_from_infra(sam_template: dict[str, Any]) -> None:
+    code_uri = sam_template["Globals"]["Function"]["CodeUri"]
+
+    assert code_uri == "../functions/"
+    assert (TEMPLATE.parent / code_uri / "fireline" / "__init__.py").is_file()
+
+
+# ---------------------------------------------------------------- tables
+
+
+def test_schedules_table_has_the_sparse_sharded_keys_only_due_index(
+    translated: dict[str, Any],
+) -> None:
+    table = translated["Resources"]["SchedulesTable"]
+    props = table["Properties"]
+
+    assert table["Type"] == "AWS::DynamoDB::Table"
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["KeySchema"] == [
+        {"AttributeName": "tenant_id", "KeyType": "HASH"},
+        {"AttributeName": "schedule_id", "KeyType": "RANGE"},
+    ]
+    assert props["GlobalSecondaryIndexes"] == [
+        {
+            "IndexName": "due",
+            "KeySchema": [
+                {"AttributeName": "due_shard", "KeyType": "HASH"},
+                {"AttributeName": "next_fire_ms", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "KEYS_ONLY"},
+        }
+    ]
+    assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == [
+        {"AttributeName": "due_shard", "AttributeType": "N"},
+        {"AttributeName": "next_fire_ms", "AttributeType": "N"},
+        {"AttributeName": "schedule_id", "AttributeType": "S"},
+        {"AttributeName": "tenant_id", "AttributeType": "S"},
+    ]
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"] == {"SSEEnabled": True}
+
+
+def test_occurrences_table_keeps_history_per_schedule_without_an_index(
+    translated: dict[str, Any],
+) -> None:
+    props = translated["Resources"]["OccurrencesTable"]["Properties"]
+
+    assert props["KeySchema"] == [
+        {"AttributeName": "schedule_id", "KeyType": "HASH"},
+        {"AttributeName": "occurrence_sk", "KeyType": "RANGE"},
+    ]
+    assert "GlobalSecondaryIndexes" not in props
+    assert "LocalSecondaryIndexes" not in props
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"] == {"SSEEnabled": True}
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "ttl_attribute"),
+    [
+        ("LeasesTable", "name", None),
+        ("IdempotencyTable", "id", "expiration"),
+        ("ApiKeysTable", "key_hash", None),
+    ],
+)
+def test_small_tables_have_their_key_and_ttl(
+    translated: dict[str, Any], table: str, key: str, ttl_attribute: str | None
+) -> None:
+    props = translated["Resources"][table]["Properties"]
+
+    assert props["KeySchema"] == [{"AttributeName": key, "KeyType": "HASH"}]
+    assert props["AttributeDefinitions"] == [{"AttributeName": key, "AttributeType": "S"}]
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["SSESpecification"] == {"SSEEnabled": True}
+    expected_ttl = (
+        None if ttl_attribute is None else {"AttributeName": ttl_attribute, "Enabled": True}
+    )
+    assert props.get("TimeToLiveSpecification") == expected_ttl
+
+
+def test_there_are_exactly_five_tables_and_the_irreplaceable_ones_are_retained(
+    translated: dict[str, Any],
+) -> None:
+    tables = _resources_of_type(translated, "AWS::DynamoDB::Table")
+
+    assert {name: table.get("DeletionPolicy") for name, table in tables.items()} == {
+        "SchedulesTable": "Retain",
+        "OccurrencesTable": "Retain",
+        "ApiKeysTable": "Retain",
+        "LeasesTable": "Delete",
+        "IdempotencyTable": "Delete",
+    }
+    assert all(t["UpdateReplacePolicy"] == t["DeletionPolicy"] for t in tables.values())
+
+
+# ---------------------------------------------------------------- queues
+
+
+def test_there_are_six_queues_one_pair_per_job_class(translated: dict[str, Any]) -> None:
+    queues = _resources_of_type(translated, "AWS::SQS::Queue")
+
+    assert set(queues) == {name for pair in QUEUE_CLASSES.values() for name in pair[:2]}
+
+
+@pytest.mark.parametrize("job_class", sorted(QUEUE_CLASSES))
+def test_each_class_queue_redrives_to_its_own_dead_letter_queue(
+    translated: dict[str, Any], job_class: str
+) -> None:
+    queue_name, dlq_name, visibility = QUEUE_CLASSES[job_class]
+    queue = translated["Resources"][queue_name]["Properties"]
+    dlq = translated["Resources"][dlq_name]["Properties"]
+
+    assert queue == {
+        "VisibilityTimeout": visibility,
+        "MessageRetentionPeriod": FOUR_DAYS,
+        "SqsManagedSseEnabled": True,
+        "RedrivePolicy": {
+            "deadLetterTargetArn": {"Fn::GetAtt": [dlq_name, "Arn"]},
+            "maxReceiveCount": 5,
+        },
+    }
+    assert dlq == {"MessageRetentionPeriod": FOURTEEN_DAYS, "SqsManagedSseEnabled": True}
+
+
+# ---------------------------------------------------------------- functions
+
+
+def test_every_function_handler_is_a_module_under_fireline_handlers(
+    translated: dict[str, Any],
+) -> None:
+    functions = _resources_of_type(translated, "AWS::Lambda::Function")
+    handlers = {name: fn["Properties"]["Handler"] for name, fn in functions.items()}
+
+    assert handlers == HANDLERS
+    assert [h for h in handlers.values() if not HANDLER_PATH.fullmatch(h)] == []
+
+
+@pytest.mark.parametrize("function", sorted(HANDLERS))
+def test_every_function_gets_the_shared_runtime_and_environment(
+    translated: dict[str, Any], function: str
+) -> None:
+    props = translated["Resources"][function]["Properties"]
+
+    assert props["Environment"] == {"Variables": ENVIRONMENT}
+    assert props["Runtime"] == "python3.11"
+    assert props["Architectures"] == ["arm64"]
+    assert props["TracingConfig"] == {"Mode": "Active"}
+    assert props["Code"] == {"S3Bucket": "fireline-artifacts", "S3Key": "functions.zip"}
+
+
+def test_ticker_runs_under_a_minute_with_two_reserved_slots(translated: dict[str, Any]) -> None:
+    props = translated["Resources"]["TickerFunction"]["Properties"]
+
+    assert (props["Timeout"], props["MemorySize"], props["ReservedConcurrentExecutions"]) == (
+        60,
+        512,
+        2,
+    )
+
+
+def test_other_functions_keep_the_global_sizes(translated: dict[str, Any]) -> None:
+    api = translated["Resources"]["ApiFunction"]["Properties"]
+
+    assert (api["Timeout"], api["MemorySize"]) == (30, 256)
+    assert "ReservedConcurrentExecutions" not in api
+
+
+def test_one_rule_starts_the_ticker_every_minute(translated: dict[str, Any]) -> None:
+    rules = _resources_of_type(translated, "AWS::Events::Rule")
+
+    assert [r["Properties"]["ScheduleExpression"] for r in rules.values()] == ["rate(1 minute)"]
+    (rule_name, rule), *_ = rules.items()
+    assert [t["Arn"] for t in rule["Properties"]["Targets"]] == [
+        {"Fn::GetAtt": ["TickerFunction", "Arn"]}
+    ]
+    permissions = [
+        p["Properties"]
+        for p in _resources_of_type(translated, "AWS::Lambda::Permission").values()
+        if p["Properties"]["Principal"] == "events.amazonaws.com"
+    ]
+    assert permissions == [
+        {
+            "Action": "lambda:InvokeFunction",
+            "FunctionName": {"Ref": "TickerFunction"},
+            "Principal": "events.amazonaws.com",
+            "SourceArn": {"Fn::GetAtt": [rule_name, "Arn"]},
+        }
+    ]
+
+
+# ---------------------------------------------------------------- API
+
+
+def test_api_is_a_rest_api_with_a_traced_throttled_stage(translated: dict[str, Any]) -> None:
+    assert list(_resources_of_type(translated, "AWS::ApiGateway::RestApi")) == ["FirelineApi"]
+    (stage,) = _resources_of_type(translated, "AWS::ApiGateway::Stage").values()
+    props = stage["Properties"]
+
+    assert props["StageName"] == {"Ref": "StageName"}
+    assert props["TracingEnabled"] is True
+    assert [
+        (s["ResourcePath"], s["HttpMethod"], s["ThrottlingRateLimit"], s["ThrottlingBurstLimit"])
+        for s in props["MethodSettings"]
+    ] == [("/*", "*", 500, 1000)]
+
+
+def test_every_route_but_the_api_description_needs_the_key_authorizer(
+    translated: dict[str, Any],
+) -> None:
+    body = translated["Resources"]["FirelineApi"]["Properties"]["Body"]
+    security = {
+        (path, method): operation.get("security")
+        for path, operations in body["paths"].items()
+        for method, operation in operations.items()
+    }
+
+    assert security == {
+        ("/{proxy+}", "x-amazon-apigateway-any-method"): [{"ApiKeyAuthorizer": []}],
+        ("/", "x-amazon-apigateway-any-method"): [{"ApiKeyAuthorizer": []}],
+        ("/openapi.json", "get"): [{"NONE": []}],
+    }
+    integrations = {
+        _referenced(operation["x-amazon-apigateway-integration"]["uri"]).pop()
+        for operations in body["paths"].values()
+        for operation in operations.values()
+    }
+    assert integrations == {"ApiFunction"}
+
+
+def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
+    translated: dict[str, Any],
+) -> None:
+    definitions = translated["Resources"]["FirelineApi"]["Properties"]["Body"][
+        "securityDefinitions"
+    ]
+    authorizer = definitions["ApiKeyAuthorizer"]["x-amazon-apigateway-authorizer"]
+
+    assert list(definitions) == ["ApiKeyAuthorizer"]
+    assert authorizer["type"] == "request"
+    assert authorizer["identitySource"] == "method.request.header.x-api-key"
+    assert _referenced(authorizer["authorizerUri"]) == {"AuthorizerFunction"}
+
+
+# ---------------------------------------------------------------- least privilege
+
+
+@pytest.mark.parametrize(
+    ("function", "tables", "queues"),
+    [
+        (
+            "ApiFunction",
+            {"SchedulesTable", "OccurrencesTable", "IdempotencyTable"},
+            {"DefaultQueue", "ShortQueue", "LongQueue"},
+        ),
+        (
+            "TickerFunction",
+            {"SchedulesTable", "OccurrencesTable", "LeasesTable"},
+            {"DefaultQueue", "ShortQueue", "LongQueue"},
+        ),
+        ("AuthorizerFunction", {"ApiKeysTable"}, set()),
+    ],
+)
+def test_each_function_reaches_only_its_tables_and_queues(
+    translated: dict[str, Any], function: str, tables: set[str], queues: set[str]
+) -> None:
+    role = translated["Resources"][f"{function}Role"]
+
+    assert set(_grants(role, "dynamodb")) == tables
+    assert set(_grants(role, "sqs")) == queues
+    # SendMessage* is the SAM template's grant: SendMessage and SendMessageBatch, no receive.
+    sqs_actions = {action for actions in _grants(role, "sqs").values() for action in actions}
+    assert sqs_actions == ({"sqs:SendMessage*"} if queues else set())
+
+
+def test_authorizer_cannot_write_api_keys(translated: dict[str, Any]) -> None:
+    grants = _grants(translated["Resources"]["AuthorizerFunctionRole"], "dynamodb")
+
+    assert "dynamodb:GetItem" in grants["ApiKeysTable"]
+    assert grants["ApiKeysTable"] & DYNAMODB_WRITES == set()
+
+
+# ---------------------------------------------------------------- alarms
+
+
+def test_there_is_one_alarm_for_lag_one_for_a_stalled_ticker_and_one_per_dlq(
+    translated: dict[str, Any],
+) -> None:
+    alarms = _resources_of_type(translated, "AWS::CloudWatch::Alarm")
+
+    assert set(alarms) == {
+        "ScheduleLagAlarm",
+        "TickerStalledAlarm",
+        "DefaultDeadLetterAlarm",
+        "ShortDeadLetterAlarm",
+        "LongDeadLetterAlarm",
+    }
+    assert [
+        name for name, a in alarms.items() if a["Properties"]["AlarmActions"] != ALARM_ACTIONS
+    ] == []
+
+
+def test_lag_alarm_watches_p99_schedule_lag_in_milliseconds(translated: dict[str, Any]) -> None:
+    props = translated["Resources"]["ScheduleLagAlarm"]["Properties"]
+
+    assert (props["Namespace"], props["MetricName"], props["Dimensions"]) == (
+        "Fireline",
+        "ScheduleLag",
+        SERVICE_DIMENSION,
+    )
+    assert (props["Unit"], props["ExtendedStatistic"], props["Period"]) == (
+        "Milliseconds",
+        "p99",
+        60,
+    )
+    assert "Statistic" not in props
+    # LagAlarmThresholdSeconds=10 -> "10000" (ms).
+    assert props["Threshold"] == {"Fn::Sub": "${LagAlarmThresholdSeconds}000"}
+    assert props["ComparisonOperator"] == "GreaterThanThreshold"
+
+
+def test_stalled_ticker_alarm_treats_silence_as_failure(translated: dict[str, Any]) -> None:
+    props = translated["Resources"]["TickerStalledAlarm"]["Properties"]
+
+    assert (props["Namespace"], props["MetricName"], props["Dimensions"]) == (
+        "Fireline",
+        "TicksCompleted",
+        SERVICE_DIMENSION,
+    )
+    assert (
+        props["Statistic"],
+        props["Period"],
+        props["EvaluationPeriods"],
+        props["ComparisonOperator"],
+        props["Threshold"],
+        props["TreatMissingData"],
+    ) == ("Sum", 60, 3, "LessThanThreshold", 1, "breaching")
+
+
+@pytest.mark.parametrize("job_class", sorted(QUEUE_CLASSES))
+def test_each_dead_letter_queue_alarms_on_its_first_message(
+    translated: dict[str, Any], job_class: str
+) -> None:
+    _, dlq_name, _ = QUEUE_CLASSES[job_class]
+    props = translated["Resources"][f"{job_class.title()}DeadLetterAlarm"]["Properties"]
+
+    assert (props["Namespace"], props["MetricName"]) == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+    )
+    assert props["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq_name, "QueueName"]}}
+    ]
+    assert (props["ComparisonOperator"], props["Threshold"]) == ("GreaterThanThreshold", 0)
+
+
+# ---------------------------------------------------------------- outputs and packaging
+
+
+def test_outputs_name_the_api_every_table_and_every_queue(translated: dict[str, Any]) -> None:
+    outputs = translated["Outputs"]
+    tables = _resources_of_type(translated, "AWS::DynamoDB::Table")
+    queues = _resources_of_type(translated, "AWS::SQS::Queue")
+
+    assert set(outputs) == {"ApiUrl"} | {f"{t}Name" for t in tables} | {f"{q}Url" for q in queues}
+    assert all(outputs[f"{t}Name"]["Value"] == {"Ref": t} for t in tables)
+    assert all(outputs[f"{q}Url"]["Value"] == {"Ref": q} for q in queues)
+    assert _referenced(outputs["ApiUrl"]["Value"]) == {"FirelineApi", "StageName"}
+    assert outputs["ApiUrl"]["Value"] == {
+        "Fn::Sub": "https://${FirelineApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}/"
+    }
+
+
+def test_lambda_requirements_match_the_package_dependencies() -> None:
+    # `sam build` installs functions/requirements.txt; pip installs pyproject's list.
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    lines = (ROOT / "functions" / "requirements.txt").read_text().splitlines()
+    requirements = [line for line in lines if line.strip() and not line.startswith("#")]
+
+    assert sorted(str(Requirement(r)) for r in requirements) == sorted(
+        str(Requirement(d)) for d in pyproject["project"]["dependencies"]
+    )
