@@ -32,6 +32,13 @@ class Misfire:
     catch_up_max: int = 10
 
     def __post_init__(self) -> None:
+        # Stored records come back as plain strings; compare by identity only with enums.
+        try:
+            object.__setattr__(self, "policy", MisfirePolicy(self.policy))
+        except ValueError as exc:
+            raise errors.ValidationError(
+                f"{self.policy!r} is not a policy", field="misfire.policy"
+            ) from exc
         for name in ("grace_seconds", "catch_up_window_seconds", "catch_up_max"):
             if getattr(self, name) < 0:
                 raise errors.ValidationError("must not be negative", field=f"misfire.{name}")

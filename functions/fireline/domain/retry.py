@@ -32,6 +32,13 @@ class RetryPolicy:
     jitter: Jitter = Jitter.FULL
 
     def __post_init__(self) -> None:
+        # Stored records come back as plain strings; compare by identity only with enums.
+        try:
+            object.__setattr__(self, "jitter", Jitter(self.jitter))
+        except ValueError as exc:
+            raise errors.ValidationError(
+                f"{self.jitter!r} is not a jitter", field="retry.jitter"
+            ) from exc
         checks = {
             "max_attempts": 1 <= self.max_attempts <= 100,
             "base_seconds": 0 <= self.base_seconds <= MAX_DELAY_SECONDS,

@@ -1,0 +1,628 @@
+"""DynamoDB implementations of the store ports.
+
+Clients are injected (only ``wiring`` builds them). ``ClientError`` is turned into a typed
+error here, once; nothing above this module looks at AWS error codes. Every conditional
+write says which race it closes. Attribute names always go through
+ExpressionAttributeNames: several of ours (``state``, ``name``, ``owner``) are reserved
+words that DynamoDB rejects in expressions.
+
+Tables (see infra/template.yaml):
+- schedules: (tenant_id, schedule_id); sparse GSI ``due`` on (due_shard, next_fire_ms),
+  KEYS_ONLY. Only active schedules carry the two index attributes.
+- occurrences: (schedule_id, occurrence_sk = ``{fire_time_utc}#{version}``): a Query per
+  schedule is its history, newest first, without a GSI (a GSI would double every put).
+- leases: (name).
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from fireline import ports
+from fireline.domain import errors, lease, model, occurrence, policies, retry, schedule
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+else:
+    DynamoDBClient = Any
+
+DUE_INDEX = "due"
+BATCH_GET_MAX = 100
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def _from_ms(value: Any) -> datetime:
+    return datetime.fromtimestamp(int(value) / 1000, UTC)
+
+
+def _opt_from_ms(value: Any) -> datetime | None:
+    return None if value is None else _from_ms(value)
+
+
+def _encode(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _serializer.serialize(v) for k, v in item.items() if v is not None}
+
+
+def _decode(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deserializer.deserialize(v) for k, v in item.items()}
+
+
+def _encode_cursor(key: dict[str, Any] | None) -> str | None:
+    if not key:
+        return None
+    return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode()
+
+
+def _decode_cursor(cursor: str | None) -> dict[str, Any] | None:
+    if cursor is None:
+        return None
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, TypeError) as exc:
+        raise errors.ValidationError("is not a cursor this API returned", field="cursor") from exc
+    if not isinstance(decoded, dict):
+        raise errors.ValidationError("is not a cursor this API returned", field="cursor")
+    return decoded
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Turn throttling and service faults into ``errors.Unavailable`` (retryable)."""
+    try:
+        yield
+    except ClientError as exc:
+        code = _code(exc)
+        if code in (
+            "ProvisionedThroughputExceededException",
+            "ThrottlingException",
+            "RequestLimitExceeded",
+            "InternalServerError",
+            "ServiceUnavailable",
+            "TransactionConflictException",
+        ):
+            raise errors.Unavailable(f"DynamoDB is unavailable ({code})") from exc
+        if code == "ResourceNotFoundException":
+            raise errors.Unavailable(f"DynamoDB table missing ({exc})") from exc
+        raise
+
+
+# --- schedules ---------------------------------------------------------------------------
+
+
+def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
+    timing = item.timing
+    record: dict[str, Any] = {
+        "tenant_id": item.tenant_id,
+        "schedule_id": item.schedule_id,
+        "kind": item.kind.value,
+        "spec": item.spec_text,
+        "timezone": timing.timezone,
+        "dst_gap": timing.dst.gap.value,
+        "dst_repeat": timing.dst.repeat.value,
+        "start_ms": _ms(timing.start) if timing.start else None,
+        "end_ms": _ms(timing.end) if timing.end else None,
+        "description": item.description,
+        "job_class": item.job_class,
+        # Nested documents as JSON text: DynamoDB numbers would come back as Decimal and
+        # floats would not go in at all.
+        "target": json.dumps(item.target, separators=(",", ":")),
+        "payload": json.dumps(item.payload, separators=(",", ":")),
+        "retry": json.dumps(asdict(item.retry)),
+        "misfire": json.dumps(asdict(item.misfire)),
+        "overlap": item.overlap.value,
+        "jitter_seconds": item.jitter_seconds,
+        "deadline_seconds": item.deadline_seconds,
+        "state": item.state.value,
+        "version": item.version,
+        "created_at_ms": _ms(item.created_at) if item.created_at else None,
+        "updated_at_ms": _ms(item.updated_at) if item.updated_at else None,
+        "paused_at_ms": _ms(item.paused_at) if item.paused_at else None,
+    }
+    if item.next_fire is not None:
+        # The two attributes that put the item in the sparse due index.
+        record["next_fire_ms"] = _ms(item.next_fire)
+        record["due_shard"] = item.shard(shards)
+    return record
+
+
+def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
+    timing = schedule.Timing(
+        spec=schedule.parse_spec(record["spec"]),
+        timezone=record["timezone"],
+        dst=schedule.DstPolicy(
+            gap=schedule.GapPolicy(record["dst_gap"]),
+            repeat=schedule.RepeatPolicy(record["dst_repeat"]),
+        ),
+        start=_opt_from_ms(record.get("start_ms")),
+        end=_opt_from_ms(record.get("end_ms")),
+    )
+    deadline = record.get("deadline_seconds")
+    return model.Schedule(
+        tenant_id=record["tenant_id"],
+        schedule_id=record["schedule_id"],
+        timing=timing,
+        spec_text=record["spec"],
+        kind=model.Kind(record["kind"]),
+        description=record.get("description", ""),
+        job_class=record["job_class"],
+        target=json.loads(record["target"]),
+        payload=json.loads(record["payload"]),
+        retry=retry.RetryPolicy(**json.loads(record["retry"])),
+        misfire=policies.Misfire(**json.loads(record["misfire"])),
+        overlap=policies.OverlapPolicy(record["overlap"]),
+        jitter_seconds=int(record.get("jitter_seconds", 0)),
+        deadline_seconds=None if deadline is None else int(deadline),
+        state=model.ScheduleState(record["state"]),
+        version=int(record["version"]),
+        next_fire=_opt_from_ms(record.get("next_fire_ms")),
+        created_at=_opt_from_ms(record.get("created_at_ms")),
+        updated_at=_opt_from_ms(record.get("updated_at_ms")),
+        paused_at=_opt_from_ms(record.get("paused_at_ms")),
+    )
+
+
+class DynamoScheduleStore:
+    def __init__(
+        self, client: DynamoDBClient, table_name: str, *, shards: int = model.DEFAULT_SHARDS
+    ) -> None:
+        self._client = client
+        self._table = table_name
+        self.shards = shards
+
+    def create(self, item: model.Schedule) -> None:
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(schedule_to_item(item, self.shards)),
+                    # Two creates racing for the same id (a retried request): one wins.
+                    ConditionExpression="attribute_not_exists(#sid)",
+                    ExpressionAttributeNames={"#sid": "schedule_id"},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                raise errors.AlreadyExists(f"schedule {item.schedule_id} exists") from exc
+            raise
+
+    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
+        with _translated():
+            response = self._client.get_item(
+                TableName=self._table,
+                Key=_encode({"tenant_id": tenant_id, "schedule_id": schedule_id}),
+                ConsistentRead=True,
+            )
+        record = response.get("Item")
+        return schedule_from_item(_decode(record)) if record else None
+
+    def get_many(self, keys: Sequence[tuple[str, str]]) -> builtins.list[model.Schedule]:
+        found: list[model.Schedule] = []
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), BATCH_GET_MAX):
+            pending: list[dict[str, Any]] = [
+                _encode({"tenant_id": t, "schedule_id": s})
+                for t, s in unique[start : start + BATCH_GET_MAX]
+            ]
+            while pending:
+                with _translated():
+                    response = self._client.batch_get_item(
+                        RequestItems={self._table: {"Keys": pending, "ConsistentRead": True}}
+                    )
+                found += [
+                    schedule_from_item(_decode(r))
+                    for r in response.get("Responses", {}).get(self._table, [])
+                ]
+                # Throttled keys come back unprocessed; ask again for just those.
+                unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys", {}))
+                pending = list(unprocessed.get(self._table, {}).get("Keys", []))
+        return found
+
+    def list(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[model.Schedule]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "#tid = :tid",
+            "ExpressionAttributeNames": {"#tid": "tenant_id"},
+            "ExpressionAttributeValues": {":tid": {"S": tenant_id}},
+            "Limit": limit,
+        }
+        start = _decode_cursor(cursor)
+        if start is not None:
+            if start.get("tenant_id") != tenant_id:
+                raise errors.ValidationError("belongs to another listing", field="cursor")
+            kwargs["ExclusiveStartKey"] = _encode(start)
+        with _translated():
+            response = self._client.query(**kwargs)
+        items = [schedule_from_item(_decode(r)) for r in response.get("Items", [])]
+        last = response.get("LastEvaluatedKey")
+        return ports.Page(items, _encode_cursor(_decode(last)) if last else None)
+
+    def replace(self, item: model.Schedule, *, expected_version: int) -> None:
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(schedule_to_item(item, self.shards)),
+                    # Optimistic concurrency: two updates from the same read cannot both land,
+                    # and a ticker's advance in between makes the API re-read.
+                    ConditionExpression="attribute_exists(#sid) AND #v = :v",
+                    ExpressionAttributeNames={"#sid": "schedule_id", "#v": "version"},
+                    ExpressionAttributeValues={":v": {"N": str(expected_version)}},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+            if "Item" not in exc.response:
+                raise errors.NotFound(f"schedule {item.schedule_id} does not exist") from exc
+            raise errors.ConflictError(
+                f"schedule {item.schedule_id} changed since version {expected_version}"
+            ) from exc
+
+    def delete(self, tenant_id: str, schedule_id: str) -> bool:
+        with _translated():
+            response = self._client.delete_item(
+                TableName=self._table,
+                Key=_encode({"tenant_id": tenant_id, "schedule_id": schedule_id}),
+                ReturnValues="ALL_OLD",
+            )
+        return "Attributes" in response
+
+    def due(self, shard: int, *, until: datetime, limit: int) -> builtins.list[ports.DueEntry]:
+        with _translated():
+            response = self._client.query(
+                TableName=self._table,
+                IndexName=DUE_INDEX,
+                KeyConditionExpression="#shard = :shard AND #next <= :until",
+                ExpressionAttributeNames={"#shard": "due_shard", "#next": "next_fire_ms"},
+                ExpressionAttributeValues={
+                    ":shard": {"N": str(shard)},
+                    ":until": {"N": str(_ms(until))},
+                },
+                Limit=limit,
+            )
+        entries = [_decode(r) for r in response.get("Items", [])]
+        return [
+            ports.DueEntry(e["tenant_id"], e["schedule_id"], _from_ms(e["next_fire_ms"]))
+            for e in entries
+        ]
+
+    def advance(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        expected_next_fire: datetime,
+        expected_version: int,
+        next_fire: datetime | None,
+        now: datetime,
+    ) -> bool:
+        names = {"#next": "next_fire_ms", "#v": "version", "#upd": "updated_at_ms"}
+        values: dict[str, Any] = {
+            ":expected": {"N": str(_ms(expected_next_fire))},
+            ":v": {"N": str(expected_version)},
+            ":now": {"N": str(_ms(now))},
+        }
+        if next_fire is None:
+            update = "SET #upd = :now, #state = :completed REMOVE #next, #shard"
+            names |= {"#state": "state", "#shard": "due_shard"}
+            values[":completed"] = {"S": model.ScheduleState.COMPLETED.value}
+        else:
+            update = "SET #next = :next, #upd = :now"
+            values[":next"] = {"N": str(_ms(next_fire))}
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=_encode({"tenant_id": tenant_id, "schedule_id": schedule_id}),
+                    UpdateExpression=update,
+                    # Only the next fire and version we read may move: a stale ticker cannot
+                    # move a schedule backwards or advance past a newer version's fire.
+                    ConditionExpression="#next = :expected AND #v = :v",
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+
+# --- occurrences -------------------------------------------------------------------------
+
+
+def occurrence_sort_key(fire_time: datetime, version: int) -> str:
+    return f"{occurrence.format_fire_time(fire_time)}#{version:09d}"
+
+
+def occurrence_to_item(item: occurrence.Occurrence, expires_at: int | None) -> dict[str, Any]:
+    return {
+        "schedule_id": item.schedule_id,
+        "occurrence_sk": occurrence_sort_key(item.fire_time, item.version),
+        "occurrence_key": item.key,
+        "tenant_id": item.tenant_id,
+        "version": item.version,
+        "fire_time_ms": _ms(item.fire_time),
+        "job_class": item.job_class,
+        "state": item.state.value,
+        "attempts": item.attempts,
+        "created_at_ms": _ms(item.created_at) if item.created_at else None,
+        "started_at_ms": _ms(item.started_at) if item.started_at else None,
+        "finished_at_ms": _ms(item.finished_at) if item.finished_at else None,
+        "exit_reason": item.exit_reason,
+        "progress": json.dumps(item.progress) if item.progress else None,
+        "payload": json.dumps(item.payload) if item.payload else None,
+        "expires_at": expires_at,
+    }
+
+
+def occurrence_from_item(record: dict[str, Any]) -> occurrence.Occurrence:
+    return occurrence.Occurrence(
+        key=record["occurrence_key"],
+        tenant_id=record["tenant_id"],
+        schedule_id=record["schedule_id"],
+        version=int(record["version"]),
+        fire_time=_from_ms(record["fire_time_ms"]),
+        job_class=record["job_class"],
+        state=occurrence.State(record["state"]),
+        attempts=int(record.get("attempts", 0)),
+        created_at=_opt_from_ms(record.get("created_at_ms")),
+        started_at=_opt_from_ms(record.get("started_at_ms")),
+        finished_at=_opt_from_ms(record.get("finished_at_ms")),
+        exit_reason=record.get("exit_reason"),
+        progress=json.loads(record["progress"]) if record.get("progress") else {},
+        payload=json.loads(record["payload"]) if record.get("payload") else {},
+    )
+
+
+class DynamoOccurrenceStore:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        retention: timedelta = timedelta(days=30),
+    ) -> None:
+        self._client = client
+        self._table = table_name
+        self._retention = retention
+
+    def _expires_at(self, item: occurrence.Occurrence) -> int:
+        return int((item.fire_time + self._retention).timestamp())
+
+    def put_new(self, item: occurrence.Occurrence) -> bool:
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(occurrence_to_item(item, self._expires_at(item))),
+                    # The correctness boundary: racing or retried tickers converge on one row
+                    # per occurrence key.
+                    ConditionExpression="attribute_not_exists(#sk)",
+                    ExpressionAttributeNames={"#sk": "occurrence_sk"},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def get(self, key: str) -> occurrence.Occurrence | None:
+        parsed = occurrence.parse_key(key)
+        with _translated():
+            response = self._client.get_item(
+                TableName=self._table,
+                Key=_encode(
+                    {
+                        "schedule_id": parsed.schedule_id,
+                        "occurrence_sk": occurrence_sort_key(parsed.fire_time, parsed.version),
+                    }
+                ),
+                ConsistentRead=True,
+            )
+        record = response.get("Item")
+        return occurrence_from_item(_decode(record)) if record else None
+
+    def history(
+        self, tenant_id: str, schedule_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[occurrence.Occurrence]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "#sid = :sid",
+            "ExpressionAttributeNames": {"#sid": "schedule_id"},
+            "ExpressionAttributeValues": {":sid": {"S": schedule_id}},
+            "ScanIndexForward": False,  # newest fire first
+            "Limit": limit,
+        }
+        start = _decode_cursor(cursor)
+        if start is not None:
+            if start.get("schedule_id") != schedule_id:
+                raise errors.ValidationError("belongs to another listing", field="cursor")
+            kwargs["ExclusiveStartKey"] = _encode(start)
+        with _translated():
+            response = self._client.query(**kwargs)
+        items = [occurrence_from_item(_decode(r)) for r in response.get("Items", [])]
+        # Schedule ids are unique across tenants; the tenant check is the caller's, but a
+        # row of another tenant is never returned.
+        items = [i for i in items if i.tenant_id == tenant_id]
+        last = response.get("LastEvaluatedKey")
+        return ports.Page(items, _encode_cursor(_decode(last)) if last else None)
+
+    def transition(self, item: occurrence.Occurrence, *, expected_state: occurrence.State) -> bool:
+        occurrence.check_transition(expected_state, item.state)
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(occurrence_to_item(item, self._expires_at(item))),
+                    # Two workers (or a worker and a cancel) that read the same state: only
+                    # the first move lands; the other sees False and backs off.
+                    ConditionExpression="attribute_exists(#sk) AND #state = :expected",
+                    ExpressionAttributeNames={"#sk": "occurrence_sk", "#state": "state"},
+                    ExpressionAttributeValues={":expected": {"S": expected_state.value}},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+            if "Item" not in exc.response:
+                raise errors.NotFound(f"occurrence {item.key} does not exist") from exc
+            return False
+        return True
+
+
+# --- leases ------------------------------------------------------------------------------
+
+
+def _lease_from_item(record: dict[str, Any]) -> lease.Lease:
+    return lease.Lease(
+        name=record["name"],
+        owner=record["owner"],
+        token=int(record["token"]),
+        expires_at_ms=int(record["expires_at_ms"]),
+    )
+
+
+def _names(*placeholders: str) -> dict[str, str]:
+    # DynamoDB rejects names an expression does not use, so each call names only its own.
+    return {p: _LEASE_ATTRIBUTES[p] for p in placeholders}
+
+
+_LEASE_ATTRIBUTES = {"#name": "name", "#owner": "owner", "#token": "token", "#exp": "expires_at_ms"}
+
+
+class DynamoLeaseStore:
+    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+    def acquire(
+        self, name: str, owner: str, now_ms: int, terms: lease.LeaseTerms
+    ) -> lease.Lease | None:
+        try:
+            with _translated():
+                response = self._client.update_item(
+                    TableName=self._table,
+                    Key={"name": {"S": name}},
+                    UpdateExpression="SET #owner = :owner, #exp = :exp ADD #token :one",
+                    # Only a free or expired lease can be taken; ADD makes the fencing token
+                    # grow on every acquisition, so a previous holder's token never matches.
+                    ConditionExpression="attribute_not_exists(#name) OR #exp <= :now",
+                    ExpressionAttributeNames=_names("#name", "#owner", "#exp", "#token"),
+                    ExpressionAttributeValues={
+                        ":owner": {"S": owner},
+                        ":exp": {"N": str(now_ms + terms.ttl_ms)},
+                        ":now": {"N": str(now_ms)},
+                        ":one": {"N": "1"},
+                    },
+                    ReturnValues="ALL_NEW",
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise
+        return _lease_from_item(_decode(response["Attributes"]))
+
+    def renew(self, held: lease.Lease, now_ms: int, terms: lease.LeaseTerms) -> lease.Lease:
+        try:
+            with _translated():
+                response = self._client.update_item(
+                    TableName=self._table,
+                    Key={"name": {"S": held.name}},
+                    UpdateExpression="SET #exp = :exp",
+                    # Renewal needs the same owner and token and an unexpired lease: after a
+                    # takeover the old holder's renewal fails and it stops at once.
+                    ConditionExpression="#owner = :owner AND #token = :token AND #exp > :now",
+                    ExpressionAttributeNames=_names("#owner", "#token", "#exp"),
+                    ExpressionAttributeValues={
+                        ":owner": {"S": held.owner},
+                        ":token": {"N": str(held.token)},
+                        ":exp": {"N": str(now_ms + terms.ttl_ms)},
+                        ":now": {"N": str(now_ms)},
+                    },
+                    ReturnValues="ALL_NEW",
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                raise errors.LeaseLost("the lease expired or was taken over") from exc
+            raise
+        return _lease_from_item(_decode(response["Attributes"]))
+
+    def release(self, held: lease.Lease) -> None:
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key={"name": {"S": held.name}},
+                    UpdateExpression="SET #exp = :zero",
+                    # Releasing someone else's lease would let a third ticker in early.
+                    ConditionExpression="#owner = :owner AND #token = :token",
+                    ExpressionAttributeNames=_names("#owner", "#token", "#exp"),
+                    ExpressionAttributeValues={
+                        ":owner": {"S": held.owner},
+                        ":token": {"N": str(held.token)},
+                        ":zero": {"N": "0"},
+                    },
+                )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    def get(self, name: str) -> lease.Lease | None:
+        with _translated():
+            response = self._client.get_item(
+                TableName=self._table, Key={"name": {"S": name}}, ConsistentRead=True
+            )
+        record = response.get("Item")
+        return _lease_from_item(_decode(record)) if record else None
+
+
+# --- API keys ----------------------------------------------------------------------------
+
+
+class DynamoApiKeyStore:
+    """key_hash (SHA-256 of the key) -> tenant_id: the table never holds a usable key."""
+
+    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+    def tenant_for(self, api_key: str) -> str | None:
+        with _translated():
+            response = self._client.get_item(
+                TableName=self._table, Key={"key_hash": {"S": _key_hash(api_key)}}
+            )
+        record = response.get("Item")
+        return _decode(record).get("tenant_id") if record else None
+
+    def put(self, api_key: str, tenant_id: str) -> None:
+        with _translated():
+            self._client.put_item(
+                TableName=self._table,
+                Item=_encode({"key_hash": _key_hash(api_key), "tenant_id": tenant_id}),
+            )
+
+
+def _key_hash(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()

@@ -1,0 +1,303 @@
+"""The HTTP API: Powertools REST resolver, pydantic validation, OpenAPI at /openapi.json.
+
+Tenant identity comes from ``requestContext.authorizer`` only (the authorizer's context,
+``tenant_id``, or a Cognito claim ``custom:tenant_id``), never from the body or a header.
+Errors are mapped to status codes by exception type, never by message text.
+
+Creates and trigger-now honour an ``Idempotency-Key`` header through Powertools
+idempotency: a retried request with the same key and body gets the first response back
+(the same schedule, job or occurrence); the same key with another body is a 422.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+    IdempotencyValidationError,
+)
+from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
+
+from fireline.api import models
+from fireline.domain import errors
+from fireline.services.schedules import ScheduleService
+
+logger = Logger(service="fireline", child=True)
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")
+IDEMPOTENCY_TTL_SECONDS = 24 * 3600
+TITLE = "Fireline"
+API_VERSION = "1.0.0"
+DESCRIPTION = (
+    "Schedules, one-off jobs and their occurrences. Delivery contract: at-least-once "
+    "execution, exactly-once claim, idempotent handlers (never exactly-once execution)."
+)
+
+ID = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+Limit = Annotated[int, Query(ge=1, le=100)]
+Cursor = Annotated[str | None, Query(max_length=2048)]
+
+
+class Unauthorized(errors.FirelineError):
+    """No tenant identity in the authorizer context."""
+
+
+def _error(status: int, kind: str, message: str, field: str | None = None) -> Response[str]:
+    body = models.ErrorOut(error=models.ErrorBody(type=kind, message=message, field=field))
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=body.model_dump_json(),
+    )
+
+
+def build_app(
+    service: ScheduleService, idempotency: BasePersistenceLayer | None = None
+) -> APIGatewayRestResolver:
+    app = APIGatewayRestResolver(enable_validation=True)
+
+    def tenant() -> str:
+        context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
+        claims = context.get("claims") or {}
+        found = context.get("tenant_id") or claims.get("custom:tenant_id")
+        if not isinstance(found, str) or not found:
+            raise Unauthorized()
+        return found
+
+    def header(name: str) -> str | None:
+        for key, value in (app.current_event.headers or {}).items():
+            if key.lower() == name.lower():
+                return str(value)
+        return None
+
+    def once(operation: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Run ``run`` at most once per (tenant, operation, Idempotency-Key)."""
+        key = header("Idempotency-Key")
+        if key is None or idempotency is None:
+            return run()
+        if not IDEMPOTENCY_KEY.match(key):
+            raise errors.ValidationError(
+                "must be 1-128 printable ASCII characters", field="Idempotency-Key"
+            )
+
+        def idempotent_operation(request: dict[str, Any]) -> dict[str, Any]:
+            return run()
+
+        config = IdempotencyConfig(
+            event_key_jmespath="[tenant_id, operation, key]",
+            payload_validation_jmespath="body",
+            expires_after_seconds=IDEMPOTENCY_TTL_SECONDS,
+            raise_on_no_idempotency_key=True,
+        )
+        if app.lambda_context is not None:
+            # An invocation that times out mid-request leaves an in-progress record that
+            # expires with the invocation instead of blocking the key for a day.
+            config.register_lambda_context(app.lambda_context)
+        guarded = idempotent_function(
+            idempotent_operation,
+            data_keyword_argument="request",
+            persistence_store=idempotency,
+            config=config,
+        )
+        request = {
+            "tenant_id": tenant(),
+            "operation": operation,
+            "key": key,
+            "body": app.current_event.json_body if app.current_event.body else None,
+        }
+        return guarded(request=request)  # type: ignore[no-any-return]
+
+    # --- schedules -------------------------------------------------------------------------
+
+    @app.post("/schedules", summary="Create a schedule", responses=_responses(201))
+    def create_schedule(body: Annotated[models.ScheduleIn, Body()]) -> Response[str]:
+        owner = tenant()
+
+        def run() -> dict[str, Any]:
+            created = service.create(owner, body.to_draft())
+            return models.ScheduleOut.of(created).model_dump(mode="json")
+
+        return _json(once("create_schedule", run), 201)
+
+    @app.get("/schedules", summary="List the tenant's schedules")
+    def list_schedules(limit: Limit = 50, cursor: Cursor = None) -> models.SchedulePage:
+        page = service.list(tenant(), limit=limit, cursor=cursor)
+        return models.SchedulePage(
+            items=[models.ScheduleOut.of(s) for s in page.items], next_cursor=page.cursor
+        )
+
+    @app.get("/schedules/<schedule_id>", summary="Get a schedule")
+    def get_schedule(schedule_id: ID) -> models.ScheduleOut:
+        return models.ScheduleOut.of(service.get(tenant(), schedule_id))
+
+    @app.put("/schedules/<schedule_id>", summary="Replace a schedule (new version)")
+    def update_schedule(
+        schedule_id: ID, body: Annotated[models.ScheduleIn, Body()]
+    ) -> models.ScheduleOut:
+        return models.ScheduleOut.of(service.update(tenant(), schedule_id, body.to_draft()))
+
+    @app.delete("/schedules/<schedule_id>", summary="Delete a schedule", responses=_responses(204))
+    def delete_schedule(schedule_id: ID) -> Response[str]:
+        service.delete(tenant(), schedule_id)
+        return Response(status_code=204, body="")
+
+    @app.post("/schedules/<schedule_id>/pause", summary="Pause (leaves the due index)")
+    def pause_schedule(schedule_id: ID) -> models.ScheduleOut:
+        return models.ScheduleOut.of(service.pause(tenant(), schedule_id))
+
+    @app.post("/schedules/<schedule_id>/resume", summary="Resume (missed fires: misfire policy)")
+    def resume_schedule(schedule_id: ID) -> models.ScheduleOut:
+        return models.ScheduleOut.of(service.resume(tenant(), schedule_id))
+
+    @app.post(
+        "/schedules/<schedule_id>/trigger",
+        summary="Fire now, through the same path as a scheduled fire",
+        responses=_responses(202),
+    )
+    def trigger_schedule(schedule_id: ID) -> Response[str]:
+        owner = tenant()
+
+        def run() -> dict[str, Any]:
+            fired = service.trigger(owner, schedule_id)
+            return models.OccurrenceOut.of(fired).model_dump(mode="json")
+
+        return _json(once(f"trigger:{schedule_id}", run), 202)
+
+    @app.get("/schedules/<schedule_id>/preview", summary="The next N fire times")
+    def preview_schedule(
+        schedule_id: ID, count: Annotated[int, Query(ge=1, le=100)] = 10
+    ) -> models.PreviewOut:
+        owner = tenant()
+        item = service.get(owner, schedule_id)
+        return models.PreviewOut(
+            schedule_id=schedule_id,
+            description=item.description,
+            timezone=item.timing.timezone,
+            fire_times=service.preview(owner, schedule_id, count),
+        )
+
+    @app.get("/schedules/<schedule_id>/occurrences", summary="Occurrence history, newest first")
+    def schedule_history(
+        schedule_id: ID, limit: Limit = 50, cursor: Cursor = None
+    ) -> models.OccurrencePage:
+        page = service.history(tenant(), schedule_id, limit=limit, cursor=cursor)
+        return models.OccurrencePage(
+            items=[models.OccurrenceOut.of(o) for o in page.items], next_cursor=page.cursor
+        )
+
+    # --- one-off jobs ----------------------------------------------------------------------
+
+    @app.post("/jobs", summary="Create a one-off job", responses=_responses(201))
+    def create_job(body: Annotated[models.JobIn, Body()]) -> Response[str]:
+        owner = tenant()
+
+        def run() -> dict[str, Any]:
+            view = service.create_job(owner, body.to_draft())
+            return models.JobOut.of(view).model_dump(mode="json")
+
+        return _json(once("create_job", run), 201)
+
+    @app.get("/jobs/<job_id>", summary="Get a job: state, attempts, timestamps, exit reason")
+    def get_job(job_id: ID) -> models.JobOut:
+        return models.JobOut.of(service.get_job(tenant(), job_id))
+
+    @app.post("/jobs/<job_id>/cancel", summary="Cancel a job that has not started")
+    def cancel_job(job_id: ID) -> models.JobOut:
+        return models.JobOut.of(service.cancel_job(tenant(), job_id))
+
+    # --- the document ----------------------------------------------------------------------
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi() -> Response[str]:
+        return Response(
+            status_code=200,
+            content_type=content_types.APPLICATION_JSON,
+            body=openapi_document(app),
+        )
+
+    # --- errors, by type -------------------------------------------------------------------
+
+    @app.exception_handler(RequestValidationError)
+    def invalid_request(exc: RequestValidationError) -> Response[str]:
+        problems = list(exc.errors())
+        first = problems[0] if problems else {}
+        location = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+        # A discriminated union puts the variant's tag in the path: drop it for the reader.
+        location = [p for p in location if p not in ("python", "http", "lambda", "sqs")]
+        message = str(first.get("msg", "invalid request"))
+        return _error(422, "validation", message, ".".join(location) or None)
+
+    @app.exception_handler(errors.ValidationError)
+    def invalid_value(exc: errors.ValidationError) -> Response[str]:
+        return _error(400, "validation", exc.message, exc.field)
+
+    @app.exception_handler(Unauthorized)
+    def unauthorized(exc: Unauthorized) -> Response[str]:
+        return _error(401, "unauthorized", exc.message)
+
+    @app.exception_handler(errors.NotFound)
+    def not_found(exc: errors.NotFound) -> Response[str]:
+        return _error(404, "not_found", exc.message)
+
+    @app.exception_handler([errors.ConflictError, errors.AlreadyExists, errors.IllegalTransition])
+    def conflict(exc: errors.FirelineError) -> Response[str]:
+        return _error(409, "conflict", exc.message)
+
+    @app.exception_handler(IdempotencyValidationError)
+    def idempotency_mismatch(exc: IdempotencyValidationError) -> Response[str]:
+        return _error(
+            422, "validation", "was used before with a different request", "Idempotency-Key"
+        )
+
+    @app.exception_handler(IdempotencyAlreadyInProgressError)
+    def idempotency_in_progress(exc: IdempotencyAlreadyInProgressError) -> Response[str]:
+        return _error(409, "conflict", "the first request with this Idempotency-Key is running")
+
+    @app.exception_handler(errors.Unavailable)
+    def unavailable(exc: errors.Unavailable) -> Response[str]:
+        logger.warning("backend unavailable", extra={"action": "api.unavailable"})
+        return _error(503, "unavailable", "try again shortly")
+
+    @app.not_found
+    def no_route(exc: Exception) -> Response[str]:
+        return _error(404, "not_found", "no such route")
+
+    return app
+
+
+def openapi_document(app: APIGatewayRestResolver) -> str:
+    return app.get_openapi_json_schema(title=TITLE, version=API_VERSION, description=DESCRIPTION)
+
+
+def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Resolve one API Gateway proxy event; oversized bodies are refused before parsing."""
+    body = event.get("body") or ""
+    if len(body.encode() if isinstance(body, str) else body) > models.MAX_BODY_BYTES:
+        response = _error(
+            413, "too_large", f"the request body exceeds {models.MAX_BODY_BYTES} bytes", "body"
+        )
+        return {
+            "statusCode": 413,
+            "headers": {"Content-Type": content_types.APPLICATION_JSON},
+            "body": response.body,
+        }
+    return app.resolve(event, context)
+
+
+def _json(body: dict[str, Any], status: int) -> Response[str]:
+    return Response(
+        status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
+    )
+
+
+def _responses(status: int) -> dict[int, OpenAPIResponse]:
+    return {status: OpenAPIResponse(description="success")}

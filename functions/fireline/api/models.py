@@ -1,0 +1,356 @@
+"""Request and response models of the HTTP API (pydantic lives at this edge only).
+
+Unknown fields are rejected (``extra="forbid"``): a misspelt ``retyr`` must not silently
+fall back to defaults. Sizes are limited before anything is written; the limits are in
+the OpenAPI document and the README.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    field_validator,
+    model_validator,
+)
+
+from fireline.domain import model, occurrence, policies, retry, schedule
+from fireline.services import schedules as service
+
+MAX_PAYLOAD_BYTES = 64 * 1024
+MAX_TARGET_BYTES = 4 * 1024
+MAX_BODY_BYTES = 128 * 1024  # checked on the raw request before parsing
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- targets -----------------------------------------------------------------------------
+
+
+class PythonTarget(Strict):
+    """A handler registered by name in this deployment (built-in and example jobs)."""
+
+    type: Literal["python"]
+    handler: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.:-]{0,127}$")
+
+
+class HttpTarget(Strict):
+    """POST to a tenant webhook, with an Idempotency-Key header equal to the occurrence key."""
+
+    type: Literal["http"]
+    url: HttpUrl
+    timeout_seconds: int = Field(default=30, ge=1, le=900)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=20)
+
+
+class LambdaTarget(Strict):
+    type: Literal["lambda"]
+    function_arn: str = Field(
+        pattern=r"^arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:[A-Za-z0-9_-]+(:[A-Za-z0-9_$-]+)?$"
+    )
+
+
+class SqsTarget(Strict):
+    type: Literal["sqs"]
+    queue_url: HttpUrl
+
+
+Target = Annotated[
+    PythonTarget | HttpTarget | LambdaTarget | SqsTarget, Field(discriminator="type")
+]
+
+
+# --- policies ----------------------------------------------------------------------------
+
+
+class DstIn(Strict):
+    gap: Literal["shift", "skip"] = "shift"
+    repeat: Literal["first", "last", "both"] = "first"
+
+
+class RetryIn(Strict):
+    max_attempts: int = Field(default=3, ge=1, le=100, description="counts the first attempt")
+    base_seconds: float = Field(default=2.0, ge=0, le=900)
+    factor: float = Field(default=2.0, ge=1, le=10)
+    cap_seconds: float = Field(default=300.0, ge=0, le=900)
+    jitter: Literal["full", "none"] = "full"
+
+    @model_validator(mode="after")
+    def _cap_covers_base(self) -> RetryIn:
+        if self.cap_seconds < self.base_seconds:
+            raise ValueError("cap_seconds must be at least base_seconds")
+        return self
+
+    def to_domain(self) -> retry.RetryPolicy:
+        return retry.RetryPolicy(
+            max_attempts=self.max_attempts,
+            base_seconds=self.base_seconds,
+            factor=self.factor,
+            cap_seconds=self.cap_seconds,
+            jitter=retry.Jitter(self.jitter),
+        )
+
+
+class MisfireIn(Strict):
+    policy: Literal["fire_all", "fire_once", "skip"] = "fire_once"
+    grace_seconds: int = Field(default=60, ge=0, le=86_400)
+    catch_up_window_seconds: int = Field(default=3600, ge=0, le=7 * 86_400)
+    catch_up_max: int = Field(default=10, ge=0, le=1000)
+
+    def to_domain(self) -> policies.Misfire:
+        return policies.Misfire(
+            policy=policies.MisfirePolicy(self.policy),
+            grace_seconds=self.grace_seconds,
+            catch_up_window_seconds=self.catch_up_window_seconds,
+            catch_up_max=self.catch_up_max,
+        )
+
+
+def _check_size(value: Any, limit: int, what: str) -> Any:
+    size = len(json.dumps(value, separators=(",", ":")).encode())
+    if size > limit:
+        raise ValueError(f"{what} is {size} bytes; the limit is {limit}")
+    return value
+
+
+# --- requests ----------------------------------------------------------------------------
+
+
+class JobSpecIn(Strict):
+    job_class: Literal["default", "short", "long"] = "default"
+    target: Target
+    payload: dict[str, Any] = Field(default_factory=dict, description="at most 64 KiB as JSON")
+    retry: RetryIn = Field(default_factory=RetryIn)
+    deadline_seconds: int | None = Field(default=None, ge=1, le=7 * 86_400)
+
+    @field_validator("payload")
+    @classmethod
+    def _payload_size(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_size(value, MAX_PAYLOAD_BYTES, "payload")  # type: ignore[no-any-return]
+
+    @field_validator("target")
+    @classmethod
+    def _target_size(cls, value: BaseModel) -> BaseModel:
+        _check_size(value.model_dump(mode="json"), MAX_TARGET_BYTES, "target")
+        return value
+
+    def target_dict(self) -> dict[str, Any]:
+        return self.target.model_dump(mode="json")
+
+
+class ScheduleIn(JobSpecIn):
+    spec: str = Field(
+        min_length=1,
+        max_length=256,
+        description="cron(...) (5 fields, or 6 with seconds first), rate(N unit), at(ISO time), "
+        "bare cron fields, or a natural-language form such as 'every day at 09:30'",
+        examples=["cron(0 9 * * MON-FRI)", "rate(5 minutes)", "every day at 09:30"],
+    )
+    timezone: str = Field(default="UTC", max_length=64, examples=["Europe/Paris"])
+    dst: DstIn = Field(default_factory=DstIn)
+    start: AwareDatetime | None = None
+    end: AwareDatetime | None = None
+    misfire: MisfireIn = Field(default_factory=MisfireIn)
+    overlap: Literal["allow", "forbid", "buffer_one"] = "allow"
+    jitter_seconds: int = Field(default=0, ge=0, le=900)
+
+    def to_draft(self) -> service.ScheduleDraft:
+        return service.ScheduleDraft(
+            spec=self.spec,
+            timezone=self.timezone,
+            dst=schedule.DstPolicy(
+                gap=schedule.GapPolicy(self.dst.gap), repeat=schedule.RepeatPolicy(self.dst.repeat)
+            ),
+            start=self.start,
+            end=self.end,
+            job_class=self.job_class,
+            target=self.target_dict(),
+            payload=self.payload,
+            retry=self.retry.to_domain(),
+            misfire=self.misfire.to_domain(),
+            overlap=policies.OverlapPolicy(self.overlap),
+            jitter_seconds=self.jitter_seconds,
+            deadline_seconds=self.deadline_seconds,
+        )
+
+
+class JobIn(JobSpecIn):
+    run_at: AwareDatetime | None = Field(default=None, description="give run_at or delay_seconds")
+    delay_seconds: int | None = Field(default=None, ge=0, le=365 * 86_400)
+
+    @model_validator(mode="after")
+    def _one_time(self) -> JobIn:
+        if (self.run_at is None) == (self.delay_seconds is None):
+            raise ValueError("give exactly one of run_at and delay_seconds")
+        return self
+
+    def to_draft(self) -> service.JobDraft:
+        return service.JobDraft(
+            run_at=self.run_at,
+            delay_seconds=self.delay_seconds,
+            job_class=self.job_class,
+            target=self.target_dict(),
+            payload=self.payload,
+            retry=self.retry.to_domain(),
+            deadline_seconds=self.deadline_seconds,
+        )
+
+
+# --- responses ---------------------------------------------------------------------------
+
+
+class ScheduleOut(BaseModel):
+    id: str
+    spec: str
+    description: str
+    timezone: str
+    dst: DstIn
+    start: datetime | None
+    end: datetime | None
+    job_class: str
+    target: dict[str, Any]
+    payload: dict[str, Any]
+    retry: RetryIn
+    misfire: MisfireIn
+    overlap: str
+    jitter_seconds: int
+    deadline_seconds: int | None
+    state: str
+    version: int
+    next_fire: datetime | None
+    created_at: datetime | None
+    updated_at: datetime | None
+
+    @classmethod
+    def of(cls, item: model.Schedule) -> ScheduleOut:
+        t = item.timing
+        return cls(
+            id=item.schedule_id,
+            spec=item.spec_text,
+            description=item.description,
+            timezone=t.timezone,
+            dst=DstIn(gap=t.dst.gap.value, repeat=t.dst.repeat.value),
+            start=t.start,
+            end=t.end,
+            job_class=item.job_class,
+            target=item.target,
+            payload=item.payload,
+            retry=RetryIn(
+                max_attempts=item.retry.max_attempts,
+                base_seconds=item.retry.base_seconds,
+                factor=item.retry.factor,
+                cap_seconds=item.retry.cap_seconds,
+                jitter=item.retry.jitter.value,
+            ),
+            misfire=MisfireIn(
+                policy=item.misfire.policy.value,
+                grace_seconds=item.misfire.grace_seconds,
+                catch_up_window_seconds=item.misfire.catch_up_window_seconds,
+                catch_up_max=item.misfire.catch_up_max,
+            ),
+            overlap=item.overlap.value,
+            jitter_seconds=item.jitter_seconds,
+            deadline_seconds=item.deadline_seconds,
+            state=item.state.value,
+            version=item.version,
+            next_fire=item.next_fire,
+            created_at=item.created_at,
+            updated_at=item.updated_at,
+        )
+
+
+class OccurrenceOut(BaseModel):
+    key: str
+    schedule_id: str
+    version: int
+    fire_time: datetime
+    job_class: str
+    state: str
+    attempts: int
+    created_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_seconds: float | None
+    exit_reason: str | None
+    progress: dict[str, Any]
+
+    @classmethod
+    def of(cls, item: occurrence.Occurrence) -> OccurrenceOut:
+        return cls(
+            key=item.key,
+            schedule_id=item.schedule_id,
+            version=item.version,
+            fire_time=item.fire_time,
+            job_class=item.job_class,
+            state=item.state.value,
+            attempts=item.attempts,
+            created_at=item.created_at,
+            started_at=item.started_at,
+            finished_at=item.finished_at,
+            duration_seconds=item.duration_seconds,
+            exit_reason=item.exit_reason,
+            progress=item.progress,
+        )
+
+
+class JobOut(BaseModel):
+    id: str
+    state: str
+    run_at: datetime
+    job_class: str
+    target: dict[str, Any]
+    payload: dict[str, Any]
+    occurrence: OccurrenceOut | None
+    created_at: datetime | None
+
+    @classmethod
+    def of(cls, view: service.JobView) -> JobOut:
+        job = view.job
+        spec = job.timing.spec
+        assert isinstance(spec, schedule.AtSpec)
+        return cls(
+            id=job.schedule_id,
+            state=view.state,
+            run_at=spec.when,
+            job_class=job.job_class,
+            target=job.target,
+            payload=job.payload,
+            occurrence=OccurrenceOut.of(view.occurrence) if view.occurrence else None,
+            created_at=job.created_at,
+        )
+
+
+class SchedulePage(BaseModel):
+    items: list[ScheduleOut]
+    next_cursor: str | None
+
+
+class OccurrencePage(BaseModel):
+    items: list[OccurrenceOut]
+    next_cursor: str | None
+
+
+class PreviewOut(BaseModel):
+    schedule_id: str
+    description: str
+    timezone: str
+    fire_times: list[datetime]
+
+
+class ErrorBody(BaseModel):
+    type: str
+    message: str
+    field: str | None = None
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody

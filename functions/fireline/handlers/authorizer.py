@@ -1,0 +1,36 @@
+"""API Gateway REQUEST authorizer: the x-api-key header -> the tenant it belongs to.
+
+The tenant id goes into the authorizer context, which is the only place the api Lambda
+reads identity from. An unknown or missing key is a 401 ("Unauthorized" is the string
+API Gateway turns into one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from fireline import wiring
+
+logger = wiring.logger()
+
+
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    api_key = headers.get("x-api-key") or ""
+    tenant = wiring.api_key_store().tenant_for(api_key) if api_key else None
+    if tenant is None:
+        logger.info("rejected", extra={"action": "authorizer.deny"})
+        raise Exception("Unauthorized")
+    # Allow the whole API: the tenant check is per resource, inside the api Lambda.
+    arn = event["methodArn"].split("/")[0] + "/*"
+    return {
+        "principalId": tenant,
+        "policyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": arn}],
+        },
+        "context": {"tenant_id": tenant},
+    }

@@ -1,0 +1,306 @@
+"""Use cases behind the API: schedules and one-off jobs of one tenant.
+
+Every method takes the tenant id the caller was authenticated as (the API reads it from
+the authorizer context, never from the request). A schedule of another tenant is
+reported as not found, never as forbidden, so ids do not leak.
+
+A one-off job is a schedule of kind ``job`` with an ``at`` spec: it rides the same due
+index, ticker, occurrence key and workers as every recurring fire.
+"""
+
+from __future__ import annotations
+
+import builtins
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fireline import ports
+from fireline.domain import errors, model, natural, occurrence, policies, retry, schedule
+from fireline.services import dispatch
+
+MAX_PAGE = 100
+MAX_PREVIEW = 100
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(10)}"
+
+
+@dataclass(frozen=True)
+class ScheduleDraft:
+    """What a tenant asks for; validated by the API's models, checked again here."""
+
+    spec: str  # cron(...), rate(...), at(...), bare cron fields, or natural language
+    timezone: str = "UTC"
+    dst: schedule.DstPolicy = field(default_factory=schedule.DstPolicy)
+    start: datetime | None = None
+    end: datetime | None = None
+    job_class: str = "default"
+    target: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any] = field(default_factory=dict)
+    retry: retry.RetryPolicy = field(default_factory=retry.RetryPolicy)
+    misfire: policies.Misfire = field(default_factory=policies.Misfire)
+    overlap: policies.OverlapPolicy = policies.OverlapPolicy.ALLOW
+    jitter_seconds: int = 0
+    deadline_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class JobDraft:
+    run_at: datetime | None = None
+    delay_seconds: int | None = None
+    job_class: str = "default"
+    target: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any] = field(default_factory=dict)
+    retry: retry.RetryPolicy = field(default_factory=retry.RetryPolicy)
+    deadline_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class JobView:
+    job: model.Schedule
+    occurrence: occurrence.Occurrence | None  # None until the ticker materializes it
+
+    @property
+    def state(self) -> str:
+        if self.occurrence is not None:
+            return self.occurrence.state.value
+        if self.job.state is model.ScheduleState.CANCELLED:
+            return occurrence.State.CANCELLED.value
+        return "scheduled"
+
+
+class ScheduleService:
+    def __init__(
+        self,
+        *,
+        schedules: ports.ScheduleStore,
+        occurrences: ports.OccurrenceStore,
+        queue: ports.WorkQueue,
+        clock: ports.Clock,
+        ids: Callable[[str], str] = new_id,
+    ) -> None:
+        self.schedules = schedules
+        self.occurrences = occurrences
+        self.queue = queue
+        self.clock = clock
+        self.ids = ids
+
+    # --- schedules -------------------------------------------------------------------------
+
+    def create(self, tenant_id: str, draft: ScheduleDraft) -> model.Schedule:
+        now = self._now()
+        item = replace(
+            self._build(tenant_id, self.ids("sch"), draft, now, version=1), created_at=now
+        )
+        self.schedules.create(item)
+        return item
+
+    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule:
+        item = self.schedules.get(tenant_id, schedule_id)
+        if item is None or item.kind is not model.Kind.SCHEDULE:
+            raise errors.NotFound(f"schedule {schedule_id} not found")
+        return item
+
+    def list(
+        self, tenant_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> ports.Page[model.Schedule]:
+        page = self.schedules.list(tenant_id, limit=_page_size(limit), cursor=cursor)
+        return ports.Page([s for s in page.items if s.kind is model.Kind.SCHEDULE], page.cursor)
+
+    def update(self, tenant_id: str, schedule_id: str, draft: ScheduleDraft) -> model.Schedule:
+        """Replace the definition; a new version, so pending fires of the old one are void."""
+        current = self.get(tenant_id, schedule_id)
+        now = self._now()
+        item = self._build(tenant_id, schedule_id, draft, now, version=current.version + 1)
+        if current.state is model.ScheduleState.PAUSED:
+            item = replace(item, state=current.state, next_fire=None, paused_at=now)
+        item = replace(item, created_at=current.created_at)
+        self.schedules.replace(item, expected_version=current.version)
+        return item
+
+    def delete(self, tenant_id: str, schedule_id: str) -> None:
+        self.get(tenant_id, schedule_id)
+        # Occurrences already queued find no schedule and are skipped by the worker.
+        self.schedules.delete(tenant_id, schedule_id)
+
+    def pause(self, tenant_id: str, schedule_id: str) -> model.Schedule:
+        current = self.get(tenant_id, schedule_id)
+        if current.state is not model.ScheduleState.ACTIVE:
+            return current  # pausing twice is not an error
+        paused = current.paused(self._now())
+        self.schedules.replace(paused, expected_version=current.version)
+        return paused
+
+    def resume(self, tenant_id: str, schedule_id: str) -> model.Schedule:
+        """Back in the index from where it was paused: the ticker's misfire policy then
+        decides what happens to the fires that passed while paused."""
+        current = self.get(tenant_id, schedule_id)
+        if current.state is not model.ScheduleState.PAUSED:
+            return current
+        now = self._now()
+        since = current.paused_at or now
+        next_fire = schedule.next_fire(current.timing, since)
+        state = model.ScheduleState.ACTIVE if next_fire else model.ScheduleState.COMPLETED
+        resumed = replace(
+            current,
+            state=state,
+            next_fire=next_fire,
+            paused_at=None,
+            version=current.version + 1,
+            updated_at=now,
+        )
+        self.schedules.replace(resumed, expected_version=current.version)
+        return resumed
+
+    def trigger(self, tenant_id: str, schedule_id: str) -> occurrence.Occurrence:
+        """Fire now, through the same path as a scheduled fire (key, put, message)."""
+        current = self.get(tenant_id, schedule_id)
+        if current.state is model.ScheduleState.PAUSED:
+            raise errors.ConflictError(f"schedule {schedule_id} is paused")
+        now = self._now()
+        fire_time = now.replace(microsecond=0)
+        dispatch.dispatch(
+            current, [fire_time], now=now, occurrences=self.occurrences, queue=self.queue
+        )
+        found = self.occurrences.get(
+            occurrence.occurrence_key(schedule_id, current.version, fire_time)
+        )
+        assert found is not None  # just written (or found) by dispatch
+        return found
+
+    def preview(self, tenant_id: str, schedule_id: str, count: int = 10) -> builtins.list[datetime]:
+        if not 1 <= count <= MAX_PREVIEW:
+            raise errors.ValidationError(f"must be 1 to {MAX_PREVIEW}", field="count")
+        current = self.get(tenant_id, schedule_id)
+        after = current.next_fire - timedelta(microseconds=1) if current.next_fire else self._now()
+        return schedule.preview(current.timing, after, count)
+
+    def history(
+        self, tenant_id: str, schedule_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> ports.Page[occurrence.Occurrence]:
+        self.get(tenant_id, schedule_id)
+        return self.occurrences.history(
+            tenant_id, schedule_id, limit=_page_size(limit), cursor=cursor
+        )
+
+    # --- one-off jobs ----------------------------------------------------------------------
+
+    def create_job(self, tenant_id: str, draft: JobDraft) -> JobView:
+        now = self._now()
+        if (draft.run_at is None) == (draft.delay_seconds is None):
+            raise errors.ValidationError(
+                "give exactly one of run_at and delay_seconds", field="run_at"
+            )
+        if draft.run_at is not None:
+            if draft.run_at.tzinfo is None:
+                raise errors.ValidationError("needs a UTC offset", field="run_at")
+            run_at = draft.run_at.astimezone(UTC).replace(microsecond=0)
+        else:
+            assert draft.delay_seconds is not None
+            if draft.delay_seconds < 0:
+                raise errors.ValidationError("must not be negative", field="delay_seconds")
+            run_at = (now + timedelta(seconds=draft.delay_seconds)).replace(microsecond=0)
+        spec = schedule.AtSpec(when=run_at)
+        job = model.Schedule(
+            tenant_id=tenant_id,
+            schedule_id=self.ids("job"),
+            timing=schedule.Timing(spec=spec),
+            spec_text=str(spec),
+            kind=model.Kind.JOB,
+            description=schedule.describe(spec),
+            job_class=draft.job_class,
+            target=draft.target,
+            payload=draft.payload,
+            retry=draft.retry,
+            deadline_seconds=draft.deadline_seconds,
+            # A job due in the past (or while the ticker was down) still runs once.
+            misfire=policies.Misfire(policy=policies.MisfirePolicy.FIRE_ONCE),
+            next_fire=run_at,
+            created_at=now,
+            updated_at=now,
+        )
+        self.schedules.create(job)
+        return JobView(job, None)
+
+    def get_job(self, tenant_id: str, job_id: str) -> JobView:
+        job = self.schedules.get(tenant_id, job_id)
+        if job is None or job.kind is not model.Kind.JOB:
+            raise errors.NotFound(f"job {job_id} not found")
+        rows = self.occurrences.history(tenant_id, job_id, limit=1).items
+        return JobView(job, rows[0] if rows else None)
+
+    def cancel_job(self, tenant_id: str, job_id: str) -> JobView:
+        """Cancel a job that has not started. Its message, if sent, becomes a no-op: the
+        worker's claim is conditional on the row still being queued."""
+        view = self.get_job(tenant_id, job_id)
+        now = self._now()
+        row = view.occurrence
+        if row is None:
+            if view.job.state is model.ScheduleState.ACTIVE:
+                cancelled = replace(
+                    view.job,
+                    state=model.ScheduleState.CANCELLED,
+                    next_fire=None,
+                    version=view.job.version + 1,
+                    updated_at=now,
+                )
+                try:
+                    self.schedules.replace(cancelled, expected_version=view.job.version)
+                except errors.ConflictError:
+                    return self.cancel_job(tenant_id, job_id)  # materialized meanwhile
+            return self.get_job(tenant_id, job_id)
+        if row.state is occurrence.State.CANCELLED:
+            return view
+        if not occurrence.can_transition(row.state, occurrence.State.CANCELLED) or (
+            row.state is not occurrence.State.QUEUED
+        ):
+            raise errors.ConflictError(f"job {job_id} is {row.state.value}: too late to cancel")
+        moved = row.moved(occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled")
+        if not self.occurrences.transition(moved, expected_state=row.state):
+            raise errors.ConflictError(f"job {job_id} started meanwhile: too late to cancel")
+        return self.get_job(tenant_id, job_id)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _now(self) -> datetime:
+        return self.clock.now()
+
+    def _build(
+        self, tenant_id: str, schedule_id: str, draft: ScheduleDraft, now: datetime, version: int
+    ) -> model.Schedule:
+        if natural.looks_natural(draft.spec):
+            spec = natural.translate(draft.spec, now).spec
+        else:
+            spec = schedule.parse_spec(draft.spec)
+        timing = schedule.Timing(
+            spec=spec, timezone=draft.timezone, dst=draft.dst, start=draft.start, end=draft.end
+        )
+        first = schedule.first_fire(timing, now)
+        return model.Schedule(
+            tenant_id=tenant_id,
+            schedule_id=schedule_id,
+            timing=timing,
+            spec_text=str(spec),
+            description=schedule.describe(spec, draft.timezone),
+            job_class=draft.job_class,
+            target=draft.target,
+            payload=draft.payload,
+            retry=draft.retry,
+            misfire=draft.misfire,
+            overlap=draft.overlap,
+            jitter_seconds=draft.jitter_seconds,
+            deadline_seconds=draft.deadline_seconds,
+            version=version,
+            next_fire=first,
+            updated_at=now,
+        )
+
+
+def _page_size(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise errors.ValidationError(f"must be 1 to {MAX_PAGE}", field="limit")
+    return limit

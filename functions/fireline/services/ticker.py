@@ -1,0 +1,337 @@
+"""The ticker: turns due schedules into occurrences and queue messages, once a second.
+
+One ticker holds the lease of its shard group (10 s TTL, renewed every 3 s). The lease
+only keeps two tickers from doing the same work; correctness comes from conditions on
+each item: the occurrence put on its key, the schedule advance on the next fire and
+version it read. A ticker that cannot renew stops at once, and also stops trusting its
+lease before the store would hand it to someone else (the safety margin), measured on the
+monotonic clock so a wall-clock jump cannot stretch it.
+
+Per tick and shard: one Query on the sparse due index for everything due up to now plus
+the lookahead (early pickups are delivered with SQS DelaySeconds, which spreads a
+top-of-the-hour burst over the seconds before it), one BatchGetItem for those schedules,
+then per schedule the misfire plan, the overlap decision, the occurrence puts and
+messages, and one conditional advance. A schedule whose overlap policy is ``allow`` is
+materialized up to the horizon in one pickup, so a frequent schedule writes its index
+entry once per several fires; changes made after that are caught by the worker's version
+check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from aws_lambda_powertools import Logger
+
+from fireline import ports
+from fireline.domain import errors, lease, model, occurrence, policies, schedule
+from fireline.services import dispatch
+
+logger = Logger(service="fireline", child=True)
+
+
+@dataclass(frozen=True)
+class TickerConfig:
+    shards: int = model.DEFAULT_SHARDS
+    lookahead_seconds: int = 10
+    horizon_seconds: int = 180
+    max_fires_per_pickup: int = 60
+    due_page_size: int = 500
+    tick_seconds: float = 1.0
+    stop_before_end_ms: int = 5_000
+    lease_name: str = "ticker"
+    lease_terms: lease.LeaseTerms = field(default_factory=lease.LeaseTerms)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.lookahead_seconds <= self.horizon_seconds <= 900:
+            # SQS delays at most 900 s: nothing may be picked up earlier than that.
+            raise errors.ValidationError(
+                "need 0 <= lookahead <= horizon <= 900 seconds", field="horizon_seconds"
+            )
+
+
+@dataclass
+class TickReport:
+    due_read: int = 0  # index entries read
+    backlog: int = 0  # entries already due (not just inside the lookahead)
+    stale: int = 0  # entries whose schedule moved on since the index was written
+    advanced: int = 0
+    conflicts: int = 0  # advances refused: another ticker or an update got there first
+    dispatched: dispatch.DispatchReport = field(default_factory=dispatch.DispatchReport)
+    lags_ms: list[float] = field(default_factory=list)
+
+    def add(self, other: TickReport) -> None:
+        self.due_read += other.due_read
+        self.backlog += other.backlog
+        self.stale += other.stale
+        self.advanced += other.advanced
+        self.conflicts += other.conflicts
+        self.dispatched.add(other.dispatched)
+        self.lags_ms += other.lags_ms
+
+
+@dataclass
+class RunReport:
+    acquired: bool
+    stopped: str  # "time" | "lease_lost" | "not_acquired"
+    ticks: int = 0
+    token: int | None = None
+    totals: TickReport = field(default_factory=TickReport)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    fires: list[datetime]
+    skips: list[dispatch.Skip]
+    summary: policies.SkippedSummary | None
+    next_fire: datetime | None
+
+
+class _NoMetrics:
+    def add_metric(self, name: str, unit: str, value: float) -> None:
+        return None
+
+
+class Ticker:
+    def __init__(
+        self,
+        *,
+        schedules: ports.ScheduleStore,
+        occurrences: ports.OccurrenceStore,
+        queue: ports.WorkQueue,
+        leases: ports.LeaseStore,
+        clock: ports.Clock,
+        owner: str,
+        config: TickerConfig | None = None,
+        metrics: ports.Metrics | None = None,
+        use_lease: bool = True,
+    ) -> None:
+        self.schedules = schedules
+        self.occurrences = occurrences
+        self.queue = queue
+        self.leases = leases
+        self.clock = clock
+        self.owner = owner
+        self.config = config or TickerConfig()
+        self.metrics = metrics or _NoMetrics()
+        self.use_lease = use_lease
+        self._held: lease.Lease | None = None
+        self._renewed_at = 0.0  # monotonic
+        self._trusted_until = 0.0  # monotonic
+
+    # --- the invocation loop ---------------------------------------------------------------
+
+    def run(self, remaining_ms: Callable[[], int]) -> RunReport:
+        """Tick every second until ``stop_before_end_ms`` before the invocation ends."""
+        if self.use_lease and not self._acquire():
+            logger.info("lease held elsewhere", extra={"action": "ticker.skip"})
+            return RunReport(acquired=False, stopped="not_acquired")
+        report = RunReport(acquired=True, stopped="time", token=self._token())
+        next_tick = self.clock.monotonic()
+        try:
+            while remaining_ms() > self.config.stop_before_end_ms:
+                report.totals.add(self.tick())
+                report.ticks += 1
+                self.metrics.add_metric("TicksCompleted", "Count", 1)
+                next_tick += self.config.tick_seconds
+                wait = next_tick - self.clock.monotonic()
+                if wait > 0:
+                    self.clock.sleep(wait)
+                else:
+                    next_tick = self.clock.monotonic()  # behind: do not burst to catch up
+        except errors.LeaseLost:
+            report.stopped = "lease_lost"
+            logger.warning("lease lost: stopping", extra={"action": "ticker.lease_lost"})
+            self._held = None
+        if self._held is not None:
+            self.leases.release(self._held)
+        return report
+
+    def _token(self) -> int | None:
+        return self._held.token if self._held else None
+
+    def _acquire(self) -> bool:
+        held = self.leases.acquire(
+            self.config.lease_name, self.owner, self._now_ms(), self.config.lease_terms
+        )
+        if held is None:
+            return False
+        self._held = held
+        self._trust(self.clock.monotonic())
+        logger.info("lease acquired", extra={"action": "ticker.lease", "token": held.token})
+        return True
+
+    def _trust(self, renewed_at: float) -> None:
+        terms = self.config.lease_terms
+        self._renewed_at = renewed_at
+        self._trusted_until = renewed_at + (terms.ttl_ms - terms.safety_margin_ms) / 1000
+
+    def keep_lease(self) -> None:
+        """Renew when due; raise LeaseLost when the lease cannot be trusted any more.
+
+        Called before every schedule's writes, so a slow tick renews on time and a
+        ticker that lost its lease stops before its next write.
+        """
+        if not self.use_lease:
+            return
+        if self._held is None:
+            raise errors.LeaseLost("no lease held")
+        now = self.clock.monotonic()
+        if now - self._renewed_at >= self.config.lease_terms.renew_every_ms / 1000:
+            # Any failure to renew ends the invocation: better a missed second than two
+            # leaders. LeaseLost and Unavailable both propagate.
+            try:
+                self._held = self.leases.renew(self._held, self._now_ms(), self.config.lease_terms)
+            except errors.Unavailable as exc:
+                raise errors.LeaseLost(f"renewal failed: {exc}") from exc
+            self._trust(now)
+        elif now >= self._trusted_until:
+            raise errors.LeaseLost("lease no longer trusted")
+
+    def _now_ms(self) -> int:
+        return int(self.clock.now().timestamp() * 1000)
+
+    # --- one tick --------------------------------------------------------------------------
+
+    def tick(self) -> TickReport:
+        report = TickReport()
+        now = self.clock.now()
+        until = now + timedelta(seconds=self.config.lookahead_seconds)
+        for shard in range(self.config.shards):
+            self._tick_shard(shard, now, until, report)
+        self.metrics.add_metric("Backlog", "Count", report.backlog)
+        for lag in report.lags_ms:
+            self.metrics.add_metric("ScheduleLag", "Milliseconds", lag)
+        if report.dispatched.sent:
+            self.metrics.add_metric("Fired", "Count", report.dispatched.sent)
+        if report.dispatched.skipped:
+            self.metrics.add_metric("Skipped", "Count", report.dispatched.skipped)
+        if report.dispatched.duplicates:
+            self.metrics.add_metric("DuplicateOccurrences", "Count", report.dispatched.duplicates)
+        if report.due_read:
+            logger.info(
+                "tick",
+                extra={
+                    "action": "ticker.tick",
+                    "due": report.due_read,
+                    "backlog": report.backlog,
+                    "sent": report.dispatched.sent,
+                    "skipped": report.dispatched.skipped,
+                    "duplicates": report.dispatched.duplicates,
+                    "conflicts": report.conflicts,
+                },
+            )
+        return report
+
+    def _tick_shard(self, shard: int, now: datetime, until: datetime, report: TickReport) -> None:
+        limit = self.config.due_page_size
+        while True:
+            self.keep_lease()
+            entries = self.schedules.due(shard, until=until, limit=limit)
+            report.due_read += len(entries)
+            report.backlog += sum(1 for e in entries if e.next_fire <= now)
+            found = {
+                (s.tenant_id, s.schedule_id): s
+                for s in self.schedules.get_many([(e.tenant_id, e.schedule_id) for e in entries])
+            }
+            # Three phases per page, in this order so a crash between any two redoes the
+            # page without losing a fire: put every occurrence, send every message (in
+            # batches of ten across schedules), then advance each schedule.
+            picked: list[tuple[model.Schedule, datetime | None]] = []
+            outbound: list[dispatch.Outbound] = []
+            for entry in entries:
+                item = found.get((entry.tenant_id, entry.schedule_id))
+                if item is None or item.next_fire != entry.next_fire:
+                    # The index lags the table (it is eventually consistent), or the
+                    # schedule was changed, paused or deleted since: nothing to do.
+                    report.stale += 1
+                    continue
+                self.keep_lease()
+                plan = self._plan(item, now)
+                outbound += dispatch.record(
+                    item,
+                    plan.fires,
+                    now=now,
+                    occurrences=self.occurrences,
+                    report=report.dispatched,
+                    skips=plan.skips,
+                    summary=plan.summary,
+                )
+                report.lags_ms += [max(0.0, (now - f).total_seconds() * 1000) for f in plan.fires]
+                picked.append((item, plan.next_fire))
+            self.keep_lease()
+            dispatch.send(self.queue, outbound, report.dispatched)
+            for item, next_fire in picked:
+                self.keep_lease()
+                assert item.next_fire is not None
+                advanced = self.schedules.advance(
+                    item.tenant_id,
+                    item.schedule_id,
+                    expected_next_fire=item.next_fire,
+                    expected_version=item.version,
+                    next_fire=next_fire,
+                    now=now,
+                )
+                if advanced:
+                    report.advanced += 1
+                else:
+                    report.conflicts += 1
+            if len(entries) < limit or not picked:
+                return
+
+    def _plan(self, item: model.Schedule, now: datetime) -> _Plan:
+        """Which fires of a due schedule to send, which to record as skipped, and where the
+        schedule continues."""
+        assert item.next_fire is not None
+        due = item.next_fire
+        fires: list[datetime] = []
+        skips: list[dispatch.Skip] = []
+        summary = None
+        after = due - timedelta(microseconds=1)
+        if due < now - timedelta(seconds=item.misfire.grace_seconds):
+            plan = policies.plan_misfires(item.timing, item.misfire, due, now)
+            fires += plan.fire
+            skips += [dispatch.Skip(f, "skipped: misfire") for f in plan.skipped]
+            summary = plan.skipped_summary
+            if plan.resume_after is not None:
+                after = plan.resume_after
+
+        allow = item.overlap is policies.OverlapPolicy.ALLOW
+        reach = self.config.horizon_seconds if allow else self.config.lookahead_seconds
+        room = self.config.max_fires_per_pickup - len(fires)
+        if not allow:
+            room = min(room, 1)  # decide overlap one fire at a time, when it is due
+        if room > 0:
+            fires += schedule.fires(
+                item.timing, after, until=now + timedelta(seconds=reach), limit=room
+            )
+        if not allow and fires:
+            fires, overlapped = self._apply_overlap(item, fires)
+            skips += overlapped
+
+        considered = [after, *fires, *(s.fire_time for s in skips)]
+        if summary is not None:
+            considered.append(summary.last)
+        return _Plan(fires, skips, summary, schedule.next_fire(item.timing, max(considered)))
+
+    def _apply_overlap(
+        self, item: model.Schedule, fires: list[datetime]
+    ) -> tuple[list[datetime], list[dispatch.Skip]]:
+        recent = self.occurrences.history(item.tenant_id, item.schedule_id, limit=5).items
+        pending = sum(
+            1 for o in recent if o.state in occurrence.UNFINISHED and o.fire_time < fires[0]
+        )
+        run: list[datetime] = []
+        skipped: list[dispatch.Skip] = []
+        for fire_time in fires:
+            decision = policies.decide_overlap(
+                item.overlap, unfinished=min(pending, 1), buffered=max(0, pending - 1)
+            )
+            if decision is policies.OverlapDecision.SKIP:
+                skipped.append(dispatch.Skip(fire_time, "skipped: overlap"))
+            else:
+                run.append(fire_time)
+                pending += 1
+        return run, skipped

@@ -1,0 +1,204 @@
+"""The one composition root: reads the environment, builds clients lazily, caches them.
+
+Nothing else in the package reads ``os.environ`` or creates a boto3 client. Everything
+is built on first use and kept for the life of a warm Lambda container; ``reset()``
+forgets it all (tests and the local cloud use it after changing the environment).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+from botocore.config import Config
+
+from fireline.adapters import clock as clock_adapter
+from fireline.adapters import dynamodb, sqs
+from fireline.api import app as api_app
+from fireline.domain import errors, model
+from fireline.services import schedules, ticker
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler import APIGatewayRestResolver
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+JOB_CLASSES = model.JOB_CLASSES
+# Short timeouts and standard retries: a Lambda should fail fast and let the platform retry.
+BOTO_CONFIG = Config(
+    retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    schedules_table: str
+    occurrences_table: str
+    leases_table: str
+    idempotency_table: str
+    api_keys_table: str
+    queue_urls: dict[str, str]
+    dead_letter_urls: dict[str, str]
+    shards: int = model.DEFAULT_SHARDS
+    lookahead_seconds: int = 10
+    horizon_seconds: int = 180
+    endpoint_url: str | None = None  # an emulator (moto, LocalStack); None on AWS
+    region: str = "us-east-1"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        def need(name: str) -> str:
+            value = env.get(name)
+            if not value:
+                raise errors.ValidationError("is not set", field=name)
+            return value
+
+        def number(name: str, default: int) -> int:
+            raw = env.get(name)
+            if raw is None or raw == "":
+                return default
+            try:
+                return int(raw)
+            except ValueError as exc:
+                raise errors.ValidationError(f"{raw!r} is not a number", field=name) from exc
+
+        return cls(
+            schedules_table=need("SCHEDULES_TABLE"),
+            occurrences_table=need("OCCURRENCES_TABLE"),
+            leases_table=need("LEASES_TABLE"),
+            idempotency_table=need("IDEMPOTENCY_TABLE"),
+            api_keys_table=env.get("API_KEYS_TABLE", ""),
+            queue_urls={c: need(f"QUEUE_URL_{c.upper()}") for c in JOB_CLASSES},
+            dead_letter_urls={
+                c: env.get(f"DEAD_LETTER_QUEUE_URL_{c.upper()}", "") for c in JOB_CLASSES
+            },
+            shards=number("DUE_SHARDS", model.DEFAULT_SHARDS),
+            lookahead_seconds=number("LOOKAHEAD_SECONDS", 10),
+            horizon_seconds=number("HORIZON_SECONDS", 180),
+            endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+        )
+
+
+@functools.cache
+def settings() -> Settings:
+    return Settings.from_env(os.environ)
+
+
+def _client(service: str) -> Any:
+    s = settings()
+    return boto3.session.Session().client(
+        service,  # type: ignore[call-overload]
+        region_name=s.region,
+        endpoint_url=s.endpoint_url,
+        config=BOTO_CONFIG,
+    )
+
+
+@functools.cache
+def dynamodb_client() -> DynamoDBClient:
+    return _client("dynamodb")  # type: ignore[no-any-return]
+
+
+@functools.cache
+def sqs_client() -> SQSClient:
+    return _client("sqs")  # type: ignore[no-any-return]
+
+
+@functools.cache
+def logger() -> Logger:
+    return Logger(service="fireline")
+
+
+@functools.cache
+def metrics() -> Metrics:
+    return Metrics(namespace="Fireline", service="fireline")
+
+
+@functools.cache
+def clock() -> clock_adapter.SystemClock:
+    return clock_adapter.SystemClock()
+
+
+@functools.cache
+def schedule_store() -> dynamodb.DynamoScheduleStore:
+    return dynamodb.DynamoScheduleStore(
+        dynamodb_client(), settings().schedules_table, shards=settings().shards
+    )
+
+
+@functools.cache
+def occurrence_store() -> dynamodb.DynamoOccurrenceStore:
+    return dynamodb.DynamoOccurrenceStore(dynamodb_client(), settings().occurrences_table)
+
+
+@functools.cache
+def lease_store() -> dynamodb.DynamoLeaseStore:
+    return dynamodb.DynamoLeaseStore(dynamodb_client(), settings().leases_table)
+
+
+@functools.cache
+def work_queue() -> sqs.SqsWorkQueue:
+    s = settings()
+    return sqs.SqsWorkQueue(sqs_client(), s.queue_urls, s.dead_letter_urls)
+
+
+@functools.cache
+def idempotency_store() -> DynamoDBPersistenceLayer:
+    return DynamoDBPersistenceLayer(
+        table_name=settings().idempotency_table, boto3_client=dynamodb_client()
+    )
+
+
+@functools.cache
+def api_key_store() -> dynamodb.DynamoApiKeyStore:
+    return dynamodb.DynamoApiKeyStore(dynamodb_client(), settings().api_keys_table)
+
+
+@functools.cache
+def schedule_service() -> schedules.ScheduleService:
+    return schedules.ScheduleService(
+        schedules=schedule_store(),
+        occurrences=occurrence_store(),
+        queue=work_queue(),
+        clock=clock(),
+    )
+
+
+@functools.cache
+def api() -> APIGatewayRestResolver:
+    return api_app.build_app(schedule_service(), idempotency_store())
+
+
+def ticker_for(owner: str) -> ticker.Ticker:
+    s = settings()
+    return ticker.Ticker(
+        schedules=schedule_store(),
+        occurrences=occurrence_store(),
+        queue=work_queue(),
+        leases=lease_store(),
+        clock=clock(),
+        owner=owner,
+        config=ticker.TickerConfig(
+            shards=s.shards,
+            lookahead_seconds=s.lookahead_seconds,
+            horizon_seconds=s.horizon_seconds,
+        ),
+        metrics=metrics(),
+    )
+
+
+def reset() -> None:
+    """Forget every cached setting, client and service."""
+    for cached in (
+        settings, dynamodb_client, sqs_client, logger, metrics, clock, schedule_store,
+        occurrence_store, lease_store, work_queue, api_key_store, idempotency_store,
+        schedule_service, api,
+    ):  # fmt: skip
+        cached.cache_clear()
