@@ -210,6 +210,7 @@ class RequestLog:
     scanned: int = 0  # items read by Query/Scan (ScannedCount)
     writes: Counter[str] = field(default_factory=Counter)  # item writes per table
     _probe: Any = None
+    _schemas: dict[str, list[str]] = field(default_factory=dict)
     _lock: Any = field(default_factory=threading.Lock)
 
     def attach(self, client: Any) -> None:
@@ -231,8 +232,10 @@ class RequestLog:
 
     def _key(self, table: str, item: dict[str, Any]) -> dict[str, Any]:
         assert self._probe is not None
-        schema = self._probe.describe_table(TableName=table)["Table"]["KeySchema"]
-        return {k["AttributeName"]: item[k["AttributeName"]] for k in schema}
+        if table not in self._schemas:
+            described = self._probe.describe_table(TableName=table)["Table"]["KeySchema"]
+            self._schemas[table] = [k["AttributeName"] for k in described]
+        return {name: item[name] for name in self._schemas[table]}
 
     def _get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
         assert self._probe is not None

@@ -230,11 +230,16 @@ def build_app(
     def invalid_request(exc: RequestValidationError) -> Response[str]:
         problems = list(exc.errors())
         first = problems[0] if problems else {}
-        location = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path")]
+        loc = tuple(first.get("loc", ()))
+        if first.get("type") == "json_invalid":
+            loc = ("body",)  # Powertools puts the character offset there: it names no field
+        location = [str(p) for p in loc if p not in ("body", "query", "path")]
         # A discriminated union puts the variant's tag in the path: drop it for the reader.
         location = [p for p in location if p not in ("python", "http", "lambda", "sqs")]
         message = str(first.get("msg", "invalid request"))
-        return _error(422, "validation", message, ".".join(location) or None)
+        # A body that is missing or not an object is at fault as a whole.
+        whole = "body" if loc[:1] == ("body",) else None
+        return _error(422, "validation", message, ".".join(location) or whole)
 
     @app.exception_handler(errors.ValidationError)
     def invalid_value(exc: errors.ValidationError) -> Response[str]:

@@ -17,6 +17,7 @@ from pydantic import (
     ConfigDict,
     Field,
     HttpUrl,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -185,13 +186,17 @@ class ScheduleIn(JobSpecIn):
 
 class JobIn(JobSpecIn):
     run_at: AwareDatetime | None = Field(default=None, description="give run_at or delay_seconds")
-    delay_seconds: int | None = Field(default=None, ge=0, le=365 * 86_400)
+    # validate_default: the check below must also run when delay_seconds is left out.
+    delay_seconds: int | None = Field(default=None, ge=0, le=365 * 86_400, validate_default=True)
 
-    @model_validator(mode="after")
-    def _one_time(self) -> JobIn:
-        if (self.run_at is None) == (self.delay_seconds is None):
+    @field_validator("delay_seconds")
+    @classmethod
+    def _one_time(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # On a field rather than the model, so the error names a field for the client.
+        # A run_at that failed its own validation is absent from info.data: not repeated.
+        if "run_at" in info.data and (info.data["run_at"] is None) == (value is None):
             raise ValueError("give exactly one of run_at and delay_seconds")
-        return self
+        return value
 
     def to_draft(self) -> service.JobDraft:
         return service.JobDraft(

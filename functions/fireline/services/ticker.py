@@ -81,6 +81,14 @@ class RunReport:
     totals: TickReport = field(default_factory=TickReport)
 
 
+@dataclass
+class _Round:
+    """What one round of a tick put and must now send and advance."""
+
+    outbound: list[dispatch.Outbound] = field(default_factory=list)
+    picked: list[tuple[model.Schedule, datetime | None]] = field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class _Plan:
     fires: list[datetime]
@@ -127,6 +135,7 @@ class Ticker:
         """Tick every second until ``stop_before_end_ms`` before the invocation ends."""
         if self.use_lease and not self._acquire():
             logger.info("lease held elsewhere", extra={"action": "ticker.skip"})
+            self.metrics.add_metric("LeaseBusy", "Count", 1)
             return RunReport(acquired=False, stopped="not_acquired")
         report = RunReport(acquired=True, stopped="time", token=self._token())
         next_tick = self.clock.monotonic()
@@ -199,8 +208,15 @@ class Ticker:
         report = TickReport()
         now = self.clock.now()
         until = now + timedelta(seconds=self.config.lookahead_seconds)
-        for shard in range(self.config.shards):
-            self._tick_shard(shard, now, until, report)
+        shards = list(range(self.config.shards))
+        while shards:
+            # One round: a page from every shard, then one send for all of them (ten
+            # messages to a request across schedules and shards), then the advances. A
+            # shard whose page came back full has more due: it goes again next round,
+            # once this round's schedules have left the index.
+            collected = _Round()
+            shards = [s for s in shards if self._collect(s, now, until, report, collected)]
+            self._flush(collected, now, report)
         self.metrics.add_metric("Backlog", "Count", report.backlog)
         for lag in report.lags_ms:
             self.metrics.add_metric("ScheduleLag", "Milliseconds", lag)
@@ -225,61 +241,65 @@ class Ticker:
             )
         return report
 
-    def _tick_shard(self, shard: int, now: datetime, until: datetime, report: TickReport) -> None:
+    def _collect(
+        self, shard: int, now: datetime, until: datetime, report: TickReport, into: _Round
+    ) -> bool:
+        """Put the occurrences of one page of one shard; True when the page was full."""
         limit = self.config.due_page_size
-        while True:
+        self.keep_lease()
+        entries = self.schedules.due(shard, until=until, limit=limit)
+        report.due_read += len(entries)
+        report.backlog += sum(1 for e in entries if e.next_fire <= now)
+        if not entries:
+            return False
+        found = {
+            (s.tenant_id, s.schedule_id): s
+            for s in self.schedules.get_many([(e.tenant_id, e.schedule_id) for e in entries])
+        }
+        picked = 0
+        for entry in entries:
+            item = found.get((entry.tenant_id, entry.schedule_id))
+            if item is None or item.next_fire != entry.next_fire:
+                # The index lags the table (it is eventually consistent), or the schedule
+                # was changed, paused or deleted since: nothing to do.
+                report.stale += 1
+                continue
             self.keep_lease()
-            entries = self.schedules.due(shard, until=until, limit=limit)
-            report.due_read += len(entries)
-            report.backlog += sum(1 for e in entries if e.next_fire <= now)
-            found = {
-                (s.tenant_id, s.schedule_id): s
-                for s in self.schedules.get_many([(e.tenant_id, e.schedule_id) for e in entries])
-            }
-            # Three phases per page, in this order so a crash between any two redoes the
-            # page without losing a fire: put every occurrence, send every message (in
-            # batches of ten across schedules), then advance each schedule.
-            picked: list[tuple[model.Schedule, datetime | None]] = []
-            outbound: list[dispatch.Outbound] = []
-            for entry in entries:
-                item = found.get((entry.tenant_id, entry.schedule_id))
-                if item is None or item.next_fire != entry.next_fire:
-                    # The index lags the table (it is eventually consistent), or the
-                    # schedule was changed, paused or deleted since: nothing to do.
-                    report.stale += 1
-                    continue
-                self.keep_lease()
-                plan = self._plan(item, now)
-                outbound += dispatch.record(
-                    item,
-                    plan.fires,
-                    now=now,
-                    occurrences=self.occurrences,
-                    report=report.dispatched,
-                    skips=plan.skips,
-                    summary=plan.summary,
-                )
-                report.lags_ms += [max(0.0, (now - f).total_seconds() * 1000) for f in plan.fires]
-                picked.append((item, plan.next_fire))
+            plan = self._plan(item, now)
+            into.outbound += dispatch.record(
+                item,
+                plan.fires,
+                now=now,
+                occurrences=self.occurrences,
+                report=report.dispatched,
+                skips=plan.skips,
+                summary=plan.summary,
+            )
+            report.lags_ms += [max(0.0, (now - f).total_seconds() * 1000) for f in plan.fires]
+            into.picked.append((item, plan.next_fire))
+            picked += 1
+        return len(entries) == limit and picked > 0
+
+    def _flush(self, collected: _Round, now: datetime, report: TickReport) -> None:
+        """Send what the round put, then advance its schedules: never the other way
+        round, so a crash in between redoes the round instead of losing its fires."""
+        self.keep_lease()
+        dispatch.send(self.queue, collected.outbound, report.dispatched)
+        for item, next_fire in collected.picked:
             self.keep_lease()
-            dispatch.send(self.queue, outbound, report.dispatched)
-            for item, next_fire in picked:
-                self.keep_lease()
-                assert item.next_fire is not None
-                advanced = self.schedules.advance(
-                    item.tenant_id,
-                    item.schedule_id,
-                    expected_next_fire=item.next_fire,
-                    expected_version=item.version,
-                    next_fire=next_fire,
-                    now=now,
-                )
-                if advanced:
-                    report.advanced += 1
-                else:
-                    report.conflicts += 1
-            if len(entries) < limit or not picked:
-                return
+            assert item.next_fire is not None
+            advanced = self.schedules.advance(
+                item.tenant_id,
+                item.schedule_id,
+                expected_next_fire=item.next_fire,
+                expected_version=item.version,
+                next_fire=next_fire,
+                now=now,
+            )
+            if advanced:
+                report.advanced += 1
+            else:
+                report.conflicts += 1
 
     def _plan(self, item: model.Schedule, now: datetime) -> _Plan:
         """Which fires of a due schedule to send, which to record as skipped, and where the

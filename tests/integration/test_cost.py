@@ -1,0 +1,78 @@
+"""What a fire costs the ticker in AWS requests and DynamoDB write units, counted on moto.
+
+The figures are printed (they are the point); the assertions hold the design's ratios,
+which are deterministic: one occurrence put per fire, one SQS request per ten fires, and
+one schedule advance (with its two index writes) per several fires of a frequent schedule.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fireline.services.schedules import ScheduleDraft
+from helpers.system import System
+
+TARGET = {"type": "python", "handler": "noop"}
+
+
+def test_requests_and_write_units_per_materialized_fire(
+    system: System, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN 100 schedules every minute and 2 every second
+    minutely = [
+        system.service.create("tenant-a", ScheduleDraft(spec="rate(1 minute)", target=TARGET))
+        for _ in range(100)
+    ]
+    secondly = [
+        system.service.create("tenant-b", ScheduleDraft(spec="cron(* * * * * *)", target=TARGET))
+        for _ in range(2)
+    ]
+    tk = system.ticker(use_lease=False)
+    system.log.reset()
+    # WHEN the ticker ticks once a second for five minutes
+    ticks = 300
+    created = 0
+    sent_per_tick: list[int] = []
+    for _ in range(ticks):
+        report = tk.tick()
+        created += report.dispatched.created
+        sent_per_tick.append(report.dispatched.sent)
+        system.clock.advance(1)
+    log = system.log
+    tables = system.stack.tables
+    occurrence_writes = log.writes[tables["OccurrencesTable"]]
+    advances = log.writes[tables["SchedulesTable"]]
+    per_fire = {
+        "DynamoDB write units (base tables)": log.write_units / created,
+        "DynamoDB index write units": log.index_write_units / created,
+        "occurrence puts": occurrence_writes / created,
+        "schedule advances": advances / created,
+        "SQS SendMessageBatch": log.requests["SendMessageBatch"] / created,
+        "DynamoDB BatchGetItem": log.requests["BatchGetItem"] / created,
+    }
+    with capsys.disabled():
+        print(f"\nticker cost over {ticks} ticks, {created} fires materialized:")
+        for name, value in per_fire.items():
+            print(f"  {name:38s} {value:8.4f} per fire")
+        print(
+            f"  {'DynamoDB Query (16 shards, per tick)':38s} {log.requests['Query'] / ticks:8.1f} per tick"
+        )
+    # THEN every fire was put once and sent once
+    assert created == sum(sent_per_tick)
+    assert occurrence_writes == created
+    # AND messages went out ten to a request: one SendMessageBatch per started ten per tick
+    # (one class here, and one round per tick as no shard has a full page)
+    assert log.requests["SendMessageBatch"] == sum(math.ceil(n / 10) for n in sent_per_tick)
+    # AND a minutely schedule advanced once per three fires (the 180 s horizon), a
+    # per-second one once per sixty (the pickup cap): never once per fire
+    minutes = ticks // 60
+    assert advances <= len(minutely) * (math.ceil(minutes / 3) + 1) + len(secondly) * (
+        ticks // 60 + 1
+    )
+    assert advances < created / 2.5
+    # AND each advance rewrote the index entry once (delete + put), nothing more
+    assert log.index_write_units == 2 * advances
+    # AND the base-table units are the occurrence put plus a share of the advance
+    assert log.write_units == pytest.approx(occurrence_writes + advances, abs=advances * 0.01)

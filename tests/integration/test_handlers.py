@@ -1,0 +1,141 @@
+"""The Lambda entry points, wired from the environment the template gives them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from moto import mock_aws
+
+from fireline import wiring
+from fireline.services.schedules import JobDraft
+from helpers import events
+from helpers.aws import Stack
+
+
+@pytest.fixture
+def deployed(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
+    """The template's tables and queues on moto, and the functions' environment set."""
+    with mock_aws():
+        stack = Stack.create()
+        for name, value in stack.env().items():
+            monkeypatch.setenv(name, value)
+        wiring.reset()
+        yield stack
+        wiring.reset()
+
+
+def emf_records(output: str) -> list[dict[str, object]]:
+    """The CloudWatch embedded-metric records among the lines a function printed."""
+    records = []
+    for line in output.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            records.append(json.loads(line))
+    return records
+
+
+def test_ticker_handler_fires_due_work_and_emits_lag_and_backlog_as_emf(
+    deployed: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a one-off job due two seconds ago
+    from fireline.handlers import ticker as handler
+
+    run_at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=2)
+    job = wiring.schedule_service().create_job(
+        "tenant-a", JobDraft(run_at=run_at, target={"type": "python", "handler": "noop"})
+    )
+    # WHEN the rule invokes the ticker with 6 s left (one tick before the 5 s margin)
+    result = handler.handler(
+        events.load("ticker", "scheduled"), events.LambdaContext(timeout_ms=6_000)
+    )
+    # THEN it held the lease, ticked, and sent the job
+    assert result["acquired"] is True
+    assert result["ticks"] >= 1
+    assert result["sent"] == 1
+    view = wiring.schedule_service().get_job("tenant-a", job.job.schedule_id)
+    assert view.state == "queued"
+    # AND the metrics went out as EMF: lag (about 2 s), backlog, ticks completed
+    records = emf_records(capsys.readouterr().out)
+    names = {
+        m["Name"] for r in records for d in r["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]
+    }
+    assert {"ScheduleLag", "Backlog", "TicksCompleted", "Fired"} <= names
+    lag = [r["ScheduleLag"] for r in records if "ScheduleLag" in r]
+    lags = [v for value in lag for v in (value if isinstance(value, list) else [value])]
+    assert any(2_000 <= v < 30_000 for v in lags)
+    assert all(r["service"] == "fireline" for r in records)
+
+
+def test_second_ticker_invocation_while_the_first_holds_the_lease_does_nothing(
+    deployed: Stack,
+) -> None:
+    from fireline.handlers import ticker as handler
+
+    held = wiring.lease_store().acquire(
+        "ticker",
+        "someone-else",
+        int(datetime.now(UTC).timestamp() * 1000),
+        wiring.ticker_for("x").config.lease_terms,
+    )
+    assert held is not None
+    result = handler.handler(
+        events.load("ticker", "scheduled"), events.LambdaContext(timeout_ms=6_000)
+    )
+    assert result == {
+        "acquired": False,
+        "stopped": "not_acquired",
+        "ticks": 0,
+        "token": None,
+        "sent": 0,
+        "skipped": 0,
+        "duplicates": 0,
+    }
+
+
+def test_api_handler_serves_the_fixture_event(deployed: Stack) -> None:
+    from fireline.handlers import api as handler
+
+    response = handler.handler(events.load("api", "create_schedule"), events.LambdaContext())
+    assert response["statusCode"] == 201
+    body = json.loads(response["body"])
+    assert body["spec"] == "cron(30 9 * * *)"
+    listed = handler.handler(events.load("api", "list_schedules"), events.LambdaContext())
+    assert [s["id"] for s in json.loads(listed["body"])["items"]] == [body["id"]]
+    # the same Idempotency-Key again converges on the first schedule (DynamoDB records)
+    again = handler.handler(events.load("api", "create_schedule"), events.LambdaContext())
+    assert json.loads(again["body"])["id"] == body["id"]
+
+
+def test_authorizer_maps_an_api_key_to_its_tenant_and_refuses_others(deployed: Stack) -> None:
+    from fireline.handlers import authorizer as handler
+
+    wiring.api_key_store().put("local-key-tenant-a", "tenant-a")
+    allowed = handler.handler(events.load("authorizer", "request"), events.LambdaContext())
+    assert allowed["principalId"] == "tenant-a"
+    assert allowed["context"] == {"tenant_id": "tenant-a"}
+    assert allowed["policyDocument"]["Statement"][0]["Effect"] == "Allow"
+    assert allowed["policyDocument"]["Statement"][0]["Resource"].endswith("abcdef1234/*")
+    # the table holds only the key's hash
+    raw = wiring.dynamodb_client().scan(TableName=deployed.tables["ApiKeysTable"])["Items"]
+    assert all("local-key-tenant-a" not in json.dumps(item) for item in raw)
+    unknown = events.load("authorizer", "request")
+    unknown["headers"]["x-api-key"] = "not-a-key"
+    with pytest.raises(Exception, match="Unauthorized"):
+        handler.handler(unknown, events.LambdaContext())
+    missing = events.load("authorizer", "request")
+    del missing["headers"]["x-api-key"]
+    with pytest.raises(Exception, match="Unauthorized"):
+        handler.handler(missing, events.LambdaContext())
+
+
+def test_missing_configuration_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCHEDULES_TABLE", raising=False)
+    wiring.reset()
+    from fireline.domain import errors
+
+    with pytest.raises(errors.ValidationError) as caught:
+        wiring.settings()
+    assert caught.value.field == "SCHEDULES_TABLE"
+    wiring.reset()
