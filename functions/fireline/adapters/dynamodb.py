@@ -69,14 +69,23 @@ def _encode_cursor(key: dict[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode()
 
 
-def _decode_cursor(cursor: str | None) -> dict[str, Any] | None:
+def _decode_cursor(cursor: str | None, *, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """The start key a cursor carries; exactly the table's key attributes, as strings.
+
+    A cursor comes back from a client, so it is input: anything else is refused here
+    rather than sent to DynamoDB as ExclusiveStartKey.
+    """
     if cursor is None:
         return None
     try:
         decoded = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, TypeError) as exc:
         raise errors.ValidationError("is not a cursor this API returned", field="cursor") from exc
-    if not isinstance(decoded, dict):
+    if (
+        not isinstance(decoded, dict)
+        or set(decoded) != set(keys)
+        or not all(isinstance(v, str) and v for v in decoded.values())
+    ):
         raise errors.ValidationError("is not a cursor this API returned", field="cursor")
     return decoded
 
@@ -246,7 +255,7 @@ class DynamoScheduleStore:
             "ExpressionAttributeValues": {":tid": {"S": tenant_id}},
             "Limit": limit,
         }
-        start = _decode_cursor(cursor)
+        start = _decode_cursor(cursor, keys=("tenant_id", "schedule_id"))
         if start is not None:
             if start.get("tenant_id") != tenant_id:
                 raise errors.ValidationError("belongs to another listing", field="cursor")
@@ -455,7 +464,7 @@ class DynamoOccurrenceStore:
             "ScanIndexForward": False,  # newest fire first
             "Limit": limit,
         }
-        start = _decode_cursor(cursor)
+        start = _decode_cursor(cursor, keys=("schedule_id", "occurrence_sk"))
         if start is not None:
             if start.get("schedule_id") != schedule_id:
                 raise errors.ValidationError("belongs to another listing", field="cursor")
