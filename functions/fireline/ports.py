@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from fireline.domain import lease, model, occurrence
+from fireline.domain import lease, model, occurrence, quota
 
 
 class Clock(Protocol):
@@ -124,6 +124,39 @@ class OccurrenceStore(Protocol):
         """
         ...
 
+    def dead_letters(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[occurrence.Occurrence]:
+        """A tenant's dead occurrences (attempts exhausted), newest fire first."""
+        ...
+
+    def claim(
+        self, key: str, *, now: datetime, until: datetime
+    ) -> tuple[bool, occurrence.Occurrence | None]:
+        """Take an occurrence to run it: queued or failed (or running past its
+        ``in_progress_until``, its holder gone) -> running, attempts + 1, held until
+        ``until``. One conditional write: of two deliveries, one claims it.
+
+        Returns (True, the claimed row) or (False, the row as it stands, None if absent).
+        """
+        ...
+
+    def settle(
+        self,
+        key: str,
+        *,
+        state: occurrence.State,
+        now: datetime,
+        exit_reason: str,
+        result: dict[str, Any] | None = None,
+    ) -> bool:
+        """Record the outcome of the running attempt (succeeded, failed, dead).
+
+        Conditional on the row still being running: False when it is not (a cancel, or
+        a holder that timed out and was replaced).
+        """
+        ...
+
 
 @dataclass(frozen=True)
 class OutboundMessage:
@@ -181,6 +214,28 @@ class Metrics(Protocol):
     """What services emit; Powertools ``Metrics`` (EMF) satisfies it in Lambda."""
 
     def add_metric(self, name: str, unit: str, value: float) -> None: ...
+
+
+class SlotStore(Protocol):
+    """Per-tenant concurrency slots (see fireline.domain.quota)."""
+
+    def held(self, tenant_id: str) -> tuple[builtins.list[quota.Slot], int | None]:
+        """The tenant's slots (expired ones included) and its limit override, if any."""
+        ...
+
+    def take(
+        self, tenant_id: str, number: int, holder: str, *, now_ms: int, expires_at_ms: int
+    ) -> bool:
+        """Hold slot ``number`` if it is free or expired (conditional put); False if not."""
+        ...
+
+    def give_back(self, tenant_id: str, number: int, holder: str) -> None:
+        """Free the slot if ``holder`` still has it (conditional delete)."""
+        ...
+
+    def set_limit(self, tenant_id: str, limit: int | None) -> None:
+        """Override the default limit for one tenant (0: unlimited; None: the default)."""
+        ...
 
 
 class ApiKeyStore(Protocol):

@@ -8,6 +8,7 @@ forgets it all (tests and the local cloud use it after changing the environment)
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,11 +19,13 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from botocore.config import Config
 
+from fireline import jobs
 from fireline.adapters import clock as clock_adapter
 from fireline.adapters import dynamodb, sqs
 from fireline.api import app as api_app
-from fireline.domain import errors, model
-from fireline.services import schedules, ticker
+from fireline.domain import errors, model, quota
+from fireline.services import schedules, targets, ticker
+from fireline.services import worker as worker_service
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayRestResolver
@@ -43,11 +46,16 @@ class Settings:
     leases_table: str
     idempotency_table: str
     api_keys_table: str
+    slots_table: str
     queue_urls: dict[str, str]
     dead_letter_urls: dict[str, str]
     shards: int = model.DEFAULT_SHARDS
     lookahead_seconds: int = 10
     horizon_seconds: int = 180
+    tenant_limit: int = quota.DEFAULT_LIMIT
+    job_class: str = "default"  # the worker's class (JOB_CLASS)
+    signing_secret: str = ""
+    job_modules: tuple[str, ...] = ()  # modules whose @registry.register handlers to load
     endpoint_url: str | None = None  # an emulator (moto, LocalStack); None on AWS
     region: str = "us-east-1"
 
@@ -74,6 +82,7 @@ class Settings:
             leases_table=need("LEASES_TABLE"),
             idempotency_table=need("IDEMPOTENCY_TABLE"),
             api_keys_table=env.get("API_KEYS_TABLE", ""),
+            slots_table=env.get("SLOTS_TABLE", ""),
             queue_urls={c: need(f"QUEUE_URL_{c.upper()}") for c in JOB_CLASSES},
             dead_letter_urls={
                 c: env.get(f"DEAD_LETTER_QUEUE_URL_{c.upper()}", "") for c in JOB_CLASSES
@@ -81,6 +90,12 @@ class Settings:
             shards=number("DUE_SHARDS", model.DEFAULT_SHARDS),
             lookahead_seconds=number("LOOKAHEAD_SECONDS", 10),
             horizon_seconds=number("HORIZON_SECONDS", 180),
+            tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
+            job_class=env.get("JOB_CLASS", "default"),
+            signing_secret=env.get("WEBHOOK_SIGNING_SECRET", ""),
+            job_modules=tuple(
+                m.strip() for m in env.get("JOB_MODULES", "").split(",") if m.strip()
+            ),
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
@@ -162,12 +177,61 @@ def api_key_store() -> dynamodb.DynamoApiKeyStore:
 
 
 @functools.cache
+def slot_store() -> dynamodb.DynamoSlotStore:
+    return dynamodb.DynamoSlotStore(dynamodb_client(), settings().slots_table)
+
+
+@functools.cache
+def lambda_client() -> Any:
+    return _client("lambda")
+
+
+@functools.cache
+def registry() -> targets.Registry:
+    """The built-in jobs plus the handlers of every module JOB_MODULES names."""
+    for name in settings().job_modules:
+        importlib.import_module(name)
+    return jobs.registry
+
+
+@functools.cache
+def target_runner() -> targets.TargetRunner:
+    secret = settings().signing_secret
+    if len(secret) < 16:
+        raise errors.ValidationError(
+            "must be at least 16 characters", field="WEBHOOK_SIGNING_SECRET"
+        )
+    return targets.TargetRunner(
+        registry=registry(),
+        signing_secret=secret.encode(),
+        lambda_client=lambda_client,
+        sqs_client=sqs_client,
+    )
+
+
+@functools.cache
+def worker() -> worker_service.Worker:
+    s = settings()
+    return worker_service.Worker(
+        schedules=schedule_store(),
+        occurrences=occurrence_store(),
+        queue=work_queue(),
+        slots=slot_store(),
+        clock=clock(),
+        runner=target_runner(),
+        config=worker_service.WorkerConfig(job_class=s.job_class, tenant_limit=s.tenant_limit),
+        metrics=metrics(),
+    )
+
+
+@functools.cache
 def schedule_service() -> schedules.ScheduleService:
     return schedules.ScheduleService(
         schedules=schedule_store(),
         occurrences=occurrence_store(),
         queue=work_queue(),
         clock=clock(),
+        handlers=registry(),
     )
 
 
@@ -199,6 +263,6 @@ def reset() -> None:
     for cached in (
         settings, dynamodb_client, sqs_client, logger, metrics, clock, schedule_store,
         occurrence_store, lease_store, work_queue, api_key_store, idempotency_store,
-        schedule_service, api,
+        schedule_service, api, slot_store, lambda_client, target_runner, worker, registry,
     ):  # fmt: skip
         cached.cache_clear()

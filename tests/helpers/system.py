@@ -17,14 +17,16 @@ from typing import Any
 import boto3
 from moto import mock_aws
 
+from fireline import ports
 from fireline.adapters import dynamodb, memory, sqs
 from fireline.api import app as api_app
 from fireline.domain import model
-from fireline.services import claims, schedules, ticker
+from fireline.services import claims, schedules, targets, ticker, worker
 
 from .aws import REGION, RequestLog, Stack, serialized_item_writes, sqs_follows
 
 START = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
+SIGNING_SECRET = b"test-signing-secret-0123456789"
 
 
 @dataclass
@@ -50,8 +52,37 @@ class System:
             queue=self.queue,
             clock=self.clock,
         )
+        self.slots = dynamodb.DynamoSlotStore(self.ddb, tables["SlotsTable"])
         self.idempotency = memory.MemoryIdempotencyStore()
         self._api = api_app.build_app(self.service, self.idempotency)
+        #: Python handlers the workers of this system run (tests register their own).
+        self.registry = targets.Registry()
+        self.registry.register("noop")(lambda context: None)
+
+    def worker(self, *, tenant_limit: int = 50, job_class: str = "default") -> worker.Worker:
+        runner = targets.TargetRunner(
+            registry=self.registry,
+            signing_secret=SIGNING_SECRET,
+            lambda_client=lambda: boto3.client("lambda", region_name=REGION),
+            sqs_client=lambda: self.sqs_client,
+        )
+        return worker.Worker(
+            schedules=self.schedules,
+            occurrences=self.occurrences,
+            queue=self.queue,
+            slots=self.slots,
+            clock=self.clock,
+            runner=runner,
+            config=worker.WorkerConfig(job_class=job_class, tenant_limit=tenant_limit),
+            metrics=self.metrics,
+        )
+
+    def receive(self, job_class: str = "default") -> list[ports.ReceivedMessage]:
+        """Every message visible now on a class's queue, not deleted (as SQS delivers)."""
+        found: list[ports.ReceivedMessage] = []
+        while batch := self.queue.receive(job_class, max_messages=10, visibility_timeout=900):
+            found += batch
+        return found
 
     def ticker(
         self, owner: str = "ticker-a", *, use_lease: bool = True, **config: Any

@@ -75,3 +75,66 @@ def test_requests_and_write_units_per_materialized_fire(
     assert log.index_write_units == 2 * advances
     # AND the base-table units are the occurrence put plus a share of the advance
     assert log.write_units == pytest.approx(occurrence_writes + advances, abs=advances * 0.01)
+
+
+@pytest.mark.parametrize("tenant_limit", [50, 0], ids=["tenant-limit", "unlimited"])
+def test_requests_and_write_units_per_fire_end_to_end(
+    system: System, capsys: pytest.CaptureFixture[str], tenant_limit: int
+) -> None:
+    # GIVEN 50 schedules every minute, run by the ticker and a worker
+    for _ in range(50):
+        system.service.create("tenant-a", ScheduleDraft(spec="rate(1 minute)", target=TARGET))
+    system.slots.set_limit("tenant-a", tenant_limit)
+    tk = system.ticker(use_lease=False)
+    worker = system.worker()
+    system.log.reset()
+    created = succeeded = batches = 0
+
+    def deliver() -> None:
+        """What the event source mapping does: batches of up to 10, delete the successes."""
+        nonlocal succeeded, batches
+        while messages := system.queue.receive("default", max_messages=10):
+            batches += 1
+            for message in messages:
+                outcome = worker.handle(message.body, remaining_ms=lambda: 60_000)
+                succeeded += outcome.value == "succeeded"
+                system.queue.delete("default", message.receipt)
+
+    # WHEN the ticker ticks for five minutes while the worker keeps up
+    ticks = 300
+    for _ in range(ticks):
+        created += tk.tick().dispatched.created
+        deliver()
+        system.clock.advance(1)
+    # ...and then every fire materialized ahead comes due and runs
+    system.clock.advance(200)
+    deliver()
+    log = system.log
+    # The event source mapping deletes a batch in one DeleteMessageBatch and long-polls
+    # (its empty receives are a fixed cost per queue, not per fire).
+    sqs = log.requests["SendMessageBatch"] + 2 * batches
+    invocations = ticks / 60 + batches  # the ticker: one invocation a minute
+    figures = {
+        "DynamoDB write units (base tables)": log.write_units / succeeded,
+        "DynamoDB index write units (due index)": log.index_write_units / succeeded,
+        "DynamoDB worker reads (occurrence, schedule, slots)": (
+            log.count("GetItem", "Query", "BatchGetItem") - 16 * ticks
+        )
+        / succeeded,
+        "SQS requests (send, receive, delete batch)": sqs / succeeded,
+        "Lambda invocations (ticker + worker)": invocations / succeeded,
+    }
+    with capsys.disabled():
+        label = "with a tenant limit" if tenant_limit else "tenant unlimited"
+        print(f"\nend to end, {succeeded} fires run to success ({label}):")
+        for name, value in figures.items():
+            print(f"  {name:52s} {value:7.3f} per fire")
+        print(f"  {'DynamoDB ticker queries (one per shard)':52s} {16:7d} per tick")
+    # THEN every fire materialized ran once, to success
+    assert succeeded == created >= 50 * 5
+    # AND the writes are the occurrence put, the claim, the completion, a share of the
+    # schedule advance (one per three fires: the 180 s horizon), and with a tenant limit
+    # the slot's take and give-back
+    expected = 3 + 1 / 3 + (2 if tenant_limit else 0)
+    assert log.write_units / succeeded == pytest.approx(expected, abs=0.1)
+    assert log.index_write_units / succeeded == pytest.approx(2 / 3, abs=0.1)

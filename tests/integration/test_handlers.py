@@ -139,3 +139,61 @@ def test_missing_configuration_names_the_variable(monkeypatch: pytest.MonkeyPatc
         wiring.settings()
     assert caught.value.field == "SCHEDULES_TABLE"
     wiring.reset()
+
+
+def sqs_event(stack: Stack, queue: str, messages: list[dict[str, object]]) -> dict[str, object]:
+    """An SQS event as the event source mapping delivers it."""
+    arn = f"arn:aws:sqs:us-east-1:123456789012:{stack.queues[queue].rsplit('/', 1)[1]}"
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "0"},
+                "messageAttributes": {},
+                "md5OfBody": m.get("MD5OfBody", ""),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1",
+            }
+            for m in messages
+        ]
+    }
+
+
+def test_worker_handler_reports_only_the_failed_record(
+    deployed: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fireline import jobs
+    from fireline.handlers import worker as handler
+
+    monkeypatch.setenv("WEBHOOK_SIGNING_SECRET", "test-signing-secret-0123456789")
+    wiring.reset()
+    runs: list[str] = []
+    jobs.registry.register("count")(lambda context: runs.append(context.occurrence_key))
+    # GIVEN two jobs due now, materialized, and a third message with no occurrence key
+    service = wiring.schedule_service()
+    for _ in range(2):
+        service.create_job(
+            "tenant-a", JobDraft(delay_seconds=0, target={"type": "python", "handler": "count"})
+        )
+    ticker = wiring.ticker_for("t")
+    ticker.use_lease = False
+    ticker.tick()
+    sqs = wiring.sqs_client()
+    url = deployed.queues["DefaultQueue"]
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"tenant_id": "tenant-a"}))
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert len(messages) == 3
+    bad = next(m["MessageId"] for m in messages if "occurrence_key" not in m["Body"])
+    event = sqs_event(deployed, "DefaultQueue", messages)
+    # WHEN the batch is handled
+    response = handler.handler(event, events.LambdaContext(timeout_ms=120_000))
+    # THEN only the keyless record is reported failed; the two jobs ran once each
+    assert response == {"batchItemFailures": [{"itemIdentifier": bad}]}
+    assert len(runs) == 2 and len(set(runs)) == 2
+    # AND delivering the whole batch again re-runs neither of them
+    again = handler.handler(event, events.LambdaContext(timeout_ms=120_000))
+    assert again == {"batchItemFailures": [{"itemIdentifier": bad}]}
+    assert len(runs) == 2

@@ -29,6 +29,8 @@ HANDLERS = {
     "ApiFunction": "fireline.handlers.api.handler",
     "AuthorizerFunction": "fireline.handlers.authorizer.handler",
     "TickerFunction": "fireline.handlers.ticker.handler",
+    "DefaultWorkerFunction": "fireline.handlers.worker.handler",
+    "ShortWorkerFunction": "fireline.handlers.worker.handler",
 }
 HANDLER_PATH = re.compile(r"fireline\.handlers\.[a-z_][a-z0-9_]*\.handler")
 
@@ -38,6 +40,7 @@ ENVIRONMENT = {
     "LEASES_TABLE": {"Ref": "LeasesTable"},
     "IDEMPOTENCY_TABLE": {"Ref": "IdempotencyTable"},
     "API_KEYS_TABLE": {"Ref": "ApiKeysTable"},
+    "SLOTS_TABLE": {"Ref": "SlotsTable"},
     "QUEUE_URL_DEFAULT": {"Ref": "DefaultQueue"},
     "QUEUE_URL_SHORT": {"Ref": "ShortQueue"},
     "QUEUE_URL_LONG": {"Ref": "LongQueue"},
@@ -47,6 +50,7 @@ ENVIRONMENT = {
     "DUE_SHARDS": {"Ref": "DueShards"},
     "LOOKAHEAD_SECONDS": {"Ref": "LookaheadSeconds"},
     "HORIZON_SECONDS": {"Ref": "HorizonSeconds"},
+    "TENANT_CONCURRENCY_LIMIT": {"Ref": "TenantConcurrencyLimit"},
     "POWERTOOLS_SERVICE_NAME": "fireline",
     "POWERTOOLS_METRICS_NAMESPACE": "Fireline",
     "LOG_LEVEL": "INFO",
@@ -57,6 +61,23 @@ QUEUE_CLASSES = {
     "default": ("DefaultQueue", "DefaultDeadLetterQueue", 6 * 120),
     "short": ("ShortQueue", "ShortDeadLetterQueue", 6 * 30),
     "long": ("LongQueue", "LongDeadLetterQueue", 6 * 60),
+}
+# worker -> (job class, timeout in seconds, maximum concurrency of its event source mapping)
+WORKERS = {
+    "DefaultWorkerFunction": ("default", 120, 50),
+    "ShortWorkerFunction": ("short", 30, 100),
+}
+# Only the workers sign webhooks and run one job class each; every function shares the rest.
+FUNCTION_ENVIRONMENT = {
+    **{function: ENVIRONMENT for function in HANDLERS if function not in WORKERS},
+    **{
+        worker: {
+            **ENVIRONMENT,
+            "JOB_CLASS": job_class,
+            "WEBHOOK_SIGNING_SECRET": {"Ref": "WebhookSigningSecret"},
+        }
+        for worker, (job_class, _, _) in WORKERS.items()
+    },
 }
 FOUR_DAYS = 4 * 24 * 3600
 FOURTEEN_DAYS = 14 * 24 * 3600
@@ -122,19 +143,43 @@ def _referenced(node: Any) -> set[str]:
     return found
 
 
+def _statements(role: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in role["Properties"].get("Policies", [])
+        for statement in policy["PolicyDocument"]["Statement"]
+    ]
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    actions = statement["Action"]
+    return [actions] if isinstance(actions, str) else actions
+
+
 def _grants(role: dict[str, Any], service: str) -> dict[str, set[str]]:
-    """Resource logical id -> actions of ``service`` the role's inline policies allow on it."""
+    """Resource logical id -> actions of ``service`` the role's inline policies allow on it.
+
+    Statements on "*" name no resource and are left out here: see ``_wildcard_actions``.
+    """
     grants: dict[str, set[str]] = {}
-    for policy in role["Properties"].get("Policies", []):
-        for statement in policy["PolicyDocument"]["Statement"]:
-            actions = statement["Action"]
-            actions = [actions] if isinstance(actions, str) else actions
-            mine = {action for action in actions if action.startswith(f"{service}:")}
-            if not mine:
-                continue
-            for target in _referenced(statement["Resource"]):
-                grants.setdefault(target, set()).update(mine)
+    for statement in _statements(role):
+        mine = {action for action in _actions(statement) if action.startswith(f"{service}:")}
+        if not mine:
+            continue
+        for target in _referenced(statement["Resource"]):
+            grants.setdefault(target, set()).update(mine)
     return grants
+
+
+def _wildcard_actions(role: dict[str, Any]) -> set[str]:
+    """Actions (any service) the role's inline policies allow on every resource ("*")."""
+    found: set[str] = set()
+    for statement in _statements(role):
+        resources = statement["Resource"]
+        if "*" in ([resources] if isinstance(resources, str) else resources):
+            assert statement["Effect"] == "Allow", statement
+            found.update(_actions(statement))
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +228,8 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "LookaheadSeconds",
         "HorizonSeconds",
         "LagAlarmThresholdSeconds",
+        "TenantConcurrencyLimit",
+        "WebhookSigningSecret",
         "AlarmTopicArn",
     }
     assert parameters["StageName"]["Default"] == "prod"
@@ -199,6 +246,23 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         for name in ("LookaheadSeconds", "HorizonSeconds")
     ] == [(10, 0, 900), (180, 0, 900)]
     assert parameters["LagAlarmThresholdSeconds"]["Default"] == "10"
+    limit = parameters["TenantConcurrencyLimit"]
+    # 0 means no limit.
+    assert {key: limit[key] for key in ("Type", "Default", "MinValue", "MaxValue")} == {
+        "Type": "Number",
+        "Default": 50,
+        "MinValue": 0,
+        "MaxValue": 10000,
+    }
+    secret = parameters["WebhookSigningSecret"]
+    assert {key: secret[key] for key in ("Type", "NoEcho", "MinLength", "Default")} == {
+        "Type": "String",
+        "NoEcho": True,
+        "MinLength": 16,
+        "Default": "change-me-to-a-long-random-secret",
+    }
+    # A default under MinLength would fail every deploy that does not set the secret.
+    assert len(secret["Default"]) >= secret["MinLength"]
     assert parameters["AlarmTopicArn"]["Default"] == ""
     assert sam_template["Conditions"]["HasAlarmTopic"] == {
         "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]
@@ -256,7 +320,7 @@ def test_schedules_table_has_the_sparse_sharded_keys_only_due_index(
     assert props["SSESpecification"] == {"SSEEnabled": True}
 
 
-def test_occurrences_table_keeps_history_per_schedule_without_an_index(
+def test_occurrences_table_keeps_history_per_schedule_with_only_the_sparse_dead_index(
     translated: dict[str, Any],
 ) -> None:
     props = translated["Resources"]["OccurrencesTable"]["Properties"]
@@ -265,7 +329,24 @@ def test_occurrences_table_keeps_history_per_schedule_without_an_index(
         {"AttributeName": "schedule_id", "KeyType": "HASH"},
         {"AttributeName": "occurrence_sk", "KeyType": "RANGE"},
     ]
-    assert "GlobalSecondaryIndexes" not in props
+    # History needs no index (a Query on schedule_id, newest first). The one index is the
+    # sparse "dead" one: only dead rows carry dead_tenant_id, so it is written only when a
+    # job runs out of attempts, never for the other writes of an occurrence.
+    assert props["GlobalSecondaryIndexes"] == [
+        {
+            "IndexName": "dead",
+            "KeySchema": [
+                {"AttributeName": "dead_tenant_id", "KeyType": "HASH"},
+                {"AttributeName": "occurrence_sk", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "ALL"},
+        }
+    ]
+    assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == [
+        {"AttributeName": "dead_tenant_id", "AttributeType": "S"},
+        {"AttributeName": "occurrence_sk", "AttributeType": "S"},
+        {"AttributeName": "schedule_id", "AttributeType": "S"},
+    ]
     assert "LocalSecondaryIndexes" not in props
     assert props["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
     assert props["BillingMode"] == "PAY_PER_REQUEST"
@@ -296,7 +377,27 @@ def test_small_tables_have_their_key_and_ttl(
     assert props.get("TimeToLiveSpecification") == expected_ttl
 
 
-def test_there_are_exactly_five_tables_and_the_irreplaceable_ones_are_retained(
+def test_slots_table_holds_expiring_slots_per_tenant(translated: dict[str, Any]) -> None:
+    # One item per running job's slot (tenant_id, 0..limit-1) plus slot -1 for the
+    # tenant's limit override; a slot expires by itself if its worker crashed.
+    props = translated["Resources"]["SlotsTable"]["Properties"]
+
+    assert props == {
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [
+            {"AttributeName": "tenant_id", "AttributeType": "S"},
+            {"AttributeName": "slot", "AttributeType": "N"},
+        ],
+        "KeySchema": [
+            {"AttributeName": "tenant_id", "KeyType": "HASH"},
+            {"AttributeName": "slot", "KeyType": "RANGE"},
+        ],
+        "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
+        "SSESpecification": {"SSEEnabled": True},
+    }
+
+
+def test_there_are_exactly_six_tables_and_the_irreplaceable_ones_are_retained(
     translated: dict[str, Any],
 ) -> None:
     tables = _resources_of_type(translated, "AWS::DynamoDB::Table")
@@ -307,6 +408,7 @@ def test_there_are_exactly_five_tables_and_the_irreplaceable_ones_are_retained(
         "ApiKeysTable": "Retain",
         "LeasesTable": "Delete",
         "IdempotencyTable": "Delete",
+        "SlotsTable": "Delete",
     }
     assert all(t["UpdateReplacePolicy"] == t["DeletionPolicy"] for t in tables.values())
 
@@ -359,7 +461,7 @@ def test_every_function_gets_the_shared_runtime_and_environment(
 ) -> None:
     props = translated["Resources"][function]["Properties"]
 
-    assert props["Environment"] == {"Variables": ENVIRONMENT}
+    assert props["Environment"] == {"Variables": FUNCTION_ENVIRONMENT[function]}
     assert props["Runtime"] == "python3.11"
     assert props["Architectures"] == ["arm64"]
     assert props["TracingConfig"] == {"Mode": "Active"}
@@ -404,6 +506,59 @@ def test_one_rule_starts_the_ticker_every_minute(translated: dict[str, Any]) -> 
             "SourceArn": {"Fn::GetAtt": [rule_name, "Arn"]},
         }
     ]
+
+
+# ---------------------------------------------------------------- workers
+
+
+@pytest.mark.parametrize("worker", sorted(WORKERS))
+def test_each_worker_has_its_class_timeout_and_no_reserved_concurrency(
+    translated: dict[str, Any], worker: str
+) -> None:
+    _, timeout, _ = WORKERS[worker]
+    props = translated["Resources"][worker]["Properties"]
+
+    assert (props["Timeout"], props["MemorySize"]) == (timeout, 512)
+    # Concurrency is capped per class by the event source mapping, not reserved.
+    assert "ReservedConcurrentExecutions" not in props
+
+
+def test_each_worker_is_fed_by_exactly_one_mapping_on_its_own_class_queue(
+    translated: dict[str, Any],
+) -> None:
+    mappings = _resources_of_type(translated, "AWS::Lambda::EventSourceMapping")
+    by_function = {
+        _referenced(m["Properties"]["FunctionName"]).pop(): m["Properties"]
+        for m in mappings.values()
+    }
+
+    # One mapping per worker and none elsewhere (no worker shares a queue, none reads a DLQ).
+    assert len(mappings) == len(WORKERS)
+    assert by_function == {
+        worker: {
+            "FunctionName": {"Ref": worker},
+            "EventSourceArn": {"Fn::GetAtt": [QUEUE_CLASSES[job_class][0], "Arn"]},
+            "BatchSize": 10,
+            "MaximumBatchingWindowInSeconds": 0,
+            # Only the failed records of a batch come back, not the whole batch.
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            "ScalingConfig": {"MaximumConcurrency": max_concurrency},
+        }
+        for worker, (job_class, _, max_concurrency) in WORKERS.items()
+    }
+
+
+@pytest.mark.parametrize("worker", sorted(WORKERS))
+def test_each_worker_queue_hides_a_message_for_six_worker_timeouts(
+    translated: dict[str, Any], worker: str
+) -> None:
+    # AWS's guidance for SQS event sources: visibility at least 6x the function timeout, so
+    # a message being worked on (or retried by the poller) never reappears mid-run.
+    job_class, _, _ = WORKERS[worker]
+    queue = translated["Resources"][QUEUE_CLASSES[job_class][0]]["Properties"]
+    timeout = translated["Resources"][worker]["Properties"]["Timeout"]
+
+    assert queue["VisibilityTimeout"] >= 6 * timeout
 
 
 # ---------------------------------------------------------------- API
@@ -476,6 +631,14 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
             {"DefaultQueue", "ShortQueue", "LongQueue"},
         ),
         ("AuthorizerFunction", {"ApiKeysTable"}, set()),
+        *(
+            (
+                worker,
+                {"SchedulesTable", "OccurrencesTable", "SlotsTable"},
+                {"DefaultQueue", "ShortQueue", "LongQueue"},
+            )
+            for worker in sorted(WORKERS)
+        ),
     ],
 )
 def test_each_function_reaches_only_its_tables_and_queues(
@@ -490,11 +653,33 @@ def test_each_function_reaches_only_its_tables_and_queues(
     assert sqs_actions == ({"sqs:SendMessage*"} if queues else set())
 
 
-def test_authorizer_cannot_write_api_keys(translated: dict[str, Any]) -> None:
-    grants = _grants(translated["Resources"]["AuthorizerFunctionRole"], "dynamodb")
+@pytest.mark.parametrize(
+    ("function", "table"),
+    [
+        ("AuthorizerFunction", "ApiKeysTable"),
+        *((worker, "SchedulesTable") for worker in sorted(WORKERS)),
+    ],
+)
+def test_read_only_grants_cannot_write(
+    translated: dict[str, Any], function: str, table: str
+) -> None:
+    grants = _grants(translated["Resources"][f"{function}Role"], "dynamodb")
 
-    assert "dynamodb:GetItem" in grants["ApiKeysTable"]
-    assert grants["ApiKeysTable"] & DYNAMODB_WRITES == set()
+    assert "dynamodb:GetItem" in grants[table]
+    assert grants[table] & DYNAMODB_WRITES == set()
+
+
+@pytest.mark.parametrize("function", sorted(HANDLERS))
+def test_only_workers_have_the_wildcard_grants_for_tenant_targets(
+    translated: dict[str, Any], function: str
+) -> None:
+    # A job's target is the tenant's own Lambda function or SQS queue, unknown to the
+    # template: the workers may invoke any function and send to any queue, nothing else.
+    role = translated["Resources"][f"{function}Role"]
+
+    assert _wildcard_actions(role) == (
+        {"lambda:InvokeFunction", "sqs:SendMessage"} if function in WORKERS else set()
+    )
 
 
 # ---------------------------------------------------------------- alarms

@@ -24,13 +24,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from fireline import ports
-from fireline.domain import errors, lease, model, occurrence, policies, retry, schedule
+from fireline.domain import errors, lease, model, occurrence, policies, quota, retry, schedule
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -38,6 +38,7 @@ else:
     DynamoDBClient = Any
 
 DUE_INDEX = "due"
+DEAD_INDEX = "dead"
 BATCH_GET_MAX = 100
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -382,6 +383,10 @@ def occurrence_to_item(item: occurrence.Occurrence, expires_at: int | None) -> d
         "exit_reason": item.exit_reason,
         "progress": json.dumps(item.progress) if item.progress else None,
         "payload": json.dumps(item.payload) if item.payload else None,
+        "in_progress_until_ms": _ms(item.in_progress_until) if item.in_progress_until else None,
+        "result": json.dumps(item.result) if item.result is not None else None,
+        # Only dead rows carry it: the sparse "dead" index lists a tenant's dead letters.
+        "dead_tenant_id": item.tenant_id if item.state is occurrence.State.DEAD else None,
         "expires_at": expires_at,
     }
 
@@ -402,6 +407,8 @@ def occurrence_from_item(record: dict[str, Any]) -> occurrence.Occurrence:
         exit_reason=record.get("exit_reason"),
         progress=json.loads(record["progress"]) if record.get("progress") else {},
         payload=json.loads(record["payload"]) if record.get("payload") else {},
+        in_progress_until=_opt_from_ms(record.get("in_progress_until_ms")),
+        result=json.loads(record["result"]) if record.get("result") else None,
     )
 
 
@@ -477,6 +484,133 @@ class DynamoOccurrenceStore:
         items = [i for i in items if i.tenant_id == tenant_id]
         last = response.get("LastEvaluatedKey")
         return ports.Page(items, _encode_cursor(_decode(last)) if last else None)
+
+    def _key(self, key: str) -> dict[str, Any]:
+        parsed = occurrence.parse_key(key)
+        return _encode(
+            {
+                "schedule_id": parsed.schedule_id,
+                "occurrence_sk": occurrence_sort_key(parsed.fire_time, parsed.version),
+            }
+        )
+
+    def dead_letters(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[occurrence.Occurrence]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": DEAD_INDEX,
+            "KeyConditionExpression": "#dead = :tid",
+            "ExpressionAttributeNames": {"#dead": "dead_tenant_id"},
+            "ExpressionAttributeValues": {":tid": {"S": tenant_id}},
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        start = _decode_cursor(cursor, keys=("dead_tenant_id", "occurrence_sk", "schedule_id"))
+        if start is not None:
+            if start.get("dead_tenant_id") != tenant_id:
+                raise errors.ValidationError("belongs to another listing", field="cursor")
+            kwargs["ExclusiveStartKey"] = _encode(start)
+        with _translated():
+            response = self._client.query(**kwargs)
+        items = [occurrence_from_item(_decode(r)) for r in response.get("Items", [])]
+        last = response.get("LastEvaluatedKey")
+        return ports.Page(items, _encode_cursor(_decode(last)) if last else None)
+
+    def claim(
+        self, key: str, *, now: datetime, until: datetime
+    ) -> tuple[bool, occurrence.Occurrence | None]:
+        try:
+            with _translated():
+                response = self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key(key),
+                    UpdateExpression=(
+                        "SET #state = :running, #started = :now, #until = :until "
+                        "REMOVE #finished, #reason ADD #attempts :one"
+                    ),
+                    # The claim is the idempotency record's put: of two deliveries of one
+                    # message only one moves the row to running. A running row whose holder's
+                    # invocation ended (in_progress_until passed) may be claimed again.
+                    ConditionExpression=(
+                        "attribute_exists(#sk) AND (#state IN (:queued, :failed) "
+                        "OR (#state = :running AND #until < :now))"
+                    ),
+                    ExpressionAttributeNames={
+                        "#sk": "occurrence_sk",
+                        "#state": "state",
+                        "#started": "started_at_ms",
+                        "#until": "in_progress_until_ms",
+                        "#finished": "finished_at_ms",
+                        "#reason": "exit_reason",
+                        "#attempts": "attempts",
+                    },
+                    ExpressionAttributeValues={
+                        ":running": {"S": occurrence.State.RUNNING.value},
+                        ":queued": {"S": occurrence.State.QUEUED.value},
+                        ":failed": {"S": occurrence.State.FAILED.value},
+                        ":now": {"N": str(_ms(now))},
+                        ":until": {"N": str(_ms(until))},
+                        ":one": {"N": "1"},
+                    },
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+            old: dict[str, Any] | None = cast(dict[str, Any], exc.response).get("Item")
+            return False, occurrence_from_item(_decode(old)) if old else None
+        return True, occurrence_from_item(_decode(response["Attributes"]))
+
+    def settle(
+        self,
+        key: str,
+        *,
+        state: occurrence.State,
+        now: datetime,
+        exit_reason: str,
+        result: dict[str, Any] | None = None,
+    ) -> bool:
+        occurrence.check_transition(occurrence.State.RUNNING, state)
+        names = {
+            "#state": "state",
+            "#finished": "finished_at_ms",
+            "#reason": "exit_reason",
+            "#until": "in_progress_until_ms",
+        }
+        values: dict[str, Any] = {
+            ":state": {"S": state.value},
+            ":now": {"N": str(_ms(now))},
+            ":reason": {"S": exit_reason},
+            ":running": {"S": occurrence.State.RUNNING.value},
+        }
+        update = "SET #state = :state, #finished = :now, #reason = :reason"
+        if state is occurrence.State.DEAD:
+            # Into the sparse "dead" index, where GET /dead-letters finds it.
+            update += ", #dead = #tenant"
+            names |= {"#dead": "dead_tenant_id", "#tenant": "tenant_id"}
+        if result is not None:
+            update += ", #result = :result"
+            names["#result"] = "result"
+            values[":result"] = {"S": json.dumps(result, separators=(",", ":"))}
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key(key),
+                    UpdateExpression=f"{update} REMOVE #until",
+                    # The completion is the idempotency record's update. Only the running
+                    # attempt records its outcome: a cancel or a newer claim wins over it.
+                    ConditionExpression="#state = :running",
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
 
     def transition(self, item: occurrence.Occurrence, *, expected_state: occurrence.State) -> bool:
         occurrence.check_transition(expected_state, item.state)
@@ -605,6 +739,104 @@ class DynamoLeaseStore:
             )
         record = response.get("Item")
         return _lease_from_item(_decode(record)) if record else None
+
+
+# --- tenant slots ------------------------------------------------------------------------
+
+LIMIT_SLOT = -1  # the item that holds a tenant's limit override sorts before its slots
+
+
+class DynamoSlotStore:
+    """(tenant_id, slot): one item per held slot, and slot -1 for the limit override.
+
+    One consistent Query reads a tenant's slots and override together.
+    """
+
+    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
+        self._client = client
+        self._table = table_name
+
+    def held(self, tenant_id: str) -> tuple[builtins.list[quota.Slot], int | None]:
+        slots: list[quota.Slot] = []
+        limit: int | None = None
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "#tid = :tid",
+            "ExpressionAttributeNames": {"#tid": "tenant_id"},
+            "ExpressionAttributeValues": {":tid": {"S": tenant_id}},
+            "ConsistentRead": True,
+        }
+        while True:
+            with _translated():
+                response = self._client.query(**kwargs)
+            for raw in response.get("Items", []):
+                record = _decode(raw)
+                if int(record["slot"]) == LIMIT_SLOT:
+                    limit = int(record["limit"])
+                else:
+                    slots.append(
+                        quota.Slot(
+                            int(record["slot"]), record["holder"], int(record["expires_at_ms"])
+                        )
+                    )
+            if "LastEvaluatedKey" not in response:
+                return slots, limit
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def take(
+        self, tenant_id: str, number: int, holder: str, *, now_ms: int, expires_at_ms: int
+    ) -> bool:
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(
+                        {
+                            "tenant_id": tenant_id,
+                            "slot": number,
+                            "holder": holder,
+                            "expires_at_ms": expires_at_ms,
+                            # DynamoDB's TTL sweeps long-expired slots (seconds, not ms).
+                            "expires_at": expires_at_ms // 1000 + 3600,
+                        }
+                    ),
+                    # Two workers racing for one slot: one takes it. An expired slot (its
+                    # holder died) is free again, so a crash never leaks a slot for good.
+                    ConditionExpression="attribute_not_exists(#slot) OR #exp <= :now",
+                    ExpressionAttributeNames={"#slot": "slot", "#exp": "expires_at_ms"},
+                    ExpressionAttributeValues={":now": {"N": str(now_ms)}},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def give_back(self, tenant_id: str, number: int, holder: str) -> None:
+        try:
+            with _translated():
+                self._client.delete_item(
+                    TableName=self._table,
+                    Key=_encode({"tenant_id": tenant_id, "slot": number}),
+                    # Only the holder frees it: after an expiry someone else may hold it.
+                    ConditionExpression="#holder = :holder",
+                    ExpressionAttributeNames={"#holder": "holder"},
+                    ExpressionAttributeValues={":holder": {"S": holder}},
+                )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    def set_limit(self, tenant_id: str, limit: int | None) -> None:
+        key = _encode({"tenant_id": tenant_id, "slot": LIMIT_SLOT})
+        with _translated():
+            if limit is None:
+                self._client.delete_item(TableName=self._table, Key=key)
+            else:
+                self._client.put_item(
+                    TableName=self._table,
+                    Item={**key, "limit": {"N": str(quota.check_limit(limit))}},
+                )
 
 
 # --- API keys ----------------------------------------------------------------------------

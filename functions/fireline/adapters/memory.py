@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyItemAlreadyExistsError,
@@ -30,7 +31,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
 )
 
 from fireline import ports
-from fireline.domain import errors, lease, model, occurrence
+from fireline.domain import errors, lease, model, occurrence, quota
 
 SQS_MAX_BATCH = 10
 SQS_MAX_BODY_BYTES = 256 * 1024
@@ -220,6 +221,75 @@ class MemoryOccurrenceStore:
                 [self._items[key] for _, _, key in chosen],
                 chosen[-1][2] if more and chosen else None,
             )
+
+    def dead_letters(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[occurrence.Occurrence]:
+        with self._lock:
+            dead = sorted(
+                (
+                    o
+                    for o in self._items.values()
+                    if o.tenant_id == tenant_id and o.state is occurrence.State.DEAD
+                ),
+                key=lambda o: (o.fire_time, o.version, o.key),
+                reverse=True,
+            )
+            keys = [o.key for o in dead]
+            start = keys.index(cursor) + 1 if cursor in keys else 0 if cursor is None else len(keys)
+            chosen = dead[start : start + limit]
+            more = start + limit < len(dead)
+            return ports.Page(chosen, chosen[-1].key if more and chosen else None)
+
+    def claim(
+        self, key: str, *, now: datetime, until: datetime
+    ) -> tuple[bool, occurrence.Occurrence | None]:
+        with self._lock:
+            current = self._items.get(key)
+            if current is None:
+                return False, None
+            abandoned = (
+                current.state is occurrence.State.RUNNING
+                and current.in_progress_until is not None
+                and current.in_progress_until < now
+            )
+            if current.state not in occurrence.CLAIMABLE and not abandoned:
+                return False, current
+            claimed = replace(
+                current,
+                state=occurrence.State.RUNNING,
+                attempts=current.attempts + 1,
+                started_at=now,
+                finished_at=None,
+                exit_reason=None,
+                in_progress_until=until,
+            )
+            self._items[key] = claimed
+            return True, claimed
+
+    def settle(
+        self,
+        key: str,
+        *,
+        state: occurrence.State,
+        now: datetime,
+        exit_reason: str,
+        result: dict[str, Any] | None = None,
+    ) -> bool:
+        with self._lock:
+            current = self._items.get(key)
+            if current is None or current.state is not occurrence.State.RUNNING:
+                return False
+            occurrence.check_transition(current.state, state)
+            self._items[key] = replace(
+                current,
+                state=state,
+                finished_at=now,
+                exit_reason=exit_reason,
+                result=result,
+                in_progress_until=None,
+            )
+            return True
 
     def transition(self, item: occurrence.Occurrence, *, expected_state: occurrence.State) -> bool:
         with self._lock:
@@ -457,6 +527,40 @@ class MemoryIdempotencyStore(BasePersistenceLayer):
     def _delete_record(self, data_record: DataRecord) -> None:
         with self._lock:
             self._records.pop(data_record.idempotency_key, None)
+
+
+class MemorySlotStore:
+    def __init__(self) -> None:
+        self._slots: dict[str, dict[int, quota.Slot]] = defaultdict(dict)
+        self._limits: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def held(self, tenant_id: str) -> tuple[builtins.list[quota.Slot], int | None]:
+        with self._lock:
+            return list(self._slots[tenant_id].values()), self._limits.get(tenant_id)
+
+    def take(
+        self, tenant_id: str, number: int, holder: str, *, now_ms: int, expires_at_ms: int
+    ) -> bool:
+        with self._lock:
+            current = self._slots[tenant_id].get(number)
+            if current is not None and not current.free(now_ms):
+                return False
+            self._slots[tenant_id][number] = quota.Slot(number, holder, expires_at_ms)
+            return True
+
+    def give_back(self, tenant_id: str, number: int, holder: str) -> None:
+        with self._lock:
+            current = self._slots[tenant_id].get(number)
+            if current is not None and current.holder == holder:
+                del self._slots[tenant_id][number]
+
+    def set_limit(self, tenant_id: str, limit: int | None) -> None:
+        with self._lock:
+            if limit is None:
+                self._limits.pop(tenant_id, None)
+            else:
+                self._limits[tenant_id] = quota.check_limit(limit)
 
 
 class MemoryApiKeyStore:

@@ -214,6 +214,27 @@ def build_app(
     def cancel_job(job_id: ID) -> models.JobOut:
         return models.JobOut.of(service.cancel_job(tenant(), job_id))
 
+    # --- dead letters ----------------------------------------------------------------------
+
+    @app.get("/dead-letters", summary="Occurrences whose attempts ran out, newest first")
+    def list_dead_letters(limit: Limit = 50, cursor: Cursor = None) -> models.OccurrencePage:
+        page = service.dead_letters(tenant(), limit=limit, cursor=cursor)
+        return models.OccurrencePage(
+            items=[models.OccurrenceOut.of(o) for o in page.items], next_cursor=page.cursor
+        )
+
+    @app.post(
+        "/dead-letters/<dead_letter_id>/redrive",
+        summary="Queue a dead occurrence again (attempts start over)",
+        responses=_responses(202),
+    )
+    def redrive_dead_letter(
+        dead_letter_id: Annotated[str, Path(min_length=1, max_length=400)],
+    ) -> Response[str]:
+        key = models.occurrence_key(dead_letter_id)
+        queued = service.redrive(tenant(), key)
+        return _json(models.OccurrenceOut.of(queued).model_dump(mode="json"), 202)
+
     # --- the document ----------------------------------------------------------------------
 
     @app.get("/openapi.json", include_in_schema=False)

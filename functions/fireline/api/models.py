@@ -7,6 +7,7 @@ the OpenAPI document and the README.
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -22,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from fireline.domain import model, occurrence, policies, retry, schedule
+from fireline.domain import errors, model, occurrence, policies, retry, schedule
 from fireline.services import schedules as service
 
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -273,7 +274,21 @@ class ScheduleOut(BaseModel):
         )
 
 
+def occurrence_id(key: str) -> str:
+    """A URL-safe id for an occurrence key (which holds '#' and ':')."""
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def occurrence_key(occurrence_id: str) -> str:
+    padded = occurrence_id + "=" * (-len(occurrence_id) % 4)
+    try:
+        return base64.urlsafe_b64decode(padded.encode()).decode()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.NotFound("no such occurrence") from exc
+
+
 class OccurrenceOut(BaseModel):
+    id: str = Field(description="URL-safe id of the occurrence (base64url of its key)")
     key: str
     schedule_id: str
     version: int
@@ -291,6 +306,7 @@ class OccurrenceOut(BaseModel):
     @classmethod
     def of(cls, item: occurrence.Occurrence) -> OccurrenceOut:
         return cls(
+            id=occurrence_id(item.key),
             key=item.key,
             schedule_id=item.schedule_id,
             version=item.version,

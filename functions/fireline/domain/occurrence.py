@@ -44,6 +44,10 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.SKIPPED: frozenset(),
 }
 TERMINAL = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
+# States a delivery may claim from (a first attempt, or a retry).
+CLAIMABLE = frozenset({State.QUEUED, State.FAILED})
+# States in which the occurrence has an outcome a duplicate delivery must not redo.
+SETTLED = TERMINAL | {State.DEAD}
 # States in which an occurrence still counts as "unfinished" for the overlap policy.
 UNFINISHED = frozenset({State.QUEUED, State.RUNNING, State.FAILED})
 
@@ -123,6 +127,10 @@ class Occurrence:
     exit_reason: str | None = None  # succeeded | error: ... | deadline | cancelled | skipped: why
     progress: dict[str, Any] = field(default_factory=dict)
     payload: dict[str, Any] = field(default_factory=dict)
+    # While running: the claim is the holder's until then (its invocation's end); after
+    # that another delivery may claim it again (the holder timed out or crashed).
+    in_progress_until: datetime | None = None
+    result: dict[str, Any] | None = None  # what the target returned, for a replay
 
     @property
     def duration_seconds(self) -> float | None:

@@ -58,7 +58,7 @@ def claim(
         return Claim(Outcome.BUSY, row, reason="running elsewhere")
 
     item = schedules.get(row.tenant_id, row.schedule_id)
-    why = _unwanted(item, row)
+    why = unwanted(item, row)
     if why is not None:
         skipped = row.moved(
             occurrence.State.SKIPPED, finished_at=now, exit_reason=f"skipped: {why}"
@@ -75,7 +75,7 @@ def claim(
     return Claim(Outcome.BUSY, row, item, "claimed by another delivery")
 
 
-def _unwanted(item: model.Schedule | None, row: occurrence.Occurrence) -> str | None:
+def unwanted(item: model.Schedule | None, row: occurrence.Occurrence) -> str | None:
     if item is None:
         return "schedule deleted"
     if item.state is model.ScheduleState.CANCELLED:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import builtins
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -82,12 +82,15 @@ class ScheduleService:
         queue: ports.WorkQueue,
         clock: ports.Clock,
         ids: Callable[[str], str] = new_id,
+        handlers: Container[str] | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
         self.queue = queue
         self.clock = clock
         self.ids = ids
+        # Python targets must name a handler this deployment registered (None: any).
+        self.handlers = handlers
 
     # --- schedules -------------------------------------------------------------------------
 
@@ -204,6 +207,7 @@ class ScheduleService:
             if draft.delay_seconds < 0:
                 raise errors.ValidationError("must not be negative", field="delay_seconds")
             run_at = (now + timedelta(seconds=draft.delay_seconds)).replace(microsecond=0)
+        self._check_target(draft.target)
         spec = schedule.AtSpec(when=run_at)
         job = model.Schedule(
             tenant_id=tenant_id,
@@ -264,14 +268,63 @@ class ScheduleService:
             raise errors.ConflictError(f"job {job_id} started meanwhile: too late to cancel")
         return self.get_job(tenant_id, job_id)
 
+    # --- dead letters ----------------------------------------------------------------------
+
+    def dead_letters(
+        self, tenant_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> ports.Page[occurrence.Occurrence]:
+        return self.occurrences.dead_letters(tenant_id, limit=_page_size(limit), cursor=cursor)
+
+    def redrive(self, tenant_id: str, key: str) -> occurrence.Occurrence:
+        """Give a dead occurrence a new run: queued again, attempts from zero, sent now."""
+        try:
+            row = self.occurrences.get(key)
+        except errors.ValidationError:
+            row = None
+        if row is None or row.tenant_id != tenant_id:
+            raise errors.NotFound("no such dead letter")
+        if row.state is not occurrence.State.DEAD:
+            raise errors.ConflictError(f"the occurrence is {row.state.value}, not dead")
+        queued = row.moved(
+            occurrence.State.QUEUED,
+            attempts=0,
+            exit_reason="redriven",
+            started_at=None,
+            finished_at=None,
+            result=None,
+            in_progress_until=None,
+        )
+        if not self.occurrences.transition(queued, expected_state=occurrence.State.DEAD):
+            raise errors.ConflictError("the dead letter was redriven meanwhile")
+        message = ports.OutboundMessage(body=dispatch.job_message(queued))
+        dispatch.send(
+            self.queue,
+            [dispatch.Outbound(queued.job_class, queued.key, message)],
+            dispatch.DispatchReport(),
+        )
+        return queued
+
     # --- helpers ---------------------------------------------------------------------------
 
     def _now(self) -> datetime:
         return self.clock.now()
 
+    def _check_target(self, target: dict[str, Any]) -> None:
+        known = self.handlers
+        if (
+            target.get("type") == "python"
+            and known is not None
+            and target.get("handler") not in known
+        ):
+            raise errors.ValidationError(
+                f"no handler {target.get('handler')!r} is registered in this deployment",
+                field="target.handler",
+            )
+
     def _build(
         self, tenant_id: str, schedule_id: str, draft: ScheduleDraft, now: datetime, version: int
     ) -> model.Schedule:
+        self._check_target(draft.target)
         if natural.looks_natural(draft.spec):
             spec = natural.translate(draft.spec, now).spec
         else:

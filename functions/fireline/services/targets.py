@@ -1,0 +1,206 @@
+"""Running a job's target: a registered Python handler, a webhook, a Lambda, an SQS queue.
+
+Every target receives the occurrence key as its idempotency key (the HTTP target as the
+``Idempotency-Key`` header): delivery is at-least-once, so a handler that must have an
+effect once uses that key to recognise a repeat. Fireline never promises exactly-once
+execution; with idempotent handlers the *effect* happens once.
+
+A target that fails raises :class:`TargetFailed`; one that outlives its deadline raises
+:class:`DeadlineExceeded`. Both are job outcomes (retried under the schedule's policy),
+not worker errors.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import hmac
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from fireline.domain import errors
+
+SIGNATURE_HEADER = "X-Fireline-Signature"
+# Python handlers run on a small pool: a job past its deadline is abandoned (its thread
+# cannot be killed) and the worker moves on.
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="fireline-job")
+
+
+class TargetFailed(Exception):
+    """The target reported a failure."""
+
+
+class DeadlineExceeded(TargetFailed):
+    """The target did not finish before the job's deadline."""
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a target is told about the fire it runs."""
+
+    occurrence_key: str
+    tenant_id: str
+    schedule_id: str
+    fire_time: datetime
+    attempt: int
+    payload: dict[str, Any]
+
+    def as_message(self) -> dict[str, Any]:
+        return {
+            "occurrence_key": self.occurrence_key,
+            "tenant_id": self.tenant_id,
+            "schedule_id": self.schedule_id,
+            "fire_time": self.fire_time.isoformat().replace("+00:00", "Z"),
+            "attempt": self.attempt,
+            "payload": self.payload,
+        }
+
+
+Handler = Callable[[JobContext], Any]
+
+
+class Registry:
+    """Python handlers by name: the built-in and example jobs of this deployment."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def register(self, name: str) -> Callable[[Handler], Handler]:
+        def add(handler: Handler) -> Handler:
+            self._handlers[name] = handler
+            return handler
+
+        return add
+
+    def get(self, name: str) -> Handler:
+        try:
+            return self._handlers[name]
+        except KeyError as exc:
+            raise errors.ValidationError(
+                f"no handler {name!r} is registered", field="target.handler"
+            ) from exc
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._handlers
+
+    def names(self) -> list[str]:
+        return sorted(self._handlers)
+
+
+def sign(secret: bytes, timestamp: int, body: bytes) -> str:
+    """``t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">``, as Stripe-style receivers expect."""
+    digest = hmac.new(secret, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def verify(secret: bytes, header: str, body: bytes, *, now: int, tolerance: int = 300) -> bool:
+    """What a webhook receiver does with the signature header (used by tests and docs)."""
+    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+    try:
+        timestamp = int(parts["t"])
+    except (KeyError, ValueError):
+        return False
+    expected = sign(secret, timestamp, body).split("v1=")[1]
+    return abs(now - timestamp) <= tolerance and hmac.compare_digest(expected, parts.get("v1", ""))
+
+
+class TargetRunner:
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        signing_secret: bytes,
+        lambda_client: Callable[[], Any],
+        sqs_client: Callable[[], Any],
+    ) -> None:
+        self.registry = registry
+        self._secret = signing_secret
+        self._lambda = lambda_client
+        self._sqs = sqs_client
+
+    def run(self, target: dict[str, Any], context: JobContext, *, timeout: float) -> Any:
+        """Run ``target`` for ``context`` within ``timeout`` seconds; its result, if any."""
+        if timeout <= 0:
+            raise DeadlineExceeded("no time left before the deadline")
+        kind = target.get("type")
+        if kind == "python":
+            return self._python(target, context, timeout)
+        if kind == "http":
+            return self._http(target, context, timeout)
+        if kind == "lambda":
+            return self._invoke(target, context)
+        if kind == "sqs":
+            return self._send(target, context)
+        raise errors.ValidationError(f"unknown target type {kind!r}", field="target.type")
+
+    def _python(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
+        handler = self.registry.get(target["handler"])
+        future = _POOL.submit(handler, context)
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError as exc:
+            raise DeadlineExceeded(f"{target['handler']} ran past {timeout:.0f} s") from exc
+        except TargetFailed:
+            raise
+        except Exception as exc:
+            raise TargetFailed(f"{type(exc).__name__}: {exc}") from exc
+
+    def _http(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
+        body = json.dumps(context.as_message(), separators=(",", ":")).encode()
+        timestamp = int(time.time())
+        headers = {
+            **{str(k): str(v) for k, v in target.get("headers", {}).items()},
+            "Content-Type": "application/json",
+            "Idempotency-Key": context.occurrence_key,
+            SIGNATURE_HEADER: sign(self._secret, timestamp, body),
+            "User-Agent": "fireline",
+        }
+        request = urllib.request.Request(target["url"], data=body, headers=headers, method="POST")
+        limit = min(timeout, float(target.get("timeout_seconds", timeout)))
+        try:
+            with urllib.request.urlopen(request, timeout=limit) as response:
+                text = response.read(64 * 1024).decode(errors="replace")
+                return {"status": response.status, "body": text[:1024]}
+        except urllib.error.HTTPError as exc:
+            raise TargetFailed(f"HTTP {exc.code} from {target['url']}") from exc
+        except TimeoutError as exc:
+            raise DeadlineExceeded(f"{target['url']} did not answer in {limit:.0f} s") from exc
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError):
+                raise DeadlineExceeded(f"{target['url']} did not answer in {limit:.0f} s") from exc
+            raise TargetFailed(f"{target['url']}: {exc.reason}") from exc
+
+    def _invoke(self, target: dict[str, Any], context: JobContext) -> Any:
+        response = self._lambda().invoke(
+            FunctionName=target["function_arn"],
+            InvocationType="RequestResponse",
+            Payload=json.dumps(context.as_message()).encode(),
+        )
+        payload = response["Payload"].read().decode() if "Payload" in response else ""
+        if response.get("FunctionError"):
+            raise TargetFailed(f"{target['function_arn']} failed: {payload[:512]}")
+        return {"status": response.get("StatusCode"), "payload": payload[:1024]}
+
+    def _send(self, target: dict[str, Any], context: JobContext) -> Any:
+        url = str(target["queue_url"])
+        kwargs: dict[str, Any] = {
+            "QueueUrl": url,
+            "MessageBody": json.dumps(context.as_message()),
+            "MessageAttributes": {
+                "IdempotencyKey": {"DataType": "String", "StringValue": context.occurrence_key}
+            },
+        }
+        if url.endswith(".fifo"):
+            # A FIFO queue drops a repeat of the same key within 5 minutes by itself.
+            kwargs["MessageGroupId"] = context.schedule_id
+            kwargs["MessageDeduplicationId"] = hashlib.sha256(
+                context.occurrence_key.encode()
+            ).hexdigest()
+        response = self._sqs().send_message(**kwargs)
+        return {"message_id": response["MessageId"]}

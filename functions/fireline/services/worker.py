@@ -1,0 +1,309 @@
+"""The worker: one queue message in, one occurrence run (or knowingly not run) out.
+
+Per message, in order:
+1. The occurrence key (no key: a loud failure, never a run without idempotency).
+2. Still wanted? Cancel, pause, delete and update are checks of the row and the schedule
+   version, here at the last moment; an unwanted fire is recorded as skipped.
+3. Overlap at run time: a ``forbid``/``buffer_one`` fire waits while an earlier run of
+   its schedule is still running.
+4. A tenant slot (per-tenant concurrency): none free -> deferred, never run over the
+   limit, never dropped.
+5. The run, under Powertools idempotency on the occurrence row (claim, then outcome), with
+   the job's deadline.
+6. A failed attempt is retried by sending the message again with the backoff as its delay
+   (a fresh message: SQS's receive count, which drives the dead-letter redrive, counts
+   deliveries that crashed, not attempts that failed); past the attempt cap it is dead.
+
+Deferrals and retries re-send and acknowledge the original, so they never count towards
+the queue's redrive to its dead-letter queue; that one is left for messages that crash
+the worker itself, a poison the occurrence row cannot even record.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyAlreadyInProgressError,
+)
+
+from fireline import ports
+from fireline.adapters.idempotency import OccurrenceIdempotency
+from fireline.domain import errors, model, occurrence, quota
+from fireline.services import claims, dispatch, targets
+
+logger = Logger(service="fireline", child=True)
+
+# Class defaults for a job's deadline (one attempt's run time) when its schedule has none.
+DEFAULT_DEADLINES = {"short": 30, "default": 300, "long": 3600}
+DEFER_SECONDS = 10
+# A slot outlives the job's deadline by this much, then frees itself (a crashed holder).
+SLOT_MARGIN_SECONDS = 60
+# Stop a job this long before the invocation would be killed, to record its outcome.
+STOP_MARGIN_SECONDS = 5.0
+
+
+class Result(enum.StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRYING = "retrying"  # failed; a retry was sent with its backoff
+    DEAD = "dead"  # failed for the last time
+    SKIPPED = "skipped"  # not wanted any more (recorded on the row)
+    SETTLED = "settled"  # already had its outcome: a duplicate delivery, nothing run
+    DEFERRED = "deferred"  # tenant limit or overlap: sent again for later
+    BUSY = "busy"  # another delivery is running it: leave the message to SQS
+
+
+class Busy(Exception):
+    """Another delivery holds the occurrence; SQS should redeliver this one later."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    job_class: str = "default"
+    tenant_limit: int = quota.DEFAULT_LIMIT
+    defer_seconds: int = DEFER_SECONDS
+
+
+class _NoMetrics:
+    def add_metric(self, name: str, unit: str, value: float) -> None:
+        return None
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        schedules: ports.ScheduleStore,
+        occurrences: ports.OccurrenceStore,
+        queue: ports.WorkQueue,
+        slots: ports.SlotStore,
+        clock: ports.Clock,
+        runner: targets.TargetRunner,
+        config: WorkerConfig | None = None,
+        metrics: ports.Metrics | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.schedules = schedules
+        self.occurrences = occurrences
+        self.queue = queue
+        self.slots = slots
+        self.clock = clock
+        self.runner = runner
+        self.config = config or WorkerConfig()
+        self.metrics = metrics or _NoMetrics()
+        self.rng = rng or random.Random()
+        self.idempotency = OccurrenceIdempotency(occurrences, clock)
+
+    def handle(
+        self, body: dict[str, Any], *, remaining_ms: Callable[[], int], lambda_context: Any = None
+    ) -> Result:
+        """Process one message. Raises Busy (redeliver later) or MissingIdempotencyKey."""
+        key = claims.occurrence_key_of(body)
+        row = self.occurrences.get(key)
+        if row is None or row.state in occurrence.SETTLED:
+            self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
+            return Result.SETTLED
+        now = self.clock.now()
+        if row.state is occurrence.State.RUNNING and not _abandoned(row, now):
+            raise Busy(f"{key} is running elsewhere")
+        item = self.schedules.get(row.tenant_id, row.schedule_id)
+        why = claims.unwanted(item, row)
+        if why is not None or item is None:
+            return self._skip(row, why or "schedule deleted", now)
+        if self._earlier_run_unfinished(item, row):
+            return self._defer(body, row, "overlap")
+        deadline = item.deadline_seconds or DEFAULT_DEADLINES.get(item.job_class, 300)
+        slot = self._take_slot(item.tenant_id, key, deadline, now)
+        if slot is None:
+            return self._defer(body, row, "tenant limit")
+        try:
+            outcome = self._run_once(body, item, deadline, remaining_ms, lambda_context)
+        finally:
+            if slot is not quota.UNLIMITED_SLOT:
+                self.slots.give_back(item.tenant_id, slot, key)
+        return self._after(body, row, outcome)
+
+    # --- steps -----------------------------------------------------------------------------
+
+    def _skip(self, row: occurrence.Occurrence, why: str, now: datetime) -> Result:
+        skipped = row.moved(
+            occurrence.State.SKIPPED, finished_at=now, exit_reason=f"skipped: {why}"
+        )
+        if not self.occurrences.transition(skipped, expected_state=row.state):
+            raise Busy(f"{row.key} changed while being skipped")
+        logger.info("skipped", extra={"action": "worker.skip", "key": row.key, "why": why})
+        self.metrics.add_metric("Skipped", "Count", 1)
+        return Result.SKIPPED
+
+    def _earlier_run_unfinished(self, item: model.Schedule, row: occurrence.Occurrence) -> bool:
+        if item.overlap.value == "allow":
+            return False
+        recent = self.occurrences.history(item.tenant_id, item.schedule_id, limit=5).items
+        return any(
+            o.state is occurrence.State.RUNNING and o.fire_time < row.fire_time for o in recent
+        )
+
+    def _take_slot(self, tenant_id: str, key: str, deadline: int, now: datetime) -> int | None:
+        held, override = self.slots.held(tenant_id)
+        limit = self.config.tenant_limit if override is None else override
+        if limit == quota.UNLIMITED:
+            return quota.UNLIMITED_SLOT
+        now_ms = int(now.timestamp() * 1000)
+        mine = quota.holding(held, key, now_ms)
+        if mine is not None:
+            return mine.number  # a redelivery of a job that still holds its slot
+        expires = now_ms + (deadline + SLOT_MARGIN_SECONDS) * 1000
+        free = quota.free_slots(held, limit, now_ms)
+        self.rng.shuffle(free)
+        for number in free[:3]:  # a few tries; losing every race means it is busy: defer
+            if self.slots.take(tenant_id, number, key, now_ms=now_ms, expires_at_ms=expires):
+                return number
+        return None
+
+    def _defer(self, body: dict[str, Any], row: occurrence.Occurrence, why: str) -> Result:
+        delay = self.config.defer_seconds + self.rng.randint(0, self.config.defer_seconds)
+        self._send_again(body, row.job_class, delay)
+        logger.info("deferred", extra={"action": "worker.defer", "key": row.key, "why": why})
+        self.metrics.add_metric("Deferred", "Count", 1)
+        return Result.DEFERRED
+
+    def _run_once(
+        self,
+        body: dict[str, Any],
+        item: model.Schedule,
+        deadline: int,
+        remaining_ms: Callable[[], int],
+        lambda_context: Any,
+    ) -> dict[str, Any]:
+        config = IdempotencyConfig(
+            event_key_jmespath="occurrence_key", raise_on_no_idempotency_key=True
+        )
+        # Powertools reads the remaining time from a Lambda context; outside Lambda the
+        # caller's remaining_ms plays that part.
+        config.register_lambda_context(lambda_context or _Remaining(remaining_ms))  # type: ignore[arg-type]
+        self.idempotency.bind(remaining_ms)
+
+        def run_occurrence(message: dict[str, Any]) -> dict[str, Any]:
+            claimed = self.idempotency.claimed
+            assert claimed is not None  # the claim (the record's put) just succeeded
+            return self._execute(item, claimed, deadline, remaining_ms)
+
+        guarded = idempotent_function(
+            run_occurrence,
+            data_keyword_argument="message",
+            persistence_store=self.idempotency,
+            config=config,
+        )
+        try:
+            return guarded(message=body)  # type: ignore[no-any-return]
+        except IdempotencyAlreadyInProgressError as exc:
+            raise Busy(str(exc)) from exc
+
+    def _execute(
+        self,
+        item: model.Schedule,
+        claimed: occurrence.Occurrence,
+        deadline: int,
+        remaining_ms: Callable[[], int],
+    ) -> dict[str, Any]:
+        """Run the target; the outcome as the idempotency record's result."""
+        context = targets.JobContext(
+            occurrence_key=claimed.key,
+            tenant_id=claimed.tenant_id,
+            schedule_id=claimed.schedule_id,
+            fire_time=claimed.fire_time,
+            attempt=claimed.attempts,
+            payload=item.payload,
+        )
+        timeout = min(float(deadline), remaining_ms() / 1000 - STOP_MARGIN_SECONDS)
+        started = self.clock.monotonic()
+        try:
+            output = self.runner.run(item.target, context, timeout=timeout)
+        except targets.DeadlineExceeded as exc:
+            return self._failed(item, claimed, "deadline", str(exc))
+        except targets.TargetFailed as exc:
+            return self._failed(item, claimed, f"error: {exc}", str(exc))
+        except errors.ValidationError as exc:  # a target that cannot run at all
+            return self._failed(item, claimed, f"error: {exc}", str(exc), final=True)
+        return {
+            "state": occurrence.State.SUCCEEDED.value,
+            "exit_reason": "succeeded",
+            "attempt": claimed.attempts,
+            "seconds": round(self.clock.monotonic() - started, 3),
+            "output": _jsonable(output),
+        }
+
+    def _failed(
+        self,
+        item: model.Schedule,
+        claimed: occurrence.Occurrence,
+        reason: str,
+        detail: str,
+        *,
+        final: bool = False,
+    ) -> dict[str, Any]:
+        retry = not final and item.retry.should_retry(claimed.attempts)
+        outcome: dict[str, Any] = {
+            "state": (occurrence.State.FAILED if retry else occurrence.State.DEAD).value,
+            "exit_reason": reason[:500],
+            "attempt": claimed.attempts,
+            "error": detail[:1000],
+        }
+        if retry:
+            outcome["retry_in"] = round(item.retry.delay(claimed.attempts, self.rng), 3)
+        return outcome
+
+    def _after(
+        self, body: dict[str, Any], row: occurrence.Occurrence, outcome: dict[str, Any]
+    ) -> Result:
+        state = occurrence.State(outcome["state"])
+        extra = {"action": "worker.outcome", "key": row.key, "state": state.value}
+        if state is occurrence.State.SUCCEEDED:
+            logger.info("succeeded", extra=extra)
+            self.metrics.add_metric("Succeeded", "Count", 1)
+            return Result.SUCCEEDED
+        if state is occurrence.State.FAILED:
+            self._send_again(body, row.job_class, math.ceil(outcome["retry_in"]))
+            logger.warning("failed, retrying", extra={**extra, "reason": outcome["exit_reason"]})
+            self.metrics.add_metric("Failed", "Count", 1)
+            return Result.RETRYING
+        if state is occurrence.State.DEAD:
+            logger.error("dead", extra={**extra, "reason": outcome["exit_reason"]})
+            self.metrics.add_metric("Failed", "Count", 1)
+            self.metrics.add_metric("DeadLettered", "Count", 1)
+            return Result.DEAD
+        return Result.SETTLED
+
+    def _send_again(self, body: dict[str, Any], job_class: str, delay: int) -> None:
+        message = ports.OutboundMessage(body=body, delay_seconds=max(0, min(900, delay)))
+        out = dispatch.Outbound(job_class, body["occurrence_key"], message)
+        dispatch.send(self.queue, [out], dispatch.DispatchReport())
+
+
+@dataclass(frozen=True)
+class _Remaining:
+    remaining_ms: Callable[[], int]
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms()
+
+
+def _abandoned(row: occurrence.Occurrence, now: datetime) -> bool:
+    return row.in_progress_until is not None and row.in_progress_until < now
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)[:1000]
+    return value
