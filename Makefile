@@ -29,7 +29,7 @@ bench: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-# The local cloud (embedded emulator, local Lambda runtime, HTTP API) is not built yet.
+# The whole scheduler on the embedded local cloud (moto), with example schedules.
+# Extra flags: make run ARGS="--port 9000 --state-dir .fireline/state"
 run: install
-	@echo "make run: the local cloud is not built yet; see README.md 'Status'." >&2
-	@exit 2
+	$(BIN)/fireline local $(ARGS)

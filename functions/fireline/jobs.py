@@ -36,3 +36,13 @@ def sleep(context: JobContext) -> dict[str, Any]:
 @registry.register("fail")
 def fail(context: JobContext) -> None:
     raise TargetFailed(str(context.payload.get("reason", "this job always fails")))
+
+
+@registry.register("progress-demo")
+def progress_demo(context: JobContext) -> dict[str, Any]:
+    """A long job for the local demo: works for a while, reporting its progress."""
+    steps = int(context.payload.get("steps", 20))
+    for step in range(1, steps + 1):
+        time.sleep(float(context.payload.get("seconds_per_step", 1)))
+        context.progress({"step": step, "of": steps})
+    return {"steps": steps}

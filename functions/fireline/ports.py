@@ -141,6 +141,20 @@ class OccurrenceStore(Protocol):
         """
         ...
 
+    def annotate_running(
+        self,
+        key: str,
+        *,
+        execution: str | None = None,
+        task_token: str | None = None,
+        attempts: int | None = None,
+        progress: dict[str, Any] | None = None,
+        in_progress_until: datetime | None = None,
+    ) -> bool:
+        """Record facts about the running attempt (a long job's execution, its task, its
+        progress); conditional on the row still running. False when it is not."""
+        ...
+
     def settle(
         self,
         key: str,
@@ -214,6 +228,24 @@ class Metrics(Protocol):
     """What services emit; Powertools ``Metrics`` (EMF) satisfies it in Lambda."""
 
     def add_metric(self, name: str, unit: str, value: float) -> None: ...
+
+
+class LongJobRunner(Protocol):
+    """The supervisor of long jobs (Step Functions): heartbeats, deadline, retries."""
+
+    def start(self, name: str, job_input: dict[str, Any]) -> str:
+        """Start an execution; its id. A repeat with the same name and input converges."""
+        ...
+
+    def stop(self, execution: str, cause: str) -> None: ...
+
+    def heartbeat(self, task_token: str) -> bool:
+        """Keep the task alive; False when it is gone (timed out, stopped)."""
+        ...
+
+    def succeed(self, task_token: str, output: dict[str, Any]) -> bool: ...
+
+    def fail(self, task_token: str, error: str, cause: str) -> bool: ...
 
 
 class SlotStore(Protocol):

@@ -21,9 +21,10 @@ from botocore.config import Config
 
 from fireline import jobs
 from fireline.adapters import clock as clock_adapter
-from fireline.adapters import dynamodb, sqs
+from fireline.adapters import dynamodb, sqs, stepfunctions
 from fireline.api import app as api_app
 from fireline.domain import errors, model, quota
+from fireline.services import long_jobs as long_jobs_service
 from fireline.services import schedules, targets, ticker
 from fireline.services import worker as worker_service
 
@@ -55,6 +56,8 @@ class Settings:
     tenant_limit: int = quota.DEFAULT_LIMIT
     job_class: str = "default"  # the worker's class (JOB_CLASS)
     signing_secret: str = ""
+    long_job_state_machine_arn: str = ""
+    long_job_heartbeat_seconds: int = 60
     job_modules: tuple[str, ...] = ()  # modules whose @registry.register handlers to load
     endpoint_url: str | None = None  # an emulator (moto, LocalStack); None on AWS
     region: str = "us-east-1"
@@ -93,6 +96,8 @@ class Settings:
             tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
             job_class=env.get("JOB_CLASS", "default"),
             signing_secret=env.get("WEBHOOK_SIGNING_SECRET", ""),
+            long_job_state_machine_arn=env.get("LONG_JOB_STATE_MACHINE_ARN", ""),
+            long_job_heartbeat_seconds=number("LONG_JOB_HEARTBEAT_SECONDS", 60),
             job_modules=tuple(
                 m.strip() for m in env.get("JOB_MODULES", "").split(",") if m.strip()
             ),
@@ -210,6 +215,26 @@ def target_runner() -> targets.TargetRunner:
 
 
 @functools.cache
+def sfn_client() -> Any:
+    return _client("stepfunctions")
+
+
+@functools.cache
+def long_jobs() -> long_jobs_service.LongJobs:
+    s = settings()
+    if not s.long_job_state_machine_arn:
+        raise errors.ValidationError("is not set", field="LONG_JOB_STATE_MACHINE_ARN")
+    return long_jobs_service.LongJobs(
+        schedules=schedule_store(),
+        occurrences=occurrence_store(),
+        supervisor=stepfunctions.StepFunctionsLongJobs(sfn_client(), s.long_job_state_machine_arn),
+        clock=clock(),
+        runner=target_runner() if s.signing_secret else None,
+        config=long_jobs_service.LongJobConfig(heartbeat_seconds=s.long_job_heartbeat_seconds),
+    )
+
+
+@functools.cache
 def worker() -> worker_service.Worker:
     s = settings()
     return worker_service.Worker(
@@ -221,6 +246,7 @@ def worker() -> worker_service.Worker:
         runner=target_runner(),
         config=worker_service.WorkerConfig(job_class=s.job_class, tenant_limit=s.tenant_limit),
         metrics=metrics(),
+        long_jobs=long_jobs() if s.job_class == "long" else None,
     )
 
 
@@ -232,6 +258,7 @@ def schedule_service() -> schedules.ScheduleService:
         queue=work_queue(),
         clock=clock(),
         handlers=registry(),
+        long_jobs=long_jobs() if settings().long_job_state_machine_arn else None,
     )
 
 
@@ -264,5 +291,6 @@ def reset() -> None:
         settings, dynamodb_client, sqs_client, logger, metrics, clock, schedule_store,
         occurrence_store, lease_store, work_queue, api_key_store, idempotency_store,
         schedule_service, api, slot_store, lambda_client, target_runner, worker, registry,
+        sfn_client, long_jobs,
     ):  # fmt: skip
         cached.cache_clear()

@@ -1,10 +1,11 @@
 """One contract suite for every implementation of the ports.
 
 Each test asks for a port (``schedule_store``, ``occurrence_store``, ``work_queue``,
-``lease_store``) and runs once per backend in BACKENDS. The tests speak only through the
-Protocols in fireline.ports, so a backend passes by behaving like the others, not by
-sharing their internals. To hold another implementation to the same behaviour (DynamoDB
-and SQS on moto), add a Backend to BACKENDS; its factories honour the settings in support.
+``lease_store``, ``slot_store``) and runs once per backend in BACKENDS. The tests speak
+only through the Protocols in fireline.ports, so a backend passes by behaving like the
+others, not by sharing their internals. To hold another implementation to the same
+behaviour (DynamoDB and SQS on moto), add a Backend to BACKENDS; its factories honour the
+settings in support.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ class _Moto:
     def lease_store(self) -> ports.LeaseStore:
         return dynamodb.DynamoLeaseStore(self._ddb(), self._fresh().tables["LeasesTable"])
 
+    def slot_store(self) -> ports.SlotStore:
+        return dynamodb.DynamoSlotStore(self._ddb(), self._fresh().tables["SlotsTable"])
+
     def work_queue(self, clock: memory.FakeClock) -> ports.WorkQueue:
         stack = self._fresh()
         self.exits.enter_context(sqs_follows(clock))
@@ -117,12 +121,14 @@ BACKENDS: dict[str, Backend] = {
         occurrence_store=memory.MemoryOccurrenceStore,
         work_queue=_memory_queue,
         lease_store=memory.MemoryLeaseStore,
+        slot_store=memory.MemorySlotStore,
     ),
     "moto": Backend(
         schedule_store=_moto.schedule_store,
         occurrence_store=_moto.occurrence_store,
         work_queue=_moto.work_queue,
         lease_store=_moto.lease_store,
+        slot_store=_moto.slot_store,
         session=_moto.session,
     ),
 }
@@ -158,3 +164,8 @@ def work_queue(backend: Backend, clock: memory.FakeClock) -> ports.WorkQueue:
 @pytest.fixture
 def lease_store(backend: Backend) -> ports.LeaseStore:
     return backend.lease_store()
+
+
+@pytest.fixture
+def slot_store(backend: Backend) -> ports.SlotStore:
+    return backend.slot_store()

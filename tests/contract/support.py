@@ -31,6 +31,7 @@ class Backend:
     # The queue reads time from the clock the test moves (delay, visibility timeout).
     work_queue: Callable[[memory.FakeClock], ports.WorkQueue]
     lease_store: Callable[[], ports.LeaseStore]
+    slot_store: Callable[[], ports.SlotStore]
     # Entered around each test (an emulator session, say); memory needs none.
     session: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext
 

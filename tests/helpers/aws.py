@@ -111,7 +111,25 @@ class Stack:
                 "Attributes"
             ]["QueueArn"]
 
-        refs = {**tables, **queues, **parameters}
+        machines: dict[str, str] = {}
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        for logical, resource in resources.items():
+            if resource["Type"] != "AWS::Serverless::StateMachine":
+                continue
+            # What `sam package` does: inline the definition with its substitutions.
+            props = resource["Properties"]
+            definition = (TEMPLATE.parent / props["DefinitionUri"]).read_text()
+            for name, value in props.get("DefinitionSubstitutions", {}).items():
+                definition = definition.replace(
+                    "${" + name + "}", _resolve(value, {**tables, **queues})
+                )
+            machines[logical] = sfn.create_state_machine(
+                name=f"{prefix}-{logical}",
+                definition=definition,
+                roleArn="arn:aws:iam::123456789012:role/fireline-test",
+            )["stateMachineArn"]
+
+        refs = {**tables, **queues, **machines, **parameters}
         variables = template["Globals"]["Function"]["Environment"]["Variables"]
         environment = {name: _resolve(value, refs) for name, value in variables.items()}
         return cls(tables, queues, indexes, environment)

@@ -18,10 +18,10 @@ import boto3
 from moto import mock_aws
 
 from fireline import ports
-from fireline.adapters import dynamodb, memory, sqs
+from fireline.adapters import dynamodb, memory, sqs, stepfunctions
 from fireline.api import app as api_app
 from fireline.domain import model
-from fireline.services import claims, schedules, targets, ticker, worker
+from fireline.services import claims, long_jobs, schedules, targets, ticker, worker
 
 from .aws import REGION, RequestLog, Stack, serialized_item_writes, sqs_follows
 
@@ -59,13 +59,35 @@ class System:
         self.registry = targets.Registry()
         self.registry.register("noop")(lambda context: None)
 
-    def worker(self, *, tenant_limit: int = 50, job_class: str = "default") -> worker.Worker:
-        runner = targets.TargetRunner(
+    def runner(self) -> targets.TargetRunner:
+        return targets.TargetRunner(
             registry=self.registry,
             signing_secret=SIGNING_SECRET,
             lambda_client=lambda: boto3.client("lambda", region_name=REGION),
             sqs_client=lambda: self.sqs_client,
         )
+
+    def long_jobs(self, heartbeat_seconds: int = 2) -> long_jobs.LongJobs:
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        return long_jobs.LongJobs(
+            schedules=self.schedules,
+            occurrences=self.occurrences,
+            supervisor=stepfunctions.StepFunctionsLongJobs(
+                sfn, self.stack.environment["LONG_JOB_STATE_MACHINE_ARN"]
+            ),
+            clock=self.clock,
+            runner=self.runner(),
+            config=long_jobs.LongJobConfig(heartbeat_seconds=heartbeat_seconds),
+        )
+
+    def worker(
+        self,
+        *,
+        tenant_limit: int = 50,
+        job_class: str = "default",
+        long: long_jobs.LongJobs | None = None,
+    ) -> worker.Worker:
+        runner = self.runner()
         return worker.Worker(
             schedules=self.schedules,
             occurrences=self.occurrences,
@@ -75,6 +97,7 @@ class System:
             runner=runner,
             config=worker.WorkerConfig(job_class=job_class, tenant_limit=tenant_limit),
             metrics=self.metrics,
+            long_jobs=long,
         )
 
     def receive(self, job_class: str = "default") -> list[ports.ReceivedMessage]:
@@ -166,7 +189,9 @@ def api_event(
 @contextlib.contextmanager
 def moto_system(start: datetime = START) -> Iterator[System]:
     clock = memory.FakeClock(start)
-    with mock_aws(), serialized_item_writes(), sqs_follows(clock):
+    # moto runs state machine definitions when asked to (long jobs need it).
+    sfn_config: Any = {"stepfunctions": {"execute_state_machine": True}}
+    with mock_aws(config=sfn_config), serialized_item_writes(), sqs_follows(clock):
         stack = Stack.create()
         log = RequestLog(indexes=stack.indexes)
         ddb = boto3.client("dynamodb", region_name=REGION)

@@ -650,6 +650,9 @@ ALL_ROUTES = [
     ("POST", "/jobs", {"delay_seconds": 60, "target": PYTHON}),
     ("GET", "/jobs/{job}", None),
     ("POST", "/jobs/{job}/cancel", None),
+    ("POST", "/jobs/{job}/heartbeat", {"progress": {"step": 1}}),
+    ("GET", "/dead-letters", None),
+    ("POST", "/dead-letters/{job}/redrive", None),
 ]
 
 
@@ -945,6 +948,9 @@ def test_openapi_document_is_valid_and_lists_every_route(system: System) -> None
         ("/jobs", "post"),
         ("/jobs/{job_id}", "get"),
         ("/jobs/{job_id}/cancel", "post"),
+        ("/jobs/{job_id}/heartbeat", "post"),
+        ("/dead-letters", "get"),
+        ("/dead-letters/{dead_letter_id}/redrive", "post"),
     }
     # AND the non-200 successes are documented with their status
     paths = document["paths"]
@@ -952,3 +958,4 @@ def test_openapi_document_is_valid_and_lists_every_route(system: System) -> None
     assert "201" in paths["/jobs"]["post"]["responses"]
     assert "202" in paths["/schedules/{schedule_id}/trigger"]["post"]["responses"]
     assert "204" in paths["/schedules/{schedule_id}"]["delete"]["responses"]
+    assert "202" in paths["/dead-letters/{dead_letter_id}/redrive"]["post"]["responses"]

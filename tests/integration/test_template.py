@@ -24,6 +24,12 @@ ROOT = Path(__file__).parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
 # What `sam package` puts in place of the local CodeUri before the transform runs.
 PACKAGED_CODE_URI = "s3://fireline-artifacts/functions.zip"
+LONG_JOB_DEFINITION = ROOT / "statemachines" / "long_job.asl.json"
+# The state machine definition's ${Name} placeholders and what CloudFormation puts there.
+DEFINITION_SUBSTITUTIONS = {
+    "LongTaskQueueUrl": {"Ref": "LongTaskQueue"},
+    "OutcomeQueueUrl": {"Ref": "LongQueue"},
+}
 
 HANDLERS = {
     "ApiFunction": "fireline.handlers.api.handler",
@@ -31,6 +37,8 @@ HANDLERS = {
     "TickerFunction": "fireline.handlers.ticker.handler",
     "DefaultWorkerFunction": "fireline.handlers.worker.handler",
     "ShortWorkerFunction": "fireline.handlers.worker.handler",
+    "LongWorkerFunction": "fireline.handlers.worker.handler",
+    "LongRunnerFunction": "fireline.handlers.long_runner.handler",
 }
 HANDLER_PATH = re.compile(r"fireline\.handlers\.[a-z_][a-z0-9_]*\.handler")
 
@@ -51,6 +59,8 @@ ENVIRONMENT = {
     "LOOKAHEAD_SECONDS": {"Ref": "LookaheadSeconds"},
     "HORIZON_SECONDS": {"Ref": "HorizonSeconds"},
     "TENANT_CONCURRENCY_LIMIT": {"Ref": "TenantConcurrencyLimit"},
+    "LONG_JOB_STATE_MACHINE_ARN": {"Ref": "LongJobStateMachine"},
+    "LONG_TASK_QUEUE_URL": {"Ref": "LongTaskQueue"},
     "POWERTOOLS_SERVICE_NAME": "fireline",
     "POWERTOOLS_METRICS_NAMESPACE": "Fireline",
     "LOG_LEVEL": "INFO",
@@ -62,21 +72,78 @@ QUEUE_CLASSES = {
     "short": ("ShortQueue", "ShortDeadLetterQueue", 6 * 30),
     "long": ("LongQueue", "LongDeadLetterQueue", 6 * 60),
 }
-# worker -> (job class, timeout in seconds, maximum concurrency of its event source mapping)
+# worker -> (job class, timeout in seconds, memory in MB, maximum concurrency of its event
+# source mapping). The long class's worker only starts executions and records outcomes.
 WORKERS = {
-    "DefaultWorkerFunction": ("default", 120, 50),
-    "ShortWorkerFunction": ("short", 30, 100),
+    "DefaultWorkerFunction": ("default", 120, 512, 50),
+    "ShortWorkerFunction": ("short", 30, 512, 100),
+    "LongWorkerFunction": ("long", 60, 256, 10),
 }
-# Only the workers sign webhooks and run one job class each; every function shares the rest.
+# The long runner runs one attempt of a long job, handed out by the state machine.
+LONG_RUNNER = "LongRunnerFunction"
+# function -> the job class it runs (JOB_CLASS)
+JOB_CLASSES = {
+    **{worker: job_class for worker, (job_class, *_) in WORKERS.items()},
+    LONG_RUNNER: "long",
+}
+# Only the workers and the long runner sign webhooks and run one job class each; every
+# function shares the rest.
 FUNCTION_ENVIRONMENT = {
-    **{function: ENVIRONMENT for function in HANDLERS if function not in WORKERS},
+    **{function: ENVIRONMENT for function in HANDLERS if function not in JOB_CLASSES},
     **{
-        worker: {
+        function: {
             **ENVIRONMENT,
             "JOB_CLASS": job_class,
             "WEBHOOK_SIGNING_SECRET": {"Ref": "WebhookSigningSecret"},
         }
-        for worker, (job_class, _, _) in WORKERS.items()
+        for function, job_class in JOB_CLASSES.items()
+    },
+}
+# Every SQS event source mapping: function -> its properties. Each function reads one queue
+# and no two share one; none reads a dead-letter queue.
+EVENT_SOURCE_MAPPINGS = {
+    **{
+        worker: {
+            "FunctionName": {"Ref": worker},
+            "EventSourceArn": {"Fn::GetAtt": [QUEUE_CLASSES[job_class][0], "Arn"]},
+            "BatchSize": 10,
+            "MaximumBatchingWindowInSeconds": 0,
+            # Only the failed records of a batch come back, not the whole batch.
+            "FunctionResponseTypes": ["ReportBatchItemFailures"],
+            "ScalingConfig": {"MaximumConcurrency": max_concurrency},
+        }
+        for worker, (job_class, _, _, max_concurrency) in WORKERS.items()
+    },
+    # One attempt per invocation: an attempt may take the whole 900 s.
+    LONG_RUNNER: {
+        "FunctionName": {"Ref": LONG_RUNNER},
+        "EventSourceArn": {"Fn::GetAtt": ["LongTaskQueue", "Arn"]},
+        "BatchSize": 1,
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "ScalingConfig": {"MaximumConcurrency": 20},
+    },
+}
+# A job's target is the tenant's own Lambda function or SQS queue, unknown to the template.
+TENANT_TARGET_ACTIONS = {"lambda:InvokeFunction", "sqs:SendMessage"}
+# function -> the actions its role allows on "*"; any function not named here has none.
+WILDCARD_ACTIONS = {
+    # The workers that run jobs themselves and the long runner call tenant targets.
+    "DefaultWorkerFunction": TENANT_TARGET_ACTIONS,
+    "ShortWorkerFunction": TENANT_TARGET_ACTIONS,
+    LONG_RUNNER: TENANT_TARGET_ACTIONS,
+    # A tenant's heartbeat goes to the task token; cancel stops the execution.
+    "ApiFunction": {"states:SendTaskHeartbeat", "states:StopExecution"},
+}
+# function -> Step Functions actions its role allows on the named state machine; any
+# function not named here has none.
+STATE_MACHINE_GRANTS = {
+    "LongWorkerFunction": {"LongJobStateMachine": {"states:StartExecution"}},
+    LONG_RUNNER: {
+        "LongJobStateMachine": {
+            "states:SendTaskSuccess",
+            "states:SendTaskFailure",
+            "states:SendTaskHeartbeat",
+        }
     },
 }
 FOUR_DAYS = 4 * 24 * 3600
@@ -143,6 +210,12 @@ def _referenced(node: Any) -> set[str]:
     return found
 
 
+def _definition_string(state_machine: dict[str, Any]) -> str:
+    """The translated state machine's definition, as CloudFormation joins it."""
+    separator, lines = state_machine["Properties"]["DefinitionString"]["Fn::Join"]
+    return separator.join(lines)
+
+
 def _statements(role: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         statement
@@ -195,6 +268,16 @@ def sam_template() -> dict[str, Any]:
 def translated(sam_template: dict[str, Any]) -> dict[str, Any]:
     packaged = copy.deepcopy(sam_template)
     packaged["Globals"]["Function"]["CodeUri"] = PACKAGED_CODE_URI
+    # The transform takes a state machine definition from S3 or inline, never from a local
+    # file: `sam package` uploads the file to S3; offline, the same file goes inline. Either
+    # way CloudFormation receives this definition and the same DefinitionSubstitutions.
+    for resource in _resources_of_type(packaged, "AWS::Serverless::StateMachine").values():
+        props = resource["Properties"]
+        uri = props.get("DefinitionUri")
+        if isinstance(uri, str) and not uri.startswith("s3://"):
+            props["Definition"] = json.loads(
+                (TEMPLATE.parent / props.pop("DefinitionUri")).read_text()
+            )
     with pytest.MonkeyPatch.context() as env:
         # The transform fills AWS::Region and AWS::Partition from a boto3 session.
         env.setenv("AWS_DEFAULT_REGION", "us-east-1")
@@ -214,6 +297,17 @@ def test_translated_template_is_lint_clean(translated: dict[str, Any]) -> None:
     # GIVEN the template after the SAM transform WHEN cfn-lint checks the plain
     # CloudFormation THEN it reports nothing either
     assert _lint(json.dumps(translated)) == []
+
+
+def test_translated_state_machine_definition_is_lint_clean(translated: dict[str, Any]) -> None:
+    # The transform emits the definition as an Fn::Join of its lines, which cfn-lint does
+    # not look into. GIVEN the definition joined into the string CloudFormation receives
+    # WHEN cfn-lint checks it against the States Language schema THEN it reports nothing
+    resolved = copy.deepcopy(translated)
+    state_machine = resolved["Resources"]["LongJobStateMachine"]
+    state_machine["Properties"]["DefinitionString"] = _definition_string(state_machine)
+
+    assert _lint(json.dumps(resolved)) == []
 
 
 # ---------------------------------------------------------------- parameters and globals
@@ -283,6 +377,17 @@ def test_code_uri_points_at_the_package_from_infra(sam_template: dict[str, Any])
 
     assert code_uri == "../functions/"
     assert (TEMPLATE.parent / code_uri / "fireline" / "__init__.py").is_file()
+
+
+def test_definition_uri_points_at_the_long_job_definition_from_infra(
+    sam_template: dict[str, Any],
+) -> None:
+    state_machines = _resources_of_type(sam_template, "AWS::Serverless::StateMachine")
+    definition_uri = state_machines["LongJobStateMachine"]["Properties"]["DefinitionUri"]
+
+    assert list(state_machines) == ["LongJobStateMachine"]
+    assert definition_uri == "../statemachines/long_job.asl.json"
+    assert (TEMPLATE.parent / definition_uri).resolve() == LONG_JOB_DEFINITION.resolve()
 
 
 # ---------------------------------------------------------------- tables
@@ -416,10 +521,13 @@ def test_there_are_exactly_six_tables_and_the_irreplaceable_ones_are_retained(
 # ---------------------------------------------------------------- queues
 
 
-def test_there_are_six_queues_one_pair_per_job_class(translated: dict[str, Any]) -> None:
+def test_there_are_seven_queues_one_pair_per_job_class_and_the_long_task_queue(
+    translated: dict[str, Any],
+) -> None:
     queues = _resources_of_type(translated, "AWS::SQS::Queue")
+    class_queues = {name for pair in QUEUE_CLASSES.values() for name in pair[:2]}
 
-    assert set(queues) == {name for pair in QUEUE_CLASSES.values() for name in pair[:2]}
+    assert set(queues) == class_queues | {"LongTaskQueue"}
 
 
 @pytest.mark.parametrize("job_class", sorted(QUEUE_CLASSES))
@@ -440,6 +548,21 @@ def test_each_class_queue_redrives_to_its_own_dead_letter_queue(
         },
     }
     assert dlq == {"MessageRetentionPeriod": FOURTEEN_DAYS, "SqsManagedSseEnabled": True}
+
+
+def test_long_task_queue_hides_a_task_for_six_runner_timeouts_and_has_no_redrive(
+    translated: dict[str, Any],
+) -> None:
+    # The state machine owns an attempt's retries (missed heartbeat, deadline): the task
+    # queue has no dead-letter queue of its own.
+    queue = translated["Resources"]["LongTaskQueue"]
+
+    assert queue["Properties"] == {
+        "VisibilityTimeout": 6 * 900,
+        "MessageRetentionPeriod": FOUR_DAYS,
+        "SqsManagedSseEnabled": True,
+    }
+    assert (queue["DeletionPolicy"], queue["UpdateReplacePolicy"]) == ("Delete", "Delete")
 
 
 # ---------------------------------------------------------------- functions
@@ -515,15 +638,24 @@ def test_one_rule_starts_the_ticker_every_minute(translated: dict[str, Any]) -> 
 def test_each_worker_has_its_class_timeout_and_no_reserved_concurrency(
     translated: dict[str, Any], worker: str
 ) -> None:
-    _, timeout, _ = WORKERS[worker]
+    _, timeout, memory, _ = WORKERS[worker]
     props = translated["Resources"][worker]["Properties"]
 
-    assert (props["Timeout"], props["MemorySize"]) == (timeout, 512)
+    assert (props["Timeout"], props["MemorySize"]) == (timeout, memory)
     # Concurrency is capped per class by the event source mapping, not reserved.
     assert "ReservedConcurrentExecutions" not in props
 
 
-def test_each_worker_is_fed_by_exactly_one_mapping_on_its_own_class_queue(
+def test_long_runner_may_take_lambdas_whole_limit_with_no_reserved_concurrency(
+    translated: dict[str, Any],
+) -> None:
+    props = translated["Resources"][LONG_RUNNER]["Properties"]
+
+    assert (props["Timeout"], props["MemorySize"]) == (900, 1024)
+    assert "ReservedConcurrentExecutions" not in props
+
+
+def test_each_queue_reader_is_fed_by_exactly_one_mapping_on_its_own_queue(
     translated: dict[str, Any],
 ) -> None:
     mappings = _resources_of_type(translated, "AWS::Lambda::EventSourceMapping")
@@ -531,34 +663,83 @@ def test_each_worker_is_fed_by_exactly_one_mapping_on_its_own_class_queue(
         _referenced(m["Properties"]["FunctionName"]).pop(): m["Properties"]
         for m in mappings.values()
     }
+    queues = [_referenced(m["Properties"]["EventSourceArn"]).pop() for m in mappings.values()]
 
-    # One mapping per worker and none elsewhere (no worker shares a queue, none reads a DLQ).
-    assert len(mappings) == len(WORKERS)
-    assert by_function == {
-        worker: {
-            "FunctionName": {"Ref": worker},
-            "EventSourceArn": {"Fn::GetAtt": [QUEUE_CLASSES[job_class][0], "Arn"]},
-            "BatchSize": 10,
-            "MaximumBatchingWindowInSeconds": 0,
-            # Only the failed records of a batch come back, not the whole batch.
-            "FunctionResponseTypes": ["ReportBatchItemFailures"],
-            "ScalingConfig": {"MaximumConcurrency": max_concurrency},
-        }
-        for worker, (job_class, _, max_concurrency) in WORKERS.items()
-    }
+    # One mapping per worker and one for the long runner, none elsewhere.
+    assert len(mappings) == len(EVENT_SOURCE_MAPPINGS) == 4
+    assert by_function == EVENT_SOURCE_MAPPINGS
+    # No two share a queue.
+    assert len(set(queues)) == len(queues)
 
 
-@pytest.mark.parametrize("worker", sorted(WORKERS))
-def test_each_worker_queue_hides_a_message_for_six_worker_timeouts(
-    translated: dict[str, Any], worker: str
+@pytest.mark.parametrize("function", sorted(EVENT_SOURCE_MAPPINGS))
+def test_each_queue_hides_a_message_for_six_timeouts_of_its_reader(
+    translated: dict[str, Any], function: str
 ) -> None:
     # AWS's guidance for SQS event sources: visibility at least 6x the function timeout, so
     # a message being worked on (or retried by the poller) never reappears mid-run.
-    job_class, _, _ = WORKERS[worker]
-    queue = translated["Resources"][QUEUE_CLASSES[job_class][0]]["Properties"]
-    timeout = translated["Resources"][worker]["Properties"]["Timeout"]
+    queue_name = _referenced(EVENT_SOURCE_MAPPINGS[function]["EventSourceArn"]).pop()
+    queue = translated["Resources"][queue_name]["Properties"]
+    timeout = translated["Resources"][function]["Properties"]["Timeout"]
 
     assert queue["VisibilityTimeout"] >= 6 * timeout
+
+
+# ---------------------------------------------------------------- long jobs
+
+
+def test_long_job_state_machine_is_standard_and_substitutes_its_queue_urls(
+    translated: dict[str, Any],
+) -> None:
+    state_machines = _resources_of_type(translated, "AWS::StepFunctions::StateMachine")
+    props = state_machines["LongJobStateMachine"]["Properties"]
+
+    assert list(state_machines) == ["LongJobStateMachine"]
+    assert set(props) == {
+        "DefinitionString",
+        "DefinitionSubstitutions",
+        "RoleArn",
+        "StateMachineType",
+        "Tags",
+    }
+    # Express workflows run for 5 minutes at most and cannot wait for a task token.
+    assert props["StateMachineType"] == "STANDARD"
+    assert props["RoleArn"] == {"Fn::GetAtt": ["LongJobStateMachineRole", "Arn"]}
+    assert props["DefinitionSubstitutions"] == DEFINITION_SUBSTITUTIONS
+    # What deploys is the definition file as it stands.
+    assert json.loads(_definition_string(state_machines["LongJobStateMachine"])) == json.loads(
+        LONG_JOB_DEFINITION.read_text()
+    )
+
+
+def test_long_job_definition_hands_each_attempt_out_with_a_task_token() -> None:
+    text = LONG_JOB_DEFINITION.read_text()
+    states = json.loads(text)["States"]
+    run = states["Run"]
+
+    # Every placeholder is one the template substitutes, and every substitution is used.
+    assert set(re.findall(r"\$\{([^}]*)\}", text)) == set(DEFINITION_SUBSTITUTIONS)
+    assert (run["Type"], run["Resource"]) == (
+        "Task",
+        "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+    )
+    assert run["Parameters"]["MessageBody"]["task_token.$"] == "$$.Task.Token"
+    # The heartbeat interval and the deadline come from each execution's input.
+    assert (run["HeartbeatSecondsPath"], run["TimeoutSecondsPath"]) == (
+        "$.heartbeat_seconds",
+        "$.deadline_seconds",
+    )
+    assert {"HeartbeatSeconds", "TimeoutSeconds"} & set(run) == set()
+    # Attempts go to the task queue; outcomes go back to the long class's queue.
+    assert {
+        name: state["Parameters"]["QueueUrl"]
+        for name, state in states.items()
+        if state.get("Resource", "").startswith("arn:aws:states:::sqs:sendMessage")
+    } == {
+        "Run": "${LongTaskQueueUrl}",
+        "Dead": "${OutcomeQueueUrl}",
+        "Succeeded": "${OutcomeQueueUrl}",
+    }
 
 
 # ---------------------------------------------------------------- API
@@ -637,8 +818,12 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
                 {"SchedulesTable", "OccurrencesTable", "SlotsTable"},
                 {"DefaultQueue", "ShortQueue", "LongQueue"},
             )
-            for worker in sorted(WORKERS)
+            for worker in ("DefaultWorkerFunction", "ShortWorkerFunction")
         ),
+        # Retries and deferrals go back to its own class's queue only.
+        ("LongWorkerFunction", {"SchedulesTable", "OccurrencesTable", "SlotsTable"}, {"LongQueue"}),
+        # Sends only to tenant targets (on "*": see the wildcard grants).
+        (LONG_RUNNER, {"SchedulesTable", "OccurrencesTable"}, set()),
     ],
 )
 def test_each_function_reaches_only_its_tables_and_queues(
@@ -657,7 +842,7 @@ def test_each_function_reaches_only_its_tables_and_queues(
     ("function", "table"),
     [
         ("AuthorizerFunction", "ApiKeysTable"),
-        *((worker, "SchedulesTable") for worker in sorted(WORKERS)),
+        *((function, "SchedulesTable") for function in sorted(JOB_CLASSES)),
     ],
 )
 def test_read_only_grants_cannot_write(
@@ -670,16 +855,40 @@ def test_read_only_grants_cannot_write(
 
 
 @pytest.mark.parametrize("function", sorted(HANDLERS))
-def test_only_workers_have_the_wildcard_grants_for_tenant_targets(
+def test_only_target_callers_and_the_api_have_wildcard_grants(
     translated: dict[str, Any], function: str
 ) -> None:
-    # A job's target is the tenant's own Lambda function or SQS queue, unknown to the
-    # template: the workers may invoke any function and send to any queue, nothing else.
+    # The functions that call tenant targets may invoke any function and send to any
+    # queue; the API may heartbeat any task and stop any execution; nothing else.
     role = translated["Resources"][f"{function}Role"]
 
-    assert _wildcard_actions(role) == (
-        {"lambda:InvokeFunction", "sqs:SendMessage"} if function in WORKERS else set()
-    )
+    assert _wildcard_actions(role) == WILDCARD_ACTIONS.get(function, set())
+
+
+@pytest.mark.parametrize("function", sorted(HANDLERS))
+def test_only_the_long_worker_and_runner_reach_the_state_machine(
+    translated: dict[str, Any], function: str
+) -> None:
+    # The long worker starts executions; the runner answers its task token.
+    role = translated["Resources"][f"{function}Role"]
+
+    assert _grants(role, "states") == STATE_MACHINE_GRANTS.get(function, {})
+
+
+def test_state_machine_only_sends_to_the_task_queue_and_the_outcome_queue(
+    translated: dict[str, Any],
+) -> None:
+    role = translated["Resources"]["LongJobStateMachineRole"]
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+
+    assert trust["Principal"] == {"Service": ["states.amazonaws.com"]}
+    assert role["Properties"]["ManagedPolicyArns"] == []
+    assert _grants(role, "sqs") == {
+        "LongTaskQueue": {"sqs:SendMessage*"},
+        "LongQueue": {"sqs:SendMessage*"},
+    }
+    assert {action for s in _statements(role) for action in _actions(s)} == {"sqs:SendMessage*"}
+    assert _wildcard_actions(role) == set()
 
 
 # ---------------------------------------------------------------- alarms
@@ -759,12 +968,16 @@ def test_each_dead_letter_queue_alarms_on_its_first_message(
 # ---------------------------------------------------------------- outputs and packaging
 
 
-def test_outputs_name_the_api_every_table_and_every_queue(translated: dict[str, Any]) -> None:
+def test_outputs_name_the_api_the_state_machine_every_table_and_every_queue(
+    translated: dict[str, Any],
+) -> None:
     outputs = translated["Outputs"]
     tables = _resources_of_type(translated, "AWS::DynamoDB::Table")
     queues = _resources_of_type(translated, "AWS::SQS::Queue")
+    named = {f"{t}Name" for t in tables} | {f"{q}Url" for q in queues}
 
-    assert set(outputs) == {"ApiUrl"} | {f"{t}Name" for t in tables} | {f"{q}Url" for q in queues}
+    assert set(outputs) == {"ApiUrl", "LongJobStateMachineArn"} | named
+    assert outputs["LongJobStateMachineArn"]["Value"] == {"Ref": "LongJobStateMachine"}
     assert all(outputs[f"{t}Name"]["Value"] == {"Ref": t} for t in tables)
     assert all(outputs[f"{q}Url"]["Value"] == {"Ref": q} for q in queues)
     assert _referenced(outputs["ApiUrl"]["Value"]) == {"FirelineApi", "StageName"}

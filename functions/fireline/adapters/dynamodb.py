@@ -387,6 +387,9 @@ def occurrence_to_item(item: occurrence.Occurrence, expires_at: int | None) -> d
         "result": json.dumps(item.result) if item.result is not None else None,
         # Only dead rows carry it: the sparse "dead" index lists a tenant's dead letters.
         "dead_tenant_id": item.tenant_id if item.state is occurrence.State.DEAD else None,
+        "execution": item.execution,
+        "task_token": item.task_token,
+        "generation": item.generation or None,
         "expires_at": expires_at,
     }
 
@@ -409,6 +412,9 @@ def occurrence_from_item(record: dict[str, Any]) -> occurrence.Occurrence:
         payload=json.loads(record["payload"]) if record.get("payload") else {},
         in_progress_until=_opt_from_ms(record.get("in_progress_until_ms")),
         result=json.loads(record["result"]) if record.get("result") else None,
+        execution=record.get("execution"),
+        task_token=record.get("task_token"),
+        generation=int(record.get("generation", 0)),
     )
 
 
@@ -563,6 +569,52 @@ class DynamoOccurrenceStore:
             return False, occurrence_from_item(_decode(old)) if old else None
         return True, occurrence_from_item(_decode(response["Attributes"]))
 
+    def annotate_running(
+        self,
+        key: str,
+        *,
+        execution: str | None = None,
+        task_token: str | None = None,
+        attempts: int | None = None,
+        progress: dict[str, Any] | None = None,
+        in_progress_until: datetime | None = None,
+    ) -> bool:
+        fields: dict[str, Any] = {
+            "execution": execution,
+            "task_token": task_token,
+            "attempts": attempts,
+            "progress": json.dumps(progress) if progress is not None else None,
+            "in_progress_until_ms": _ms(in_progress_until) if in_progress_until else None,
+        }
+        chosen = {name: value for name, value in fields.items() if value is not None}
+        if not chosen:
+            # Nothing to write, but the answer is still whether the attempt is running.
+            row = self.get(key)
+            return row is not None and row.state is occurrence.State.RUNNING
+        names = {f"#f{i}": name for i, name in enumerate(chosen)}
+        values = {f":v{i}": _serializer.serialize(v) for i, v in enumerate(chosen.values())}
+        sets = ", ".join(f"#f{i} = :v{i}" for i in range(len(chosen)))
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key(key),
+                    UpdateExpression=f"SET {sets}",
+                    # Facts about a running attempt only: a heartbeat that arrives after
+                    # the outcome must not reopen or alter a settled row.
+                    ConditionExpression="#state = :running",
+                    ExpressionAttributeNames={**names, "#state": "state"},
+                    ExpressionAttributeValues={
+                        **values,
+                        ":running": {"S": occurrence.State.RUNNING.value},
+                    },
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
     def settle(
         self,
         key: str,
@@ -586,20 +638,25 @@ class DynamoOccurrenceStore:
             ":running": {"S": occurrence.State.RUNNING.value},
         }
         update = "SET #state = :state, #finished = :now, #reason = :reason"
+        remove = "REMOVE #until"
         if state is occurrence.State.DEAD:
             # Into the sparse "dead" index, where GET /dead-letters finds it.
             update += ", #dead = #tenant"
             names |= {"#dead": "dead_tenant_id", "#tenant": "tenant_id"}
+        names["#result"] = "result"
         if result is not None:
             update += ", #result = :result"
-            names["#result"] = "result"
             values[":result"] = {"S": json.dumps(result, separators=(",", ":"))}
+        else:
+            # The outcome is this attempt's: an earlier attempt's result must not be
+            # replayed as if it were this one's.
+            remove += ", #result"
         try:
             with _translated():
                 self._client.update_item(
                     TableName=self._table,
                     Key=self._key(key),
-                    UpdateExpression=f"{update} REMOVE #until",
+                    UpdateExpression=f"{update} {remove}",
                     # The completion is the idempotency record's update. Only the running
                     # attempt records its outcome: a cancel or a newer claim wins over it.
                     ConditionExpression="#state = :running",

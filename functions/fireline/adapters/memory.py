@@ -267,6 +267,32 @@ class MemoryOccurrenceStore:
             self._items[key] = claimed
             return True, claimed
 
+    def annotate_running(
+        self,
+        key: str,
+        *,
+        execution: str | None = None,
+        task_token: str | None = None,
+        attempts: int | None = None,
+        progress: dict[str, Any] | None = None,
+        in_progress_until: datetime | None = None,
+    ) -> bool:
+        changes: dict[str, Any] = {
+            "execution": execution,
+            "task_token": task_token,
+            "attempts": attempts,
+            "progress": progress,
+            "in_progress_until": in_progress_until,
+        }
+        with self._lock:
+            current = self._items.get(key)
+            if current is None or current.state is not occurrence.State.RUNNING:
+                return False
+            self._items[key] = replace(
+                current, **{k: v for k, v in changes.items() if v is not None}
+            )
+            return True
+
     def settle(
         self,
         key: str,

@@ -210,7 +210,17 @@ def build_app(
     def get_job(job_id: ID) -> models.JobOut:
         return models.JobOut.of(service.get_job(tenant(), job_id))
 
-    @app.post("/jobs/<job_id>/cancel", summary="Cancel a job that has not started")
+    @app.post(
+        "/jobs/<job_id>/heartbeat",
+        summary="A running long job is alive (with progress, shown by GET)",
+    )
+    def heartbeat_job(job_id: ID, body: Annotated[models.HeartbeatIn, Body()]) -> models.JobOut:
+        return models.JobOut.of(service.heartbeat_job(tenant(), job_id, body.progress))
+
+    @app.post(
+        "/jobs/<job_id>/cancel",
+        summary="Cancel a job that has not started, or stop a running long job",
+    )
     def cancel_job(job_id: ID) -> models.JobOut:
         return models.JobOut.of(service.cancel_job(tenant(), job_id))
 
@@ -231,8 +241,8 @@ def build_app(
     def redrive_dead_letter(
         dead_letter_id: Annotated[str, Path(min_length=1, max_length=400)],
     ) -> Response[str]:
-        key = models.occurrence_key(dead_letter_id)
-        queued = service.redrive(tenant(), key)
+        owner = tenant()  # identity first: an anonymous caller learns nothing
+        queued = service.redrive(owner, models.occurrence_key(dead_letter_id))
         return _json(models.OccurrenceOut.of(queued).model_dump(mode="json"), 202)
 
     # --- the document ----------------------------------------------------------------------

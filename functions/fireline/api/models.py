@@ -211,6 +211,19 @@ class JobIn(JobSpecIn):
         )
 
 
+class HeartbeatIn(Strict):
+    progress: dict[str, Any] | None = Field(
+        default=None, description="how far the job got (at most 16 KiB as JSON)"
+    )
+
+    @field_validator("progress")
+    @classmethod
+    def _progress_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            _check_size(value, 16 * 1024, "progress")
+        return value
+
+
 # --- responses ---------------------------------------------------------------------------
 
 

@@ -131,6 +131,9 @@ class Occurrence:
     # that another delivery may claim it again (the holder timed out or crashed).
     in_progress_until: datetime | None = None
     result: dict[str, Any] | None = None  # what the target returned, for a replay
+    execution: str | None = None  # a long job's state machine execution
+    task_token: str | None = None  # a long job's current task (heartbeats go to it)
+    generation: int = 0  # +1 on each redrive: a new run gets a new execution name
 
     @property
     def duration_seconds(self) -> float | None:

@@ -16,6 +16,7 @@ metrics = wiring.metrics()
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     ticker = wiring.ticker_for(owner=context.aws_request_id)
+    ticker.after_tick = metrics.flush_metrics
     report = ticker.run(context.get_remaining_time_in_millis)
     totals = report.totals
     return {

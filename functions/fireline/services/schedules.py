@@ -20,6 +20,7 @@ from typing import Any
 from fireline import ports
 from fireline.domain import errors, model, natural, occurrence, policies, retry, schedule
 from fireline.services import dispatch
+from fireline.services import long_jobs as long_jobs_service
 
 MAX_PAGE = 100
 MAX_PREVIEW = 100
@@ -83,6 +84,7 @@ class ScheduleService:
         clock: ports.Clock,
         ids: Callable[[str], str] = new_id,
         handlers: Container[str] | None = None,
+        long_jobs: long_jobs_service.LongJobs | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -91,6 +93,7 @@ class ScheduleService:
         self.ids = ids
         # Python targets must name a handler this deployment registered (None: any).
         self.handlers = handlers
+        self.long_jobs = long_jobs
 
     # --- schedules -------------------------------------------------------------------------
 
@@ -259,6 +262,11 @@ class ScheduleService:
             return self.get_job(tenant_id, job_id)
         if row.state is occurrence.State.CANCELLED:
             return view
+        if row.state is occurrence.State.RUNNING and row.execution and self.long_jobs:
+            # A long job: stop its execution, then record it cancelled.
+            if not self.long_jobs.cancel(row):
+                raise errors.ConflictError(f"job {job_id} finished meanwhile")
+            return self.get_job(tenant_id, job_id)
         if not occurrence.can_transition(row.state, occurrence.State.CANCELLED) or (
             row.state is not occurrence.State.QUEUED
         ):
@@ -266,6 +274,16 @@ class ScheduleService:
         moved = row.moved(occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled")
         if not self.occurrences.transition(moved, expected_state=row.state):
             raise errors.ConflictError(f"job {job_id} started meanwhile: too late to cancel")
+        return self.get_job(tenant_id, job_id)
+
+    def heartbeat_job(
+        self, tenant_id: str, job_id: str, progress: dict[str, Any] | None
+    ) -> JobView:
+        """A running long job's own process says it is alive, and how far it got."""
+        view = self.get_job(tenant_id, job_id)
+        if view.occurrence is None or self.long_jobs is None:
+            raise errors.ConflictError(f"job {job_id} is not a running long job")
+        self.long_jobs.heartbeat(view.occurrence, progress)
         return self.get_job(tenant_id, job_id)
 
     # --- dead letters ----------------------------------------------------------------------
@@ -293,6 +311,9 @@ class ScheduleService:
             finished_at=None,
             result=None,
             in_progress_until=None,
+            execution=None,
+            task_token=None,
+            generation=row.generation + 1,
         )
         if not self.occurrences.transition(queued, expected_state=occurrence.State.DEAD):
             raise errors.ConflictError("the dead letter was redriven meanwhile")

@@ -50,6 +50,13 @@ class JobContext:
     fire_time: datetime
     attempt: int
     payload: dict[str, Any]
+    # A long job's handler may report how far it got (stored, visible in GET, and a
+    # heartbeat); elsewhere it goes nowhere.
+    report_progress: Callable[[dict[str, Any]], None] | None = None
+
+    def progress(self, update: dict[str, Any]) -> None:
+        if self.report_progress is not None:
+            self.report_progress(update)
 
     def as_message(self) -> dict[str, Any]:
         return {

@@ -115,6 +115,7 @@ class Ticker:
         config: TickerConfig | None = None,
         metrics: ports.Metrics | None = None,
         use_lease: bool = True,
+        after_tick: Callable[[], None] | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -125,6 +126,9 @@ class Ticker:
         self.config = config or TickerConfig()
         self.metrics = metrics or _NoMetrics()
         self.use_lease = use_lease
+        # Called after every tick: the Lambda handler flushes its metrics here, so lag
+        # reaches CloudWatch within seconds rather than at the end of the invocation.
+        self.after_tick = after_tick
         self._held: lease.Lease | None = None
         self._renewed_at = 0.0  # monotonic
         self._trusted_until = 0.0  # monotonic
@@ -144,6 +148,8 @@ class Ticker:
                 report.totals.add(self.tick())
                 report.ticks += 1
                 self.metrics.add_metric("TicksCompleted", "Count", 1)
+                if self.after_tick is not None:
+                    self.after_tick()
                 next_tick += self.config.tick_seconds
                 wait = next_tick - self.clock.monotonic()
                 if wait > 0:

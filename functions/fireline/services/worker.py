@@ -40,6 +40,7 @@ from fireline import ports
 from fireline.adapters.idempotency import OccurrenceIdempotency
 from fireline.domain import errors, model, occurrence, quota
 from fireline.services import claims, dispatch, targets
+from fireline.services import long_jobs as long_jobs_service
 
 logger = Logger(service="fireline", child=True)
 
@@ -60,6 +61,7 @@ class Result(enum.StrEnum):
     SETTLED = "settled"  # already had its outcome: a duplicate delivery, nothing run
     DEFERRED = "deferred"  # tenant limit or overlap: sent again for later
     BUSY = "busy"  # another delivery is running it: leave the message to SQS
+    STARTED = "started"  # a long job's supervising execution started
 
 
 class Busy(Exception):
@@ -91,6 +93,7 @@ class Worker:
         config: WorkerConfig | None = None,
         metrics: ports.Metrics | None = None,
         rng: random.Random | None = None,
+        long_jobs: long_jobs_service.LongJobs | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -102,18 +105,23 @@ class Worker:
         self.metrics = metrics or _NoMetrics()
         self.rng = rng or random.Random()
         self.idempotency = OccurrenceIdempotency(occurrences, clock)
+        self.long_jobs = long_jobs
 
     def handle(
         self, body: dict[str, Any], *, remaining_ms: Callable[[], int], lambda_context: Any = None
     ) -> Result:
         """Process one message. Raises Busy (redeliver later) or MissingIdempotencyKey."""
         key = claims.occurrence_key_of(body)
+        if body.get("type") == "outcome":
+            return self._long_outcome(body)
         row = self.occurrences.get(key)
         if row is None or row.state in occurrence.SETTLED:
             self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
             return Result.SETTLED
         now = self.clock.now()
         if row.state is occurrence.State.RUNNING and not _abandoned(row, now):
+            if row.execution:
+                return Result.SETTLED  # a long job whose execution is in flight
             raise Busy(f"{key} is running elsewhere")
         item = self.schedules.get(row.tenant_id, row.schedule_id)
         why = claims.unwanted(item, row)
@@ -125,12 +133,66 @@ class Worker:
         slot = self._take_slot(item.tenant_id, key, deadline, now)
         if slot is None:
             return self._defer(body, row, "tenant limit")
+        if self.long_jobs is not None:
+            return self._start_long(item, key, slot, deadline, now)
         try:
             outcome = self._run_once(body, item, deadline, remaining_ms, lambda_context)
         finally:
             if slot is not quota.UNLIMITED_SLOT:
                 self.slots.give_back(item.tenant_id, slot, key)
         return self._after(body, row, outcome)
+
+    # --- long jobs --------------------------------------------------------------------------
+
+    def _start_long(
+        self, item: model.Schedule, key: str, slot: int, deadline: int, now: datetime
+    ) -> Result:
+        """Claim, then hand the run to its state machine; the slot stays held until the
+        outcome message (or its expiry, should that never come)."""
+        assert self.long_jobs is not None
+        claimed, current = self.occurrences.claim(
+            key, now=now, until=now + long_jobs_service.START_MARGIN
+        )
+        if not claimed:
+            self._release_slot(item.tenant_id, key, slot)
+            if current is not None and current.execution:
+                return Result.SETTLED  # its execution is in flight: this was a repeat
+            raise Busy(f"{key} is being started elsewhere")
+        assert current is not None
+        try:
+            self.long_jobs.start(item, current, deadline)
+        except Exception:
+            self._release_slot(item.tenant_id, key, slot)
+            raise
+        self.metrics.add_metric("LongJobsStarted", "Count", 1)
+        return Result.STARTED
+
+    def _long_outcome(self, body: dict[str, Any]) -> Result:
+        if self.long_jobs is None:
+            raise errors.ValidationError("an outcome message on a non-long queue", field="type")
+        state = self.long_jobs.record_outcome(body)
+        row = self.occurrences.get(body["occurrence_key"])
+        if row is not None:
+            self._release_slot(row.tenant_id, row.key, None)
+        if state is occurrence.State.SUCCEEDED:
+            self.metrics.add_metric("Succeeded", "Count", 1)
+            return Result.SUCCEEDED
+        if state is occurrence.State.DEAD:
+            self.metrics.add_metric("Failed", "Count", 1)
+            self.metrics.add_metric("DeadLettered", "Count", 1)
+            return Result.DEAD
+        return Result.SETTLED  # cancelled meanwhile, or a repeated outcome message
+
+    def _release_slot(self, tenant_id: str, key: str, slot: int | None) -> None:
+        if slot == quota.UNLIMITED_SLOT:
+            return
+        if slot is None:
+            held, _ = self.slots.held(tenant_id)
+            mine = next((s for s in held if s.holder == key), None)
+            if mine is None:
+                return
+            slot = mine.number
+        self.slots.give_back(tenant_id, slot, key)
 
     # --- steps -----------------------------------------------------------------------------
 

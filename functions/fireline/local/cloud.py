@@ -1,0 +1,275 @@
+"""The embedded local cloud: the real template and handlers on an emulator, on this machine.
+
+``LocalCloud.start`` starts moto's server on 127.0.0.1 (or uses ``endpoint_url``, such as
+LocalStack on :4566), turns on its Step Functions interpreter, deploys infra/template.yaml
+through its CloudFormation (fireline.local.deploy), then plays the AWS service side with
+fireline.local.runtime: function processes, the ticker's schedule rule, the SQS event
+source mappings and API Gateway on a real HTTP port, with API keys mapped to tenants by
+the deployed authorizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import urllib.request
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from fireline.adapters import dynamodb
+from fireline.local import deploy, runtime, state
+
+REGION = "us-east-1"
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+DEFAULT_KEYS = {"local-key-tenant-a": "tenant-a", "local-key-tenant-b": "tenant-b"}
+LOCAL_PARAMETERS = {
+    # Locally a long job's heartbeat window is short, so the demo shows it quickly.
+    "WebhookSigningSecret": "local-signing-secret-change-me",
+}
+
+
+@dataclass
+class LocalOptions:
+    host: str = "127.0.0.1"
+    emulator_port: int = 0  # 0: any free port
+    api_port: int = 8080  # 0: any free port
+    endpoint_url: str | None = None  # an existing emulator instead of starting moto
+    tick_period: float | None = None  # override the ticker rule's period (seconds)
+    api_keys: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_KEYS))
+    state_dir: Path | None = None  # export on stop, import on start
+    log_path: Path | None = None
+    stack_name: str = "fireline-local"
+    long_job_heartbeat_seconds: int = 10
+    extra_environment: dict[str, str] = field(default_factory=dict)
+
+
+class Metrics:
+    """Recent metric values from the functions' EMF output (for the status screen)."""
+
+    def __init__(self, window: int = 5000) -> None:
+        self._values: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=window))
+        self.totals: dict[str, float] = defaultdict(float)
+        self._lock = threading.Lock()
+
+    def add(self, name: str, value: float) -> None:
+        with self._lock:
+            self._values[name].append(value)
+            self.totals[name] += value
+
+    def percentile(self, name: str, p: float) -> float | None:
+        with self._lock:
+            values = sorted(self._values.get(name, ()))
+        if not values:
+            return None
+        return values[round(p / 100 * (len(values) - 1))]
+
+
+class LocalCloud:
+    def __init__(self, options: LocalOptions | None = None) -> None:
+        self.options = options or LocalOptions()
+        self.metrics = Metrics()
+        self.hosts: dict[str, runtime.FunctionHost] = {}
+        self.mappings: dict[str, runtime.SqsMapping] = {}
+        self.rules: list[runtime.ScheduleRule] = []
+        self._server: Any = None
+        self._http: Any = None
+        self.endpoint_url = ""
+        self.api_url = ""
+        self.deployed: deploy.Deployed | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> LocalCloud:
+        o = self.options
+        if o.endpoint_url:
+            self.endpoint_url = o.endpoint_url.rstrip("/")
+        else:
+            from moto.server import ThreadedMotoServer
+
+            self._server = ThreadedMotoServer(
+                ip_address=o.host, port=o.emulator_port, verbose=False
+            )
+            self._server.start()
+            host, port = self._server.get_host_and_port()
+            self.endpoint_url = f"http://{host}:{port}"
+            # moto's state machine interpreter calls the services it integrates with (SQS
+            # here) on localhost:$MOTO_PORT: point it at this server.
+            os.environ["MOTO_PORT"] = str(port)
+            # Run state machine definitions (long jobs) instead of only recording them.
+            request = urllib.request.Request(
+                f"{self.endpoint_url}/moto-api/config",
+                data=json.dumps({"stepfunctions": {"execute_state_machine": True}}).encode(),
+                method="POST",
+            )
+            urllib.request.urlopen(request, timeout=10).close()
+        self.deployed = deploy.deploy(self, stack_name=o.stack_name, parameters=LOCAL_PARAMETERS)
+        self._collector = runtime.Collector(
+            str(o.log_path) if o.log_path else None, self.metrics.add
+        )
+        self._collector.start()
+        self._start_functions()
+        if o.state_dir is not None:
+            state.restore(self, o.state_dir)
+        self._register_keys()
+        self._start_event_sources()
+        self._start_api()
+        return self
+
+    def stop(self) -> None:
+        for rule in self.rules:
+            rule.stop()
+        for mapping in self.mappings.values():
+            mapping.stop()
+        if self.options.state_dir is not None and self.deployed is not None:
+            state.save(self, self.options.state_dir)
+        if self._http is not None:
+            self._http.shutdown()
+        for host in self.hosts.values():
+            host.stop()
+        if self._server is not None:
+            self._server.stop()
+
+    def __enter__(self) -> LocalCloud:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- clients -------------------------------------------------------------------------------
+
+    def client(self, service: str) -> Any:
+        return boto3.session.Session(
+            aws_access_key_id="local", aws_secret_access_key="local", region_name=REGION
+        ).client(service, endpoint_url=self.endpoint_url)  # type: ignore[call-overload]
+
+    # --- functions, event sources, API ----------------------------------------------------------
+
+    def _start_functions(self) -> None:
+        assert self.deployed is not None
+        lambdas = self.client("lambda")
+        for logical, name in self.deployed.of_type("AWS::Lambda::Function").items():
+            config = lambdas.get_function_configuration(FunctionName=name)
+            variables = config.get("Environment", {}).get("Variables", {})
+            environment = {
+                **{str(k): str(v) for k, v in variables.items()},
+                **FAKE_CREDENTIALS,
+                "AWS_ENDPOINT_URL": self.endpoint_url,
+                "AWS_REGION": REGION,
+                "AWS_DEFAULT_REGION": REGION,
+                "AWS_LAMBDA_FUNCTION_NAME": name,
+                "AWS_LAMBDA_FUNCTION_TIMEOUT": str(config.get("Timeout", 3)),
+                "LONG_JOB_HEARTBEAT_SECONDS": str(self.options.long_job_heartbeat_seconds),
+                **self.options.extra_environment,
+            }
+            spec = runtime.FunctionSpec(
+                logical_id=logical,
+                name=name,
+                handler=config["Handler"],
+                timeout_seconds=int(config.get("Timeout", 3)),
+                environment=environment,
+            )
+            host = runtime.FunctionHost(spec, self._collector.lines)
+            host.start()
+            self.hosts[logical] = host
+
+    def _register_keys(self) -> None:
+        assert self.deployed is not None
+        store = dynamodb.DynamoApiKeyStore(
+            self.client("dynamodb"), self.deployed.physical("ApiKeysTable")
+        )
+        for key, tenant in self.options.api_keys.items():
+            store.put(key, tenant)
+
+    def _host_by_name(self, function: str) -> runtime.FunctionHost:
+        name = function.split(":function:")[-1].split(":")[0]
+        return next(h for h in self.hosts.values() if h.spec.name == name)
+
+    def _start_event_sources(self) -> None:
+        lambdas, sqs, events = self.client("lambda"), self.client("sqs"), self.client("events")
+        for mapping in lambdas.list_event_source_mappings()["EventSourceMappings"]:
+            # The emulator would take the messages itself for its Lambda stub: disable it
+            # there and play the mapping here, from its own configuration.
+            lambdas.update_event_source_mapping(UUID=mapping["UUID"], Enabled=False)
+            queue_name = mapping["EventSourceArn"].split(":")[-1]
+            played = runtime.SqsMapping(
+                sqs,
+                self._host_by_name(mapping["FunctionArn"]),
+                queue_url=sqs.get_queue_url(QueueName=queue_name)["QueueUrl"],
+                queue_arn=mapping["EventSourceArn"],
+                batch_size=int(mapping.get("BatchSize", 10)),
+                max_concurrency=int(mapping.get("ScalingConfig", {}).get("MaximumConcurrency", 10)),
+                partial_failures="ReportBatchItemFailures"
+                in mapping.get("FunctionResponseTypes", []),
+            )
+            played.start()
+            self.mappings[queue_name] = played
+        for rule in events.list_rules()["Rules"]:
+            expression = rule.get("ScheduleExpression")
+            if not expression:
+                continue
+            for target in events.list_targets_by_rule(Rule=rule["Name"])["Targets"]:
+                period = self.options.tick_period or runtime.rate_seconds(expression)
+                played_rule = runtime.ScheduleRule(
+                    self._host_by_name(target["Arn"]), name=rule["Name"], period=period
+                )
+                played_rule.start()
+                self.rules.append(played_rule)
+
+    def _start_api(self) -> None:
+        gateway = runtime.ApiGateway(
+            api=self.hosts["ApiFunction"], authorizer=self.hosts.get("AuthorizerFunction")
+        )
+        self._http = gateway.serve(self.options.host, self.options.api_port)
+        host, port = self._http.server_address[:2]
+        self.api_url = f"http://{host}:{port}"
+        self.gateway = gateway
+
+    # --- what the status screen shows ----------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        assert self.deployed is not None
+        sqs = self.client("sqs")
+        classes: dict[str, dict[str, int]] = {}
+        for job_class in ("default", "short", "long"):
+            logical = f"{job_class.capitalize()}Queue"
+            attributes = sqs.get_queue_attributes(
+                QueueUrl=self.deployed.physical(logical),
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
+            )["Attributes"]
+            classes[job_class] = {
+                "backlog": int(attributes["ApproximateNumberOfMessages"]),
+                "in_flight": int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+            }
+        counts: dict[str, int] = defaultdict(int)
+        ddb = self.client("dynamodb")
+        paginator = ddb.get_paginator("scan")
+        for page in paginator.paginate(
+            TableName=self.deployed.physical("OccurrencesTable"),
+            ProjectionExpression="#s",
+            ExpressionAttributeNames={"#s": "state"},
+        ):
+            for item in page["Items"]:
+                counts[item["state"]["S"]] += 1
+        lease = ddb.get_item(
+            TableName=self.deployed.physical("LeasesTable"), Key={"name": {"S": "ticker"}}
+        ).get("Item")
+        holder = None
+        if lease and int(lease["expires_at_ms"]["N"]) > time.time() * 1000:
+            holder = f"{lease['owner']['S'][:8]} (token {lease['token']['N']})"
+        return {
+            "classes": classes,
+            "occurrences": dict(counts),
+            "lag_p50_ms": self.metrics.percentile("ScheduleLag", 50),
+            "lag_p99_ms": self.metrics.percentile("ScheduleLag", 99),
+            "lease": holder,
+            "api_requests": self.gateway.requests,
+        }

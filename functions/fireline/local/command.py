@@ -1,0 +1,176 @@
+"""`fireline local`: run the whole scheduler on the embedded emulator, with a live screen."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the heavy imports wait for `fireline local` itself
+    from rich.console import Group
+
+    from fireline.local.cloud import LocalCloud
+
+
+def add_local_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "local",
+        help="run Fireline on the embedded local cloud (moto), with example schedules",
+        description=(
+            "Deploys infra/template.yaml into an embedded emulator and plays the AWS side "
+            "(the ticker's rule, the queues' event source mappings, API Gateway) with the "
+            "real handlers. Ctrl-C stops everything."
+        ),
+    )
+    parser.add_argument("--port", type=int, default=8080, help="API port on 127.0.0.1 (0: any)")
+    parser.add_argument("--emulator-port", type=int, default=0, help="moto's port (0: any)")
+    parser.add_argument(
+        "--endpoint-url",
+        help="use this emulator (e.g. LocalStack, http://localhost:4566) instead of moto",
+    )
+    parser.add_argument(
+        "--tick-period",
+        type=float,
+        help="seconds between ticker invocations (the rule says 60; each ticks for ~55 s)",
+    )
+    parser.add_argument("--state-dir", type=Path, help="keep state here across restarts")
+    parser.add_argument(
+        "--key",
+        dest="keys",
+        action="append",
+        default=[],
+        metavar="KEY=TENANT",
+        help="an API key and the tenant it authenticates (repeatable)",
+    )
+    parser.add_argument("--keys-file", type=Path, help='JSON {"key": "tenant", ...}')
+    parser.add_argument("--no-examples", action="store_true", help="register no examples")
+    parser.add_argument("--log-file", type=Path, default=Path(".fireline/local.log"))
+    parser.add_argument(
+        "--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)"
+    )
+    parser.add_argument("--plain", action="store_true", help="print status lines, no screen")
+    parser.set_defaults(run=run)
+
+
+def keys_from(args: argparse.Namespace) -> dict[str, str]:
+    from fireline.local.cloud import DEFAULT_KEYS
+
+    keys: dict[str, str] = {}
+    if args.keys_file:
+        keys.update(json.loads(args.keys_file.read_text()))
+    for pair in args.keys:
+        key, sep, tenant = pair.partition("=")
+        if not sep or not key or not tenant:
+            raise SystemExit(f"--key takes KEY=TENANT, got {pair!r}")
+        keys[key] = tenant
+    return keys or dict(DEFAULT_KEYS)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from fireline.local import examples
+    from fireline.local.cloud import LocalCloud, LocalOptions
+
+    console = Console()
+    args.log_file.parent.mkdir(parents=True, exist_ok=True)
+    options = LocalOptions(
+        api_port=args.port,
+        emulator_port=args.emulator_port,
+        endpoint_url=args.endpoint_url,
+        tick_period=args.tick_period,
+        api_keys=keys_from(args),
+        state_dir=args.state_dir,
+        log_path=args.log_file,
+    )
+    console.print("[bold]Fireline local cloud[/bold]: deploying infra/template.yaml ...")
+    cloud = LocalCloud(options)
+    started = time.monotonic()
+    cloud.start()
+    key = next(iter(options.api_keys))
+    console.print(
+        f"deployed in {time.monotonic() - started:.1f} s into {cloud.endpoint_url}; "
+        f"API on {cloud.api_url} (x-api-key: {key} -> {options.api_keys[key]})"
+    )
+    console.print(
+        f"try: export FIRELINE_API_URL={cloud.api_url} FIRELINE_API_KEY={key}; "
+        "fireline schedules list"
+    )
+    if cloud.deployed is not None:
+        console.print(f"played locally: {', '.join(sorted(cloud.deployed.set_aside))}")
+    if not args.no_examples:
+        made = examples.register(cloud.api_url, key)
+        console.print(f"registered {sum('id' in m for m in made)} example schedules and jobs")
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    deadline = time.monotonic() + args.duration if args.duration else None
+    try:
+        if args.plain or not sys.stdout.isatty():
+            while not stop.wait(5) and not (deadline and time.monotonic() > deadline):
+                console.print(plain_line(cloud.status()))
+        else:
+            with Live(screen(cloud, args), console=console, refresh_per_second=2) as live:
+                while not stop.wait(1) and not (deadline and time.monotonic() > deadline):
+                    live.update(screen(cloud, args))
+    finally:
+        console.print("stopping ...")
+        cloud.stop()
+        if options.state_dir:
+            console.print(f"state saved in {options.state_dir}")
+    return 0
+
+
+def plain_line(status: dict[str, Any]) -> str:
+    counts = status["occurrences"]
+    classes = " ".join(
+        f"{name}={c['backlog']}/{c['in_flight']}" for name, c in status["classes"].items()
+    )
+    return (
+        f"queues(backlog/in-flight) {classes} | "
+        + " ".join(f"{state}={n}" for state, n in sorted(counts.items()))
+        + f" | lag p50={_ms(status['lag_p50_ms'])} p99={_ms(status['lag_p99_ms'])}"
+        + f" | lease {status['lease'] or '-'}"
+    )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1000:.1f}s"
+
+
+def screen(cloud: LocalCloud, args: argparse.Namespace) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    status = cloud.status()
+    queues = Table(title="queues", expand=False)
+    queues.add_column("class")
+    queues.add_column("backlog", justify="right")
+    queues.add_column("in flight", justify="right")
+    for name, figures in status["classes"].items():
+        queues.add_row(name, str(figures["backlog"]), str(figures["in_flight"]))
+    counts = status["occurrences"]
+    outcomes = Table(title="occurrences", expand=False)
+    for state in ("queued", "running", "succeeded", "failed", "dead", "skipped", "cancelled"):
+        outcomes.add_column(state, justify="right")
+    outcomes.add_row(
+        *(
+            str(counts.get(s, 0))
+            for s in ("queued", "running", "succeeded", "failed", "dead", "skipped", "cancelled")
+        )
+    )
+    header = Text.assemble(
+        ("Fireline local cloud  ", "bold"),
+        f"API {cloud.api_url}   emulator {cloud.endpoint_url}   log {args.log_file}\n",
+        f"schedule lag p50 {_ms(status['lag_p50_ms'])}  p99 {_ms(status['lag_p99_ms'])}   ",
+        f"ticker lease {status['lease'] or '-'}   API requests {status['api_requests']}\n",
+        ("Ctrl-C stops everything.", "dim"),
+    )
+    return Group(header, queues, outcomes)

@@ -1,0 +1,183 @@
+"""Deploying infra/template.yaml into an emulator, the way `sam deploy` would.
+
+1. Package (what `sam package` does, offline): zip functions/ into the emulator's S3 and
+   point every CodeUri at it; read each DefinitionUri file into the state machine's
+   Definition (its DefinitionSubstitutions stay and CloudFormation applies them).
+2. Transform: aws-sam-translator turns the SAM template into plain CloudFormation, with
+   managed policy names resolved offline.
+3. Set aside what the emulator cannot create, and say so: the API Gateway REST API built
+   from an OpenAPI body (the local cloud serves the API itself), its deployment, stage,
+   authorizer and invoke permissions, and CloudWatch alarms (and outputs naming them).
+4. Create the stack through the emulator's CloudFormation and wait for it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+from samtranslator.parser.parser import Parser
+from samtranslator.translator.translator import Translator
+from samtranslator.yaml_helper import yaml_parse
+
+ROOT = Path(__file__).resolve().parents[3]
+TEMPLATE = ROOT / "infra" / "template.yaml"
+ARTIFACTS_BUCKET = "fireline-local-artifacts"
+# Resource types the local cloud plays itself (or that the emulator cannot create).
+PLAYED_LOCALLY = ("AWS::ApiGateway::",)
+SKIPPED = ("AWS::CloudWatch::Alarm",)
+
+
+class _OfflinePolicies:
+    """samtranslator asks IAM for managed policy ARNs; offline, a name maps to its ARN."""
+
+    class _Any(dict[str, str]):
+        def get(self, name: str, default: str | None = None) -> str:  # type: ignore[override]
+            return f"arn:aws:iam::aws:policy/{name}"
+
+    def load(self) -> dict[str, str]:
+        return self._Any()
+
+
+@dataclass
+class Deployed:
+    stack_name: str
+    outputs: dict[str, str]
+    resources: dict[str, tuple[str, str]]  # logical id -> (type, physical id)
+    set_aside: list[str] = field(default_factory=list)  # resources the local cloud plays
+
+    def physical(self, logical: str) -> str:
+        return self.resources[logical][1]
+
+    def of_type(self, kind: str) -> dict[str, str]:
+        return {logical: pid for logical, (t, pid) in self.resources.items() if t == kind}
+
+
+def code_zip(source: Path) -> bytes:
+    """The functions/ folder as a Lambda deployment package."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(source.rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                archive.write(path, path.relative_to(source).as_posix())
+    return buffer.getvalue()
+
+
+def package(template: dict[str, Any], s3: Any, base: Path) -> dict[str, Any]:
+    """Upload local code and inline local definitions, as `sam package` does."""
+    s3.create_bucket(Bucket=ARTIFACTS_BUCKET)
+    uploaded: dict[str, str] = {}
+
+    def upload(code_uri: str) -> str:
+        if code_uri.startswith("s3://"):
+            return code_uri
+        if code_uri not in uploaded:
+            key = f"code/{abs(hash(code_uri))}.zip"
+            s3.put_object(
+                Bucket=ARTIFACTS_BUCKET, Key=key, Body=code_zip((base / code_uri).resolve())
+            )
+            uploaded[code_uri] = f"s3://{ARTIFACTS_BUCKET}/{key}"
+        return uploaded[code_uri]
+
+    globals_function = template.get("Globals", {}).get("Function", {})
+    if "CodeUri" in globals_function:
+        globals_function["CodeUri"] = upload(globals_function["CodeUri"])
+    for resource in template["Resources"].values():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::Serverless::Function" and "CodeUri" in props:
+            props["CodeUri"] = upload(props["CodeUri"])
+        if resource["Type"] == "AWS::Serverless::StateMachine" and "DefinitionUri" in props:
+            uri = props.pop("DefinitionUri")
+            props["Definition"] = json.loads((base / uri).read_text())
+    return template
+
+
+def translate(template: dict[str, Any], region: str = "us-east-1") -> dict[str, Any]:
+    """SAM to CloudFormation, offline: managed policies by name, the region given."""
+    translator = Translator(None, Parser(), boto_session=boto3.session.Session(region_name=region))
+    policies = _OfflinePolicies().load()
+    translated: dict[str, Any] = translator.translate(
+        template, parameter_values={}, get_managed_policy_map=lambda: policies
+    )
+    return translated
+
+
+def set_aside(translated: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Drop what the local cloud plays itself, and every output or reference to it."""
+    resources = translated["Resources"]
+    dropped = [
+        logical
+        for logical, resource in resources.items()
+        if resource["Type"].startswith(PLAYED_LOCALLY)
+        or resource["Type"] in SKIPPED
+        or (
+            resource["Type"] == "AWS::Lambda::Permission"
+            and "execute-api" in json.dumps(resource.get("Properties", {}))
+        )
+    ]
+    for logical in dropped:
+        del resources[logical]
+    text = json.dumps(translated.get("Outputs", {}))
+    translated["Outputs"] = {
+        name: output
+        for name, output in translated.get("Outputs", {}).items()
+        if not any(d in json.dumps(output) for d in dropped)
+    }
+    del text
+    return translated, dropped
+
+
+def deploy(
+    session: Any,
+    *,
+    stack_name: str = "fireline-local",
+    parameters: dict[str, str] | None = None,
+    template_path: Path = TEMPLATE,
+    timeout_seconds: float = 120,
+) -> Deployed:
+    s3 = session.client("s3")
+    cloudformation = session.client("cloudformation")
+    template = yaml_parse(template_path.read_text())
+    packaged = package(template, s3, template_path.parent)
+    translated, dropped = set_aside(translate(packaged))
+    cloudformation.create_stack(
+        StackName=stack_name,
+        TemplateBody=json.dumps(translated),
+        Parameters=[
+            {"ParameterKey": k, "ParameterValue": v} for k, v in (parameters or {}).items()
+        ],
+        Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
+    )
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        stack = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]
+        status = stack["StackStatus"]
+        if status == "CREATE_COMPLETE":
+            break
+        if (
+            status.endswith("FAILED")
+            or status.startswith("ROLLBACK")
+            or time.monotonic() > deadline
+        ):
+            events = cloudformation.describe_stack_events(StackName=stack_name)["StackEvents"]
+            reasons = [
+                e.get("ResourceStatusReason", "") for e in events if "FAILED" in e["ResourceStatus"]
+            ]
+            raise RuntimeError(f"stack {stack_name} is {status}: {reasons[:3]}")
+        time.sleep(0.2)
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    resources: dict[str, tuple[str, str]] = {}
+    paginator = cloudformation.get_paginator("list_stack_resources")
+    for page in paginator.paginate(StackName=stack_name):
+        for summary in page["StackResourceSummaries"]:
+            resources[summary["LogicalResourceId"]] = (
+                summary["ResourceType"],
+                summary.get("PhysicalResourceId", ""),
+            )
+    return Deployed(stack_name, outputs, resources, dropped)

@@ -1,0 +1,520 @@
+"""The local Lambda runtime: plays the AWS service side for a deployed stack.
+
+The emulator deploys functions but does not run their code, so this module does what
+Lambda, EventBridge, SQS event source mappings and API Gateway would:
+
+- every deployed function runs in its own process (its own environment, as a Lambda
+  container has), importing the module its Handler names, with a Lambda-like context
+  (remaining time counted down from its Timeout) and its stdout (structured logs, EMF
+  metrics) collected;
+- every EventBridge schedule rule invokes its target on its period;
+- every SQS event source mapping is disabled in the emulator (which would otherwise take
+  the messages for its own stub) and played here: long-polls the queue, invokes the
+  function with a real SQS event of up to BatchSize records, deletes only the records not
+  in batchItemFailures, keeps at most MaximumConcurrency invocations in flight, and leaves
+  the rest to the visibility timeout and the queue's redrive;
+- API Gateway: a real HTTP server that runs the REQUEST authorizer on the x-api-key header
+  (decisions cached 300 s, as the template says), then turns the request into a proxy
+  event for the API function.
+"""
+
+from __future__ import annotations
+
+import http.server
+import importlib
+import itertools
+import json
+import multiprocessing
+import os
+import queue
+import re
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+# --- a function's process ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    logical_id: str
+    name: str
+    handler: str
+    timeout_seconds: int
+    environment: dict[str, str]
+    concurrency: int = 10
+
+
+class _Context:
+    """What the Lambda runtime passes a handler."""
+
+    def __init__(self, spec: FunctionSpec, request_id: str) -> None:
+        self.function_name = spec.name
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{spec.name}"
+        self.memory_limit_in_mb = 512
+        self.aws_request_id = request_id
+        self.log_group_name = f"/aws/lambda/{spec.name}"
+        self.log_stream_name = "local"
+        self._deadline = time.monotonic() + spec.timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+class _Lines:
+    """A process's stdout, sent line by line to the parent (logs and EMF metrics)."""
+
+    def __init__(self, sink: Any, name: str) -> None:
+        self._sink = sink
+        self._name = name
+        self._buffer = ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._buffer += text
+            while "\n" in self._buffer:
+                line, self._buffer = self._buffer.split("\n", 1)
+                if line.strip():
+                    self._sink.put((self._name, line))
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def _serve(spec: FunctionSpec, requests: Any, responses: Any, lines: Any) -> None:
+    """The body of a function's process: import the handler, run invocations."""
+    os.environ.clear()
+    os.environ.update(spec.environment)
+    sys.stdout = _Lines(lines, spec.logical_id)
+    module_name, _, function_name = spec.handler.rpartition(".")
+    handler = getattr(importlib.import_module(module_name), function_name)
+    pool = ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix=spec.logical_id)
+
+    def run(request_id: str, event: Any) -> None:
+        try:
+            result = handler(event, _Context(spec, request_id))
+            responses.put((request_id, True, result))
+        except Exception as exc:
+            lines.put((spec.logical_id, traceback.format_exc()))
+            responses.put(
+                (request_id, False, {"errorType": type(exc).__name__, "errorMessage": str(exc)})
+            )
+
+    while True:
+        request = requests.get()
+        if request is None:
+            break
+        pool.submit(run, *request)
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+class FunctionError(Exception):
+    """The handler raised: what Lambda reports as a function error."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        super().__init__(f"{payload.get('errorType')}: {payload.get('errorMessage')}")
+        self.payload = payload
+
+
+class FunctionHost:
+    """One deployed function, running in its own process."""
+
+    def __init__(self, spec: FunctionSpec, lines: Any) -> None:
+        self.spec = spec
+        context = multiprocessing.get_context("spawn")
+        self._requests = context.Queue()
+        self._responses = context.Queue()
+        self._process = context.Process(
+            target=_serve,
+            args=(spec, self._requests, self._responses, lines),
+            daemon=True,
+            name=spec.logical_id,
+        )
+        self._pending: dict[str, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self.invocations = 0
+        self.errors = 0
+
+    def start(self) -> None:
+        self._process.start()
+        self._reader.start()
+
+    def invoke(self, event: Any, timeout: float | None = None) -> Any:
+        """Invoke and wait: the handler's result, or FunctionError."""
+        return self.invoke_async(event).result(timeout=timeout or self.spec.timeout_seconds + 5)
+
+    def invoke_async(self, event: Any) -> Future[Any]:
+        request_id = str(uuid.uuid4())
+        future: Future[Any] = Future()
+        with self._lock:
+            self._pending[request_id] = future
+            self.invocations += 1
+        self._requests.put((request_id, event))
+        return future
+
+    def _read(self) -> None:
+        while True:
+            try:
+                request_id, ok, payload = self._responses.get()
+            except (EOFError, OSError):
+                return
+            with self._lock:
+                future = self._pending.pop(request_id, None)
+                if not ok:
+                    self.errors += 1
+            if future is not None:
+                if ok:
+                    future.set_result(payload)
+                else:
+                    future.set_exception(FunctionError(payload))
+
+    def stop(self) -> None:
+        self._requests.put(None)
+        self._process.join(timeout=3)
+        if self._process.is_alive():
+            self._process.terminate()
+
+
+# --- event sources -------------------------------------------------------------------------
+
+
+def sqs_event(messages: list[dict[str, Any]], queue_arn: str) -> dict[str, Any]:
+    return {
+        "Records": [
+            {
+                "messageId": m["MessageId"],
+                "receiptHandle": m["ReceiptHandle"],
+                "body": m["Body"],
+                "attributes": m.get("Attributes", {}),
+                "messageAttributes": m.get("MessageAttributes", {}),
+                "md5OfBody": m.get("MD5OfBody", ""),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": queue_arn.split(":")[3],
+            }
+            for m in messages
+        ]
+    }
+
+
+@dataclass
+class MappingStats:
+    batches: int = 0
+    deleted: int = 0
+    failed: int = 0
+    in_flight: int = 0
+
+
+class SqsMapping:
+    """An SQS event source mapping, played: poll, invoke, delete what succeeded."""
+
+    def __init__(
+        self,
+        sqs: Any,
+        host: FunctionHost,
+        *,
+        queue_url: str,
+        queue_arn: str,
+        batch_size: int,
+        max_concurrency: int,
+        partial_failures: bool,
+    ) -> None:
+        self.sqs = sqs
+        self.host = host
+        self.queue_url = queue_url
+        self.queue_arn = queue_arn
+        self.batch_size = batch_size
+        self.max_concurrency = max_concurrency
+        self.partial_failures = partial_failures
+        self.stats = MappingStats()
+        self._slots = threading.Semaphore(max_concurrency)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._poll, daemon=True, name=f"esm-{host.spec.logical_id}"
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            if not self._slots.acquire(timeout=0.5):
+                continue
+            try:
+                messages = self.sqs.receive_message(
+                    QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=self.batch_size,
+                    WaitTimeSeconds=1,
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                ).get("Messages", [])
+            except Exception:  # the emulator is stopping, or briefly busy
+                self._slots.release()
+                time.sleep(0.5)
+                continue
+            if not messages:
+                self._slots.release()
+                continue
+            self.stats.batches += 1
+            self.stats.in_flight += 1
+            future = self.host.invoke_async(sqs_event(messages, self.queue_arn))
+
+            def finish(done: Future[Any], batch: list[dict[str, Any]] = messages) -> None:
+                self._finish(done, batch)
+
+            future.add_done_callback(finish)
+
+    def _finish(self, done: Future[Any], messages: list[dict[str, Any]]) -> None:
+        try:
+            failed: set[str] = set()
+            try:
+                result = done.result()
+                if self.partial_failures and isinstance(result, dict):
+                    failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+            except FunctionError:
+                failed = {m["MessageId"] for m in messages}  # the whole batch comes back
+            succeeded = [m for m in messages if m["MessageId"] not in failed]
+            self.stats.failed += len(failed)
+            for start in range(0, len(succeeded), 10):
+                chunk = succeeded[start : start + 10]
+                self.sqs.delete_message_batch(
+                    QueueUrl=self.queue_url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                        for i, m in enumerate(chunk)
+                    ],
+                )
+                self.stats.deleted += len(chunk)
+        except Exception:
+            traceback.print_exc()
+        finally:
+            self.stats.in_flight -= 1
+            self._slots.release()
+
+
+RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days|second|seconds)\)$")
+UNIT_SECONDS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def rate_seconds(expression: str) -> float:
+    m = RATE.match(expression)
+    if m is None:
+        raise ValueError(f"unsupported schedule expression {expression!r}")
+    return int(m[1]) * UNIT_SECONDS[m[2].rstrip("s")]
+
+
+class ScheduleRule:
+    """An EventBridge schedule rule, played: invoke the target every period."""
+
+    def __init__(self, host: FunctionHost, *, name: str, period: float) -> None:
+        self.host = host
+        self.name = name
+        self.period = period
+        self.invocations = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"rule-{name}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.invocations += 1
+            self.host.invoke_async(
+                {
+                    "version": "0",
+                    "id": str(uuid.uuid4()),
+                    "detail-type": "Scheduled Event",
+                    "source": "aws.events",
+                    "account": "123456789012",
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "region": "us-east-1",
+                    "resources": [f"arn:aws:events:us-east-1:123456789012:rule/{self.name}"],
+                    "detail": {},
+                }
+            )
+            self._stop.wait(self.period)
+
+
+# --- API Gateway ---------------------------------------------------------------------------
+
+
+@dataclass
+class ApiGateway:
+    """A REST API stage: authorizer on x-api-key, then the proxy integration."""
+
+    api: FunctionHost
+    authorizer: FunctionHost | None
+    public_paths: tuple[str, ...] = ("/openapi.json",)
+    stage: str = "prod"
+    cache_seconds: float = 300
+    _cache: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    requests: int = 0
+
+    def authorize(self, headers: dict[str, str], method: str, path: str) -> dict[str, Any] | None:
+        key = next((v for k, v in headers.items() if k.lower() == "x-api-key"), "")
+        if not key or self.authorizer is None:
+            return None
+        cached = self._cache.get(key)
+        if cached and time.monotonic() - cached[0] < self.cache_seconds:
+            return cached[1]
+        event = {
+            "type": "REQUEST",
+            "methodArn": (
+                f"arn:aws:execute-api:us-east-1:123456789012:local/{self.stage}/{method}{path}"
+            ),
+            "resource": "/{proxy+}",
+            "path": path,
+            "httpMethod": method,
+            "headers": headers,
+            "requestContext": {"stage": self.stage, "httpMethod": method},
+        }
+        try:
+            decision = self.authorizer.invoke(event, timeout=10)
+        except (FunctionError, TimeoutError):
+            return None  # "Unauthorized" (or no answer in time): the key is refused
+        statement = decision.get("policyDocument", {}).get("Statement", [{}])[0]
+        if statement.get("Effect") != "Allow":
+            return None
+        context = dict(decision.get("context", {}))
+        context["principalId"] = decision.get("principalId")
+        self._cache[key] = (time.monotonic(), context)
+        return context
+
+    def handle(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        self.requests += 1
+        parts = urlsplit(target)
+        path = parts.path or "/"
+        query = dict(parse_qsl(parts.query))
+        context: dict[str, Any] | None = None
+        if path not in self.public_paths:
+            context = self.authorize(headers, method, path)
+            if context is None:
+                return 401, {"Content-Type": "application/json"}, b'{"message":"Unauthorized"}'
+        event = {
+            "resource": "/{proxy+}",
+            "path": path,
+            "httpMethod": method,
+            "headers": headers,
+            "multiValueHeaders": {k: [v] for k, v in headers.items()},
+            "queryStringParameters": query or None,
+            "multiValueQueryStringParameters": {k: [v] for k, v in query.items()} or None,
+            "pathParameters": {"proxy": path.lstrip("/")},
+            "stageVariables": None,
+            "body": body.decode() if body else None,
+            "isBase64Encoded": False,
+            "requestContext": {
+                "resourcePath": "/{proxy+}",
+                "httpMethod": method,
+                "path": f"/{self.stage}{path}",
+                "stage": self.stage,
+                "requestId": str(uuid.uuid4()),
+                "identity": {"sourceIp": "127.0.0.1"},
+                "authorizer": context,
+            },
+        }
+        try:
+            response = self.api.invoke(event, timeout=35)
+        except (FunctionError, TimeoutError):
+            return 502, {"Content-Type": "application/json"}, b'{"message":"Internal server error"}'
+        out_headers = {str(k): str(v) for k, v in (response.get("headers") or {}).items()}
+        for k, values in (response.get("multiValueHeaders") or {}).items():
+            out_headers[str(k)] = ",".join(str(v) for v in values)
+        return (
+            int(response.get("statusCode", 502)),
+            out_headers,
+            (response.get("body") or "").encode(),
+        )
+
+    def serve(self, host: str, port: int) -> http.server.ThreadingHTTPServer:
+        gateway = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                status, headers, payload = gateway.handle(
+                    self.command, self.path, dict(self.headers), body
+                )
+                self.send_response(status)
+                for k, v in headers.items():
+                    if k.lower() not in ("content-length", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _any
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        server = http.server.ThreadingHTTPServer((host, port), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True, name="api-gateway").start()
+        return server
+
+
+# --- logs and metrics --------------------------------------------------------------------
+
+
+class Collector:
+    """Reads every function's stdout: writes it to the log file, keeps EMF metrics."""
+
+    def __init__(self, log_path: str | None, on_metric: Callable[[str, float], None]) -> None:
+        self.lines: Any = multiprocessing.get_context("spawn").Queue()
+        self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
+        self._on_metric = on_metric
+        self._thread = threading.Thread(target=self._run, daemon=True, name="collector")
+        self.count = itertools.count()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                source, line = self.lines.get()
+            except (EOFError, OSError):
+                return
+            next(self.count)
+            if self._log is not None:
+                self._log.write(f"{source} {line}\n")
+                self._log.flush()
+            if '"_aws"' in line and line.startswith("{"):
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                for directive in record["_aws"].get("CloudWatchMetrics", []):
+                    for metric in directive.get("Metrics", []):
+                        value = record.get(metric["Name"])
+                        for v in value if isinstance(value, list) else [value]:
+                            if isinstance(v, int | float):
+                                self._on_metric(metric["Name"], float(v))
+
+
+def drain(q: queue.Queue[Any]) -> None:
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return

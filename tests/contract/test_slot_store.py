@@ -1,0 +1,204 @@
+"""SlotStore contract: one holder per slot until it gives it back or the slot expires."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fireline import ports
+from fireline.domain import errors, quota
+
+from .support import OTHER_TENANT, TENANT
+
+NOW = 1_772_366_400_000  # 2026-03-01T12:00:00Z in epoch milliseconds
+TTL = 60_000
+JOB_A = "nightly#1#2026-03-01T12:00:00Z"
+JOB_B = "weekly#1#2026-03-01T12:00:00Z"
+
+
+def slots(store: ports.SlotStore, tenant_id: str = TENANT) -> set[quota.Slot]:
+    """The tenant's slots; the port promises no order."""
+    held, _ = store.held(tenant_id)
+    return set(held)
+
+
+def test_given_a_new_tenant_then_it_holds_no_slots_and_has_no_override(
+    slot_store: ports.SlotStore,
+) -> None:
+    assert slot_store.held(TENANT) == ([], None)
+
+
+def test_given_a_free_slot_when_taken_then_the_holder_has_it_until_its_expiry(
+    slot_store: ports.SlotStore,
+) -> None:
+    # WHEN
+    taken = slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    # THEN
+    assert taken is True
+    assert slot_store.held(TENANT) == ([quota.Slot(0, JOB_A, NOW + TTL)], None)
+
+
+@pytest.mark.parametrize("holder", [JOB_B, JOB_A])
+def test_given_a_held_slot_when_taken_before_it_expires_then_refused_and_kept(
+    slot_store: ports.SlotStore, holder: str
+) -> None:
+    # GIVEN JOB_A holds slot 0
+    assert slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    # WHEN anyone asks for it 1 ms before it expires
+    taken = slot_store.take(TENANT, 0, holder, now_ms=NOW + TTL - 1, expires_at_ms=NOW + 2 * TTL)
+    # THEN
+    assert taken is False
+    assert slots(slot_store) == {quota.Slot(0, JOB_A, NOW + TTL)}
+
+
+def test_given_held_slots_then_each_number_is_taken_on_its_own(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN slot 0 is held
+    assert slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    # WHEN another job takes slot 2
+    taken = slot_store.take(TENANT, 2, JOB_B, now_ms=NOW, expires_at_ms=NOW + TTL)
+    # THEN
+    assert taken is True
+    assert slots(slot_store) == {
+        quota.Slot(0, JOB_A, NOW + TTL),
+        quota.Slot(2, JOB_B, NOW + TTL),
+    }
+
+
+def test_given_an_expired_slot_then_it_is_listed_and_another_holder_can_take_it(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN JOB_A's worker died: its slot reached its expiry
+    assert slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    assert slots(slot_store) == {quota.Slot(0, JOB_A, NOW + TTL)}
+    # WHEN JOB_B asks for it at the expiry
+    taken = slot_store.take(TENANT, 0, JOB_B, now_ms=NOW + TTL, expires_at_ms=NOW + 2 * TTL)
+    # THEN
+    assert taken is True
+    assert slots(slot_store) == {quota.Slot(0, JOB_B, NOW + 2 * TTL)}
+
+
+# --- give_back ----------------------------------------------------------------------------
+
+
+def test_given_a_held_slot_when_the_holder_gives_it_back_then_it_is_free_at_once(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN
+    assert slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    # WHEN
+    slot_store.give_back(TENANT, 0, JOB_A)
+    # THEN
+    assert slot_store.held(TENANT) == ([], None)
+    assert slot_store.take(TENANT, 0, JOB_B, now_ms=NOW + 1, expires_at_ms=NOW + TTL)
+
+
+def test_given_a_slot_taken_over_when_the_old_holder_gives_it_back_then_the_new_one_keeps_it(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN JOB_A's slot expired and JOB_B took it
+    assert slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    assert slot_store.take(TENANT, 0, JOB_B, now_ms=NOW + TTL, expires_at_ms=NOW + 2 * TTL)
+    # WHEN JOB_A's worker finishes late and gives back what it believes it holds
+    slot_store.give_back(TENANT, 0, JOB_A)
+    # THEN
+    assert slots(slot_store) == {quota.Slot(0, JOB_B, NOW + 2 * TTL)}
+
+
+def test_given_a_free_slot_when_given_back_then_nothing_changes(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN slot 0 is held, slot 1 never was
+    assert slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    # WHEN
+    slot_store.give_back(TENANT, 1, JOB_A)
+    # THEN
+    assert slots(slot_store) == {quota.Slot(0, JOB_A, NOW + TTL)}
+
+
+# --- set_limit ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [3, quota.UNLIMITED])
+def test_given_a_limit_override_then_held_shows_it_beside_the_slots(
+    slot_store: ports.SlotStore, limit: int
+) -> None:
+    # GIVEN
+    assert slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    # WHEN
+    slot_store.set_limit(TENANT, limit)
+    # THEN the override is not a slot
+    assert slot_store.held(TENANT) == ([quota.Slot(0, JOB_A, NOW + TTL)], limit)
+
+
+def test_given_a_limit_override_when_set_again_then_the_last_one_holds(
+    slot_store: ports.SlotStore,
+) -> None:
+    slot_store.set_limit(TENANT, 3)
+    slot_store.set_limit(TENANT, 7)
+    assert slot_store.held(TENANT) == ([], 7)
+
+
+def test_given_a_limit_override_when_set_to_none_then_the_tenant_has_the_default_again(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN
+    slot_store.set_limit(TENANT, 3)
+    # WHEN
+    slot_store.set_limit(TENANT, None)
+    # THEN
+    assert slot_store.held(TENANT) == ([], None)
+
+
+@pytest.mark.parametrize("limit", [-1, 10_001])
+def test_given_an_out_of_range_limit_when_set_then_refused_and_the_override_stays(
+    slot_store: ports.SlotStore, limit: int
+) -> None:
+    # GIVEN
+    slot_store.set_limit(TENANT, 3)
+    # WHEN / THEN
+    with pytest.raises(errors.ValidationError):
+        slot_store.set_limit(TENANT, limit)
+    assert slot_store.held(TENANT) == ([], 3)
+
+
+# --- tenants and races --------------------------------------------------------------------
+
+
+def test_given_two_tenants_then_their_slots_and_limits_are_independent(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN both tenants take slot 0; one has an override
+    assert slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    assert slot_store.take(OTHER_TENANT, 0, JOB_B, now_ms=NOW, expires_at_ms=NOW + 2 * TTL)
+    slot_store.set_limit(TENANT, 3)
+    # WHEN one tenant gives its slot back
+    slot_store.give_back(TENANT, 0, JOB_A)
+    # THEN the other's slot and limit are untouched
+    assert slot_store.held(TENANT) == ([], 3)
+    assert slot_store.held(OTHER_TENANT) == ([quota.Slot(0, JOB_B, NOW + 2 * TTL)], None)
+
+
+def test_given_workers_racing_for_one_slot_then_exactly_one_holds_it(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN eight jobs starting together
+    start = threading.Barrier(8)
+    results: dict[str, bool] = {}
+
+    def worker(holder: str) -> None:
+        start.wait()
+        results[holder] = slot_store.take(TENANT, 0, holder, now_ms=NOW, expires_at_ms=NOW + TTL)
+
+    # WHEN they all take slot 0 at once
+    threads = [threading.Thread(target=worker, args=(f"job-{n}",)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # THEN one takes it, and it is the holder stored
+    winners = [holder for holder, taken in results.items() if taken]
+    assert len(results) == 8 and len(winners) == 1
+    assert slot_store.held(TENANT) == ([quota.Slot(0, winners[0], NOW + TTL)], None)

@@ -1,0 +1,661 @@
+"""The operator CLI, run in-process against a real HTTP server serving canned answers.
+
+The server records every request (method, path, query, headers, body), so each test checks
+both sides: what the CLI sent, and what it printed for the answer it got.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from fireline.cli import client, main
+
+KEY = "tenant-a-key"
+
+SCHEDULE = {
+    "id": "nightly",
+    "spec": "cron(0 9 * * *)",
+    "description": "At 09:00",
+    "timezone": "Europe/Paris",
+    "state": "active",
+    "version": 3,
+    "next_fire": "2026-12-01T08:00:00Z",
+    "job_class": "default",
+    "target": {"type": "python", "handler": "noop"},
+    "payload": {},
+    "overlap": "allow",
+    "updated_at": "2026-11-30T10:00:00Z",
+}
+PAUSED = {
+    **SCHEDULE,
+    "id": "reports",
+    "spec": "rate(5 minutes)",
+    "description": "Every 5 minutes",
+    "state": "paused",
+    "next_fire": None,
+}
+OCCURRENCE = {
+    "id": "bmlnaHRseSMzIzIwMjYtMTItMDFUMDg6MDA6MDBa",
+    "key": "nightly#3#2026-12-01T08:00:00Z",
+    "schedule_id": "nightly",
+    "version": 3,
+    "fire_time": "2026-12-01T08:00:00Z",
+    "job_class": "default",
+    "state": "dead",
+    "attempts": 3,
+    "created_at": "2026-12-01T07:59:50Z",
+    "started_at": "2026-12-01T08:00:01Z",
+    "finished_at": "2026-12-01T08:00:03Z",
+    "duration_seconds": 1.5,
+    "exit_reason": "ValueError: boom",
+    "progress": {},
+}
+JOB = {
+    "id": "job-7",
+    "state": "scheduled",
+    "run_at": "2026-12-01T09:00:00Z",
+    "job_class": "short",
+    "target": {"type": "python", "handler": "echo"},
+    "payload": {"n": 1},
+    "occurrence": None,
+    "created_at": "2026-11-30T10:00:00Z",
+}
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]  # names lower-cased
+    body: Any
+
+
+@dataclass
+class FakeApi:
+    url: str
+    requests: list[Seen] = field(default_factory=list)
+    answers: dict[tuple[str, str], list[tuple[int, Any]]] = field(default_factory=dict)
+
+    def answer(self, method: str, path: str, status: int, body: Any = None) -> None:
+        """Queue an answer for a route; the last one queued is repeated."""
+        self.answers.setdefault((method, path), []).append((status, body))
+
+    def next_answer(self, method: str, path: str) -> tuple[int, Any]:
+        queued = self.answers.get((method, path))
+        if not queued:
+            return 404, {"error": {"type": "not_found", "message": "no such route"}}
+        return queued.pop(0) if len(queued) > 1 else queued[0]
+
+    @property
+    def last(self) -> Seen:
+        return self.requests[-1]
+
+
+@pytest.fixture
+def api(server: FakeApi, monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    """The module's server, with no requests seen and no answers queued."""
+    # The operator's own environment must not leak into the tests.
+    monkeypatch.delenv("FIRELINE_API_URL", raising=False)
+    monkeypatch.delenv("FIRELINE_API_KEY", raising=False)
+    server.requests.clear()
+    server.answers.clear()
+    return server
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeApi]:
+    # One server for the module: starting and stopping one per test costs half a second.
+    fake: FakeApi
+
+    class Handler(BaseHTTPRequestHandler):
+        def serve(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            fake.requests.append(
+                Seen(
+                    method=self.command,
+                    path=url.path,
+                    query=dict(urllib.parse.parse_qsl(url.query)),
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    body=json.loads(raw) if raw else None,
+                )
+            )
+            status, body = fake.next_answer(self.command, url.path)
+            data = b"" if body is None else (body if isinstance(body, bytes) else None)
+            if data is None:
+                data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # keep test output clean
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    fake = FakeApi(url=f"http://127.0.0.1:{server.server_address[1]}")
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def run(api: FakeApi, *argv: str) -> int:
+    return main.main(["--api", api.url, "--api-key", KEY, *argv])
+
+
+def rows(text: str) -> list[list[str]]:
+    """The printed table as cells: columns are separated by runs of 3+ spaces."""
+    return [
+        [c.strip() for c in line.strip().split("   ") if c.strip()] for line in text.splitlines()
+    ]
+
+
+# --- schedules ---------------------------------------------------------------------------
+
+
+def test_schedules_list_sends_the_key_and_prints_a_table(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN two schedules
+    api.answer("GET", "/schedules", 200, {"items": [SCHEDULE, PAUSED], "next_cursor": None})
+    # WHEN they are listed
+    code = run(api, "schedules", "list", "--limit", "20")
+    # THEN one authenticated GET asked for them
+    out = capsys.readouterr()
+    assert code == 0
+    assert [(r.method, r.path, r.query) for r in api.requests] == [
+        ("GET", "/schedules", {"limit": "20"})
+    ]
+    assert api.last.headers["x-api-key"] == KEY
+    # AND the table has a header and one row per schedule
+    assert rows(out.out) == [
+        ["id", "spec", "description", "state", "next fire"],
+        ["nightly", "cron(0 9 * * *)", "At 09:00", "active", "2026-12-01T08:00:00Z"],
+        ["reports", "rate(5 minutes)", "Every 5 minutes", "paused", "-"],
+    ]
+    assert out.err == ""
+
+
+def test_json_prints_the_response_body_as_is(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = {"items": [SCHEDULE], "next_cursor": "abc"}
+    api.answer("GET", "/schedules", 200, body)
+
+    code = run(api, "--json", "schedules", "list")
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert json.loads(out) == body
+    assert out == json.dumps(body, indent=2) + "\n"
+    # AND no limit was sent: the API's default applies
+    assert api.last.query == {}
+
+
+def test_global_options_also_work_after_the_command(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.answer("GET", "/schedules/nightly", 200, SCHEDULE)
+
+    code = main.main(["schedules", "get", "nightly", "--json", "--api", api.url, "--api-key", "k2"])
+
+    assert code == 0
+    assert json.loads(capsys.readouterr().out) == SCHEDULE
+    assert api.last.headers["x-api-key"] == "k2"
+
+
+def test_url_and_key_default_to_the_environment(
+    api: FakeApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the URL and key only in the environment
+    monkeypatch.setenv("FIRELINE_API_URL", api.url + "/")
+    monkeypatch.setenv("FIRELINE_API_KEY", "from-env")
+    api.answer("GET", "/schedules/nightly", 200, SCHEDULE)
+    # WHEN a command is run without --api or --api-key
+    code = main.main(["schedules", "get", "nightly"])
+    # THEN the request went there, with that key
+    assert code == 0
+    assert api.last.path == "/schedules/nightly"
+    assert api.last.headers["x-api-key"] == "from-env"
+    assert ["description", "At 09:00"] in rows(capsys.readouterr().out)
+
+
+def test_no_key_sends_no_key_header(api: FakeApi) -> None:
+    api.answer("GET", "/schedules/nightly", 200, SCHEDULE)
+
+    assert main.main(["--api", api.url, "schedules", "get", "nightly"]) == 0
+
+    assert "x-api-key" not in api.last.headers
+
+
+def test_list_all_follows_cursors_and_merges_the_pages(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN two pages
+    api.answer("GET", "/schedules", 200, {"items": [SCHEDULE], "next_cursor": "page2"})
+    api.answer("GET", "/schedules", 200, {"items": [PAUSED], "next_cursor": None})
+    # WHEN every schedule is asked for
+    code = run(api, "--json", "schedules", "list", "--all")
+    # THEN the second request carried the first page's cursor
+    assert code == 0
+    assert [r.query for r in api.requests] == [
+        {"limit": "100"},
+        {"limit": "100", "cursor": "page2"},
+    ]
+    assert json.loads(capsys.readouterr().out) == {
+        "items": [SCHEDULE, PAUSED],
+        "next_cursor": None,
+    }
+
+
+def test_a_partial_list_says_there_is_more(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.answer("GET", "/schedules", 200, {"items": [SCHEDULE], "next_cursor": "page2"})
+
+    assert run(api, "schedules", "list", "--limit", "1") == 0
+
+    assert "use --all" in capsys.readouterr().err
+
+
+def test_create_sends_the_fields_and_the_idempotency_key(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.answer("POST", "/schedules", 201, SCHEDULE)
+
+    code = run(
+        api,
+        "schedules",
+        "create",
+        "every day at 09:00",
+        "--target-python",
+        "noop",
+        "--timezone",
+        "Europe/Paris",
+        "--class",
+        "long",
+        "--payload",
+        '{"report": "daily", "n": 2}',
+        "--idempotency-key",
+        "create-nightly-1",
+    )
+
+    assert code == 0
+    assert (api.last.method, api.last.path) == ("POST", "/schedules")
+    assert api.last.headers["idempotency-key"] == "create-nightly-1"
+    assert api.last.headers["content-type"] == "application/json"
+    assert api.last.body == {
+        "spec": "every day at 09:00",
+        "target": {"type": "python", "handler": "noop"},
+        "timezone": "Europe/Paris",
+        "job_class": "long",
+        "payload": {"report": "daily", "n": 2},
+    }
+    table = rows(capsys.readouterr().out)
+    assert ["id", "nightly"] in table
+    assert ["target", '{"type":"python","handler":"noop"}'] in table
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "target"),
+    [
+        (
+            "--target-http",
+            "https://hooks.example.com/x",
+            {"type": "http", "url": "https://hooks.example.com/x"},
+        ),
+        (
+            "--target-lambda",
+            "arn:aws:lambda:us-east-1:123456789012:function:job",
+            {
+                "type": "lambda",
+                "function_arn": "arn:aws:lambda:us-east-1:123456789012:function:job",
+            },
+        ),
+        (
+            "--target-sqs",
+            "https://sqs.us-east-1.amazonaws.com/123456789012/q",
+            {"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/q"},
+        ),
+    ],
+)
+def test_create_leaves_unset_options_to_the_api(
+    api: FakeApi, option: str, value: str, target: dict[str, str]
+) -> None:
+    api.answer("POST", "/schedules", 201, SCHEDULE)
+
+    assert run(api, "--json", "schedules", "create", "rate(5 minutes)", option, value) == 0
+
+    assert api.last.body == {"spec": "rate(5 minutes)", "target": target}
+    assert "idempotency-key" not in api.last.headers
+
+
+@pytest.mark.parametrize(("action", "state"), [("pause", "paused"), ("resume", "active")])
+def test_pause_and_resume_post_to_the_schedule(
+    api: FakeApi, capsys: pytest.CaptureFixture[str], action: str, state: str
+) -> None:
+    api.answer("POST", f"/schedules/nightly/{action}", 200, {**SCHEDULE, "state": state})
+
+    assert run(api, "schedules", action, "nightly") == 0
+
+    assert (api.last.method, api.last.path, api.last.body) == (
+        "POST",
+        f"/schedules/nightly/{action}",
+        None,
+    )
+    assert ["state", state] in rows(capsys.readouterr().out)
+
+
+def test_trigger_sends_its_idempotency_key_and_shows_the_occurrence(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queued = {**OCCURRENCE, "state": "queued", "attempts": 0, "duration_seconds": None}
+    queued["exit_reason"] = None
+    api.answer("POST", "/schedules/nightly/trigger", 202, queued)
+
+    assert run(api, "schedules", "trigger", "nightly", "--idempotency-key", "t-1") == 0
+
+    assert api.last.headers["idempotency-key"] == "t-1"
+    out = capsys.readouterr().out
+    assert "nightly#3#2026-12-01T08:00:00Z" in out
+    assert ["2026-12-01T08:00:00Z", "queued", "0", "-", "-"] in rows(out)
+
+
+def test_delete_answers_no_content(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.answer("DELETE", "/schedules/nightly", 204)
+
+    assert run(api, "schedules", "delete", "nightly") == 0
+    assert capsys.readouterr().out == "deleted schedule nightly\n"
+
+    # AND with --json there is no body to print
+    assert run(api, "--json", "schedules", "delete", "nightly") == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_preview_asks_for_a_count_and_lists_fire_times(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    times = ["2026-12-01T08:00:00Z", "2026-12-02T08:00:00Z"]
+    body = {
+        "schedule_id": "nightly",
+        "description": "At 09:00",
+        "timezone": "Europe/Paris",
+        "fire_times": times,
+    }
+    api.answer("GET", "/schedules/nightly/preview", 200, body)
+
+    assert run(api, "schedules", "preview", "nightly", "--count", "2") == 0
+
+    assert api.last.query == {"count": "2"}
+    assert rows(capsys.readouterr().out) == [
+        ["nightly: At 09:00 (Europe/Paris)"],
+        ["fire time"],
+        [times[0]],
+        [times[1]],
+    ]
+
+
+def test_history_shows_the_occurrences(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.answer(
+        "GET", "/schedules/nightly/occurrences", 200, {"items": [OCCURRENCE], "next_cursor": None}
+    )
+
+    assert run(api, "schedules", "history", "nightly", "--limit", "5") == 0
+
+    assert api.last.query == {"limit": "5"}
+    assert rows(capsys.readouterr().out) == [
+        ["fire time", "state", "attempts", "duration", "exit reason"],
+        ["2026-12-01T08:00:00Z", "dead", "3", "1.50s", "ValueError: boom"],
+    ]
+
+
+def test_server_text_is_printed_literally(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN text that rich would otherwise read as markup and emoji
+    odd = {**SCHEDULE, "description": "[bold]x[/bold] :smile:"}
+    api.answer("GET", "/schedules", 200, {"items": [odd], "next_cursor": None})
+
+    assert run(api, "schedules", "list") == 0
+
+    assert "[bold]x[/bold] :smile:" in capsys.readouterr().out
+
+
+# --- jobs --------------------------------------------------------------------------------
+
+
+def test_job_create_with_a_delay(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.answer("POST", "/jobs", 201, JOB)
+
+    code = run(
+        api, "jobs", "create", "--in", "30", "--target-python", "echo", "--class", "short",
+        "--payload", '{"n": 1}', "--idempotency-key", "job-key",
+    )  # fmt: skip
+
+    assert code == 0
+    assert api.last.body == {
+        "delay_seconds": 30,
+        "target": {"type": "python", "handler": "echo"},
+        "job_class": "short",
+        "payload": {"n": 1},
+    }
+    assert api.last.headers["idempotency-key"] == "job-key"
+    assert rows(capsys.readouterr().out) == [
+        ["id", "state", "run_at", "attempts", "exit reason"],
+        ["job-7", "scheduled", "2026-12-01T09:00:00Z", "0", "-"],
+    ]
+
+
+def test_job_create_at_a_time(api: FakeApi) -> None:
+    api.answer("POST", "/jobs", 201, JOB)
+
+    code = run(api, "jobs", "create", "--at", "2026-12-01T09:00:00Z", "--target-python", "noop")
+
+    assert code == 0
+    assert api.last.body == {
+        "run_at": "2026-12-01T09:00:00Z",
+        "target": {"type": "python", "handler": "noop"},
+    }
+
+
+def test_job_get_and_cancel_show_the_run(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    ran = {**JOB, "state": "failed", "occurrence": {**OCCURRENCE, "state": "failed"}}
+    api.answer("GET", "/jobs/job-7", 200, ran)
+    api.answer("POST", "/jobs/job-7/cancel", 200, {**JOB, "state": "cancelled"})
+
+    assert run(api, "jobs", "get", "job-7") == 0
+    assert ["job-7", "failed", "2026-12-01T09:00:00Z", "3", "ValueError: boom"] in rows(
+        capsys.readouterr().out
+    )
+
+    assert run(api, "jobs", "cancel", "job-7") == 0
+    assert (api.last.method, api.last.path) == ("POST", "/jobs/job-7/cancel")
+    assert ["job-7", "cancelled", "2026-12-01T09:00:00Z", "0", "-"] in rows(capsys.readouterr().out)
+
+
+# --- dead letters ------------------------------------------------------------------------
+
+
+def test_dead_letters_list_and_redrive(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.answer("GET", "/dead-letters", 200, {"items": [OCCURRENCE], "next_cursor": None})
+    api.answer(
+        "POST",
+        f"/dead-letters/{OCCURRENCE['id']}/redrive",
+        202,
+        {**OCCURRENCE, "state": "queued", "attempts": 0},
+    )
+
+    assert run(api, "dead-letters", "list") == 0
+    assert rows(capsys.readouterr().out) == [
+        ["id", "key", "exit reason", "finished"],
+        [OCCURRENCE["id"], OCCURRENCE["key"], "ValueError: boom", "2026-12-01T08:00:03Z"],
+    ]
+
+    assert run(api, "dead-letters", "redrive", str(OCCURRENCE["id"])) == 0
+    assert api.last.method == "POST"
+    assert "queued" in capsys.readouterr().out
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def test_an_api_error_prints_its_field_and_exits_1(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN the API refuses the spec
+    message = "61 is out of range in '61' (allowed 0-59)"
+    api.answer(
+        "POST",
+        "/schedules",
+        400,
+        {"error": {"type": "validation", "message": message, "field": "spec"}},
+    )
+    # WHEN a schedule is created
+    code = run(api, "schedules", "create", "61 * * * *", "--target-python", "noop")
+    # THEN the field and the status are on stderr, nothing on stdout
+    out = capsys.readouterr()
+    assert code == 1
+    assert out.err == f"error: spec: {message} (HTTP 400)\n"
+    assert out.out == ""
+
+
+def test_an_error_without_a_field(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.answer("GET", "/jobs/nope", 404, {"error": {"type": "not_found", "message": "no such job"}})
+
+    assert run(api, "--json", "jobs", "get", "nope") == 1
+
+    assert capsys.readouterr().err == "error: no such job (HTTP 404)\n"
+
+
+def test_a_gateway_refusal_is_reported(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN API Gateway's own answer to a missing or unknown key
+    api.answer("GET", "/schedules", 403, {"message": "Forbidden"})
+
+    assert run(api, "schedules", "list") == 1
+
+    assert capsys.readouterr().err == "error: Forbidden (HTTP 403)\n"
+
+
+def test_the_client_raises_a_typed_error(api: FakeApi) -> None:
+    api.answer(
+        "POST",
+        "/jobs",
+        422,
+        {"error": {"type": "validation", "message": "bad", "field": "Idempotency-Key"}},
+    )
+
+    with pytest.raises(client.ApiError) as raised:
+        client.ApiClient(api.url, KEY).request("POST", "/jobs", {"x": 1})
+
+    assert (raised.value.status, raised.value.type, raised.value.field) == (
+        422,
+        "validation",
+        "Idempotency-Key",
+    )
+    assert raised.value.message == "bad"
+
+
+def test_a_non_json_answer_is_an_error(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.answer("GET", "/schedules", 200, b"<html>proxy login</html>")
+
+    assert run(api, "schedules", "list") == 1
+
+    assert capsys.readouterr().err == (
+        "error: the answer is not JSON: <html>proxy login</html> (HTTP 200)\n"
+    )
+
+
+def test_an_unreachable_api_exits_1_naming_the_url(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN a port nothing listens on
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    # WHEN a command is run against it
+    code = main.main(["--api", url, "schedules", "list"])
+    # THEN it fails with a message that says where it tried
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot reach the Fireline API at {url}: ")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["schedules"],
+        ["schedules", "create", "rate(1 minute)"],  # no target
+        ["schedules", "create", "x", "--target-python", "a", "--target-http", "http://h"],
+        ["schedules", "create", "x", "--target-python", "a", "--payload", "[1]"],
+        ["schedules", "create", "x", "--target-python", "a", "--payload", "{nope"],
+        ["schedules", "create", "x", "--target-python", "a", "--class", "huge"],
+        ["schedules", "list", "--limit", "0"],
+        ["jobs", "create", "--target-python", "a"],  # no time
+        ["jobs", "create", "--in", "-1", "--target-python", "a"],
+        ["jobs", "create", "--at", "2026-12-01T09:00:00", "--target-python", "a"],  # no offset
+        ["--api", "localhost:8080", "schedules", "list"],  # no scheme
+    ],
+)
+def test_usage_errors_exit_2_without_a_request(
+    api: FakeApi, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code = main.main(["--api", api.url, *argv])
+
+    assert code == 2
+    assert "error:" in capsys.readouterr().err
+    assert api.requests == []
+
+
+def test_a_naive_time_is_refused_with_an_example(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main.main(["jobs", "create", "--at", "2026-12-01T09:00:00", "--target-python", "a"])
+
+    assert "needs a UTC offset, e.g. 2026-12-01T09:00:00Z" in capsys.readouterr().err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main.main(["--help"]) == 0
+    assert "dead-letters" in capsys.readouterr().out
+
+
+# --- the seam for other command groups ---------------------------------------------------
+
+
+def test_another_command_group_can_sit_beside_the_operator_commands(
+    api: FakeApi,
+) -> None:
+    # GIVEN a parser with the operator commands and a `local` command beside them
+    parser = argparse.ArgumentParser(prog="fireline")
+    commands = parser.add_subparsers(dest="command", required=True)
+    main.add_operator_commands(commands)
+    local = commands.add_parser("local")
+    local.set_defaults(run=lambda args: 7)
+    # WHEN each is parsed
+    args = parser.parse_args(["local"])
+    other = parser.parse_args(["schedules", "get", "nightly"])
+    # THEN each dispatches through its own `run`
+    assert args.run(args) == 7
+    assert other.run is main._schedules_get
+
+
+def test_ids_are_quoted_as_one_path_segment() -> None:
+    assert client.route("schedules", "a/b c", "pause") == "/schedules/a%2Fb%20c/pause"
