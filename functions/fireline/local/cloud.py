@@ -109,6 +109,8 @@ class LocalCloud:
             )
             urllib.request.urlopen(request, timeout=10).close()
         self.deployed = deploy.deploy(self, stack_name=o.stack_name, parameters=LOCAL_PARAMETERS)
+        if self._server is not None:
+            self._register_state_machines()
         self._collector = runtime.Collector(
             str(o.log_path) if o.log_path else None, self.metrics.add
         )
@@ -177,6 +179,21 @@ class LocalCloud:
             host = runtime.FunctionHost(spec, self._collector.lines)
             host.start()
             self.hosts[logical] = host
+
+    def _register_state_machines(self) -> None:
+        """moto keeps state machines created by its CloudFormation apart from the ones its
+        interpreter runs: register each deployed definition again, by the same name, so
+        the ARN the functions were given starts real executions."""
+        from moto.stepfunctions.models import stepfunctions_backends
+
+        assert self.deployed is not None
+        sfn = self.client("stepfunctions")
+        for arn in self.deployed.of_type("AWS::StepFunctions::StateMachine").values():
+            account, region = arn.split(":")[4], arn.split(":")[3]
+            machine = stepfunctions_backends[account][region].describe_state_machine(arn)
+            sfn.create_state_machine(
+                name=machine.name, definition=machine.definition, roleArn=machine.roleArn
+            )
 
     def _register_keys(self) -> None:
         assert self.deployed is not None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -108,6 +109,27 @@ def translate(template: dict[str, Any], region: str = "us-east-1") -> dict[str, 
     return translated
 
 
+def substitute_definitions(translated: dict[str, Any]) -> dict[str, Any]:
+    """Apply DefinitionSubstitutions as an Fn::Join of the definition's text and the
+    substituted values: the emulator's CloudFormation ignores DefinitionSubstitutions,
+    and its Fn::Sub would also rewrite the "$$." context paths the definition uses."""
+    for resource in translated["Resources"].values():
+        props = resource.get("Properties", {})
+        if resource["Type"] != "AWS::StepFunctions::StateMachine":
+            continue
+        substitutions = props.pop("DefinitionSubstitutions", None)
+        definition = props.get("DefinitionString")
+        if isinstance(definition, dict) and "Fn::Join" in definition:
+            separator, parts = definition["Fn::Join"]
+            if all(isinstance(p, str) for p in parts):
+                definition = separator.join(parts)
+        if substitutions and isinstance(definition, str):
+            pieces = re.split(r"\$\{(\w+)\}", definition)  # text, name, text, name, ...
+            parts = [p if i % 2 == 0 else substitutions[p] for i, p in enumerate(pieces)]
+            props["DefinitionString"] = {"Fn::Join": ["", parts]}
+    return translated
+
+
 def set_aside(translated: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Drop what the local cloud plays itself, and every output or reference to it."""
     resources = translated["Resources"]
@@ -145,7 +167,7 @@ def deploy(
     cloudformation = session.client("cloudformation")
     template = yaml_parse(template_path.read_text())
     packaged = package(template, s3, template_path.parent)
-    translated, dropped = set_aside(translate(packaged))
+    translated, dropped = set_aside(substitute_definitions(translate(packaged)))
     cloudformation.create_stack(
         StackName=stack_name,
         TemplateBody=json.dumps(translated),

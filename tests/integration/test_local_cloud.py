@@ -1,0 +1,212 @@
+"""The local cloud, end to end: the real template deployed into moto's server, the real
+handlers in their own processes, everything reached over HTTP like a user would."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fireline.local.cloud import LocalCloud, LocalOptions
+
+KEY = "test-key-tenant-a"
+OTHER_KEY = "test-key-tenant-b"
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
+    log = tmp_path_factory.mktemp("local") / "local.log"
+    options = LocalOptions(
+        api_port=0,
+        api_keys={KEY: "tenant-a", OTHER_KEY: "tenant-b"},
+        log_path=log,
+        long_job_heartbeat_seconds=4,
+    )
+    with LocalCloud(options) as started:
+        yield started
+
+
+def call(
+    cloud: LocalCloud, method: str, path: str, body: Any = None, key: str | None = KEY
+) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["x-api-key"] = key
+    request = urllib.request.Request(
+        cloud.api_url + path,
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers=headers,
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read()
+            return response.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        return exc.code, json.loads(text) if text else None
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError("timed out")
+
+
+def test_a_schedule_due_in_two_seconds_fires_and_succeeds(cloud: LocalCloud) -> None:
+    # GIVEN a schedule registered over HTTP with an API key, due two seconds from now
+    at = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status, created = call(
+        cloud,
+        "POST",
+        "/schedules",
+        {"spec": f"at({at})", "target": {"type": "python", "handler": "echo"}},
+    )
+    assert status == 201
+
+    # WHEN the ticker and the default class's worker run it
+    def succeeded() -> Any:
+        _, page = call(cloud, "GET", f"/schedules/{created['id']}/occurrences")
+        return [o for o in page["items"] if o["state"] == "succeeded"]
+
+    (done,) = wait_for(succeeded, timeout=60)
+    # THEN its occurrence succeeded, fired at its time, seen through the API
+    assert done["fire_time"] == at
+    assert done["attempts"] == 1 and done["exit_reason"] == "succeeded"
+
+
+def test_requests_without_a_valid_key_are_401_and_tenants_are_isolated(cloud: LocalCloud) -> None:
+    assert call(cloud, "GET", "/schedules", key=None)[0] == 401
+    assert call(cloud, "GET", "/schedules", key="not-a-key")[0] == 401
+    status, document = call(cloud, "GET", "/openapi.json", key=None)
+    assert status == 200 and "/schedules" in document["paths"]
+    _, mine = call(
+        cloud,
+        "POST",
+        "/schedules",
+        {"spec": "rate(1 hour)", "target": {"type": "python", "handler": "noop"}},
+    )
+    assert call(cloud, "GET", f"/schedules/{mine['id']}", key=OTHER_KEY)[0] == 404
+
+
+def test_a_poison_job_goes_dead_and_can_be_redriven(cloud: LocalCloud) -> None:
+    # GIVEN a job that always fails, allowed two attempts
+    status, job = call(
+        cloud,
+        "POST",
+        "/jobs",
+        {
+            "delay_seconds": 0,
+            "target": {"type": "python", "handler": "fail"},
+            "retry": {"max_attempts": 2, "base_seconds": 1, "cap_seconds": 1},
+        },
+    )
+    assert status == 201
+    # WHEN it has run out of attempts
+    wait_for(lambda: call(cloud, "GET", f"/jobs/{job['id']}")[1]["state"] == "dead", timeout=60)
+    # THEN it is a dead letter, with its attempts and reason
+    _, dead = call(cloud, "GET", "/dead-letters")
+    (letter,) = [d for d in dead["items"] if d["schedule_id"] == job["id"]]
+    assert letter["attempts"] == 2 and letter["exit_reason"].startswith("error: ")
+    # AND a redrive queues it again, and it runs again (and fails again: still poison)
+    status, redriven = call(cloud, "POST", f"/dead-letters/{letter['id']}/redrive")
+    assert status == 202 and redriven["state"] == "queued"
+    wait_for(lambda: call(cloud, "GET", f"/jobs/{job['id']}")[1]["state"] == "dead", timeout=60)
+
+
+def test_a_long_job_runs_under_the_state_machine_with_heartbeats(cloud: LocalCloud) -> None:
+    # GIVEN a long job that works 8 s (twice the 4 s heartbeat window), reporting progress
+    status, job = call(
+        cloud,
+        "POST",
+        "/jobs",
+        {
+            "delay_seconds": 0,
+            "job_class": "long",
+            "target": {"type": "python", "handler": "progress-demo"},
+            "payload": {"steps": 8, "seconds_per_step": 1},
+        },
+    )
+    assert status == 201
+    # WHEN it runs: progress shows while it is running...
+    running = wait_for(
+        lambda: (
+            (j := call(cloud, "GET", f"/jobs/{job['id']}")[1])["state"] == "running"
+            and j["occurrence"]["progress"]
+            and j
+        ),
+        timeout=60,
+    )
+    assert running["occurrence"]["progress"]["of"] == 8
+    # THEN it finishes, heartbeats having kept it alive past the window
+    done = wait_for(
+        lambda: (j := call(cloud, "GET", f"/jobs/{job['id']}")[1])["state"] == "succeeded" and j,
+        timeout=90,
+    )
+    assert done["occurrence"]["progress"] == {"step": 8, "of": 8}
+    assert done["occurrence"]["attempts"] == 1
+
+
+def test_the_status_screen_figures_come_from_the_emulator(cloud: LocalCloud) -> None:
+    status = cloud.status()
+    assert set(status["classes"]) == {"default", "short", "long"}
+    assert status["lease"] is not None  # the ticker holds its lease
+    assert status["occurrences"].get("succeeded", 0) >= 1
+    log = Path(cloud.options.log_path or "")
+    assert '"action"' in log.read_text()  # the functions' structured logs were collected
+
+
+def run_cli(cloud: LocalCloud, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    from fireline.cli.main import main
+
+    capsys.readouterr()
+    code = main(["--api", cloud.api_url, "--api-key", KEY, *args])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_the_operator_cli_works_against_the_local_cloud(
+    cloud: LocalCloud, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # create, list, pause, preview: each through the CLI, checked through the API
+    code, out = run_cli(
+        cloud, capsys, "schedules", "create", "every day at 09:30", "--target-python", "noop",
+        "--timezone", "Europe/Paris", "--json",
+    )  # fmt: skip
+    assert code == 0
+    created = json.loads(out)
+    assert created["spec"] == "cron(30 9 * * *)"
+    code, out = run_cli(cloud, capsys, "schedules", "list", "--all")
+    assert code == 0 and created["id"] in out
+    code, out = run_cli(cloud, capsys, "schedules", "pause", created["id"], "--json")
+    assert code == 0 and json.loads(out)["state"] == "paused"
+    assert call(cloud, "GET", f"/schedules/{created['id']}")[1]["state"] == "paused"
+    code, out = run_cli(
+        cloud, capsys, "schedules", "preview", created["id"], "--count", "3", "--json"
+    )
+    assert code == 0 and len(json.loads(out)["fire_times"]) == 3
+    # a job through the CLI runs, and `jobs get` shows it succeeded
+    code, out = run_cli(
+        cloud, capsys, "jobs", "create", "--in", "1", "--target-python", "echo", "--json"
+    )
+    job = json.loads(out)
+    wait_for(lambda: call(cloud, "GET", f"/jobs/{job['id']}")[1]["state"] == "succeeded")
+    code, out = run_cli(cloud, capsys, "jobs", "get", job["id"])
+    assert code == 0 and "succeeded" in out
+    # a bad request names the field and exits 1
+    code, out = run_cli(
+        cloud, capsys, "schedules", "create", "61 * * * *", "--target-python", "noop"
+    )
+    assert code == 1
+    assert "spec" in out and "HTTP 400" in out
