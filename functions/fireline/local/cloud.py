@@ -11,6 +11,7 @@ the deployed authorizer.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -92,6 +93,8 @@ class LocalCloud:
         else:
             from moto.server import ThreadedMotoServer
 
+            # The emulator's HTTP server logs every request; the status screen says enough.
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)
             self._server = ThreadedMotoServer(
                 ip_address=o.host, port=o.emulator_port, verbose=False
             )
