@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench clean run
+.PHONY: install test lint bench clean run localstack-test
 
 install: $(STAMP)
 
@@ -22,6 +22,11 @@ lint: install
 	$(BIN)/ruff check functions tests
 	$(BIN)/ruff format --check functions tests
 	$(BIN)/mypy
+
+# Opt-in: the local cloud's end-to-end tests against LocalStack (or another emulator).
+localstack-test: install
+	FIRELINE_ENDPOINT_URL=$${FIRELINE_ENDPOINT_URL:-http://localhost:4566} \
+		$(BIN)/python -m pytest -q -m localstack tests/integration/test_localstack.py
 
 bench: install
 	$(BIN)/python -m pytest -q -s tests/bench -o python_files="bench_*.py"

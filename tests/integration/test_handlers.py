@@ -197,3 +197,17 @@ def test_worker_handler_reports_only_the_failed_record(
     again = handler.handler(event, events.LambdaContext(timeout_ms=120_000))
     assert again == {"batchItemFailures": [{"itemIdentifier": bad}]}
     assert len(runs) == 2
+
+
+def test_worker_handler_fixture_batch_reports_the_keyless_record(
+    deployed: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fireline.handlers import worker as handler
+
+    monkeypatch.setenv("WEBHOOK_SIGNING_SECRET", "test-signing-secret-0123456789")
+    wiring.reset()
+    event = events.load("sqs", "worker_batch")
+    response = handler.handler(event, events.LambdaContext(timeout_ms=120_000))
+    # the first names an occurrence that does not exist (expired): acknowledged, nothing run;
+    # the second has no key: reported failed, so SQS redelivers it and redrive catches it
+    assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][1]["messageId"]}]}

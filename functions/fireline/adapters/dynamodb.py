@@ -91,6 +91,45 @@ def _decode_cursor(cursor: str | None, *, keys: tuple[str, ...]) -> dict[str, An
     return decoded
 
 
+def _query_page(
+    client: DynamoDBClient,
+    *,
+    table: str,
+    partition: tuple[str, str],
+    cursor_keys: tuple[str, ...],
+    limit: int,
+    cursor: str | None,
+    index: str | None = None,
+    newest_first: bool = False,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of a Query on one partition; the decoded items and the next cursor.
+
+    A cursor is a client's input: it must carry exactly this listing's key attributes and
+    the same partition, or it is refused (a 400 naming ``cursor``).
+    """
+    name, value = partition
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": "#pk = :pk",
+        "ExpressionAttributeNames": {"#pk": name},
+        "ExpressionAttributeValues": {":pk": {"S": value}},
+        "ScanIndexForward": not newest_first,
+        "Limit": limit,
+    }
+    if index is not None:
+        kwargs["IndexName"] = index
+    start = _decode_cursor(cursor, keys=cursor_keys)
+    if start is not None:
+        if start.get(name) != value:
+            raise errors.ValidationError("belongs to another listing", field="cursor")
+        kwargs["ExclusiveStartKey"] = _encode(start)
+    with _translated():
+        response = client.query(**kwargs)
+    last = response.get("LastEvaluatedKey")
+    items = [_decode(r) for r in response.get("Items", [])]
+    return items, _encode_cursor(_decode(last)) if last else None
+
+
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
@@ -249,23 +288,15 @@ class DynamoScheduleStore:
     def list(
         self, tenant_id: str, *, limit: int, cursor: str | None = None
     ) -> ports.Page[model.Schedule]:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "#tid = :tid",
-            "ExpressionAttributeNames": {"#tid": "tenant_id"},
-            "ExpressionAttributeValues": {":tid": {"S": tenant_id}},
-            "Limit": limit,
-        }
-        start = _decode_cursor(cursor, keys=("tenant_id", "schedule_id"))
-        if start is not None:
-            if start.get("tenant_id") != tenant_id:
-                raise errors.ValidationError("belongs to another listing", field="cursor")
-            kwargs["ExclusiveStartKey"] = _encode(start)
-        with _translated():
-            response = self._client.query(**kwargs)
-        items = [schedule_from_item(_decode(r)) for r in response.get("Items", [])]
-        last = response.get("LastEvaluatedKey")
-        return ports.Page(items, _encode_cursor(_decode(last)) if last else None)
+        items, next_cursor = _query_page(
+            self._client,
+            table=self._table,
+            partition=("tenant_id", tenant_id),
+            cursor_keys=("tenant_id", "schedule_id"),
+            limit=limit,
+            cursor=cursor,
+        )
+        return ports.Page([schedule_from_item(r) for r in items], next_cursor)
 
     def replace(self, item: model.Schedule, *, expected_version: int) -> None:
         try:
@@ -469,27 +500,19 @@ class DynamoOccurrenceStore:
     def history(
         self, tenant_id: str, schedule_id: str, *, limit: int, cursor: str | None = None
     ) -> ports.Page[occurrence.Occurrence]:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "#sid = :sid",
-            "ExpressionAttributeNames": {"#sid": "schedule_id"},
-            "ExpressionAttributeValues": {":sid": {"S": schedule_id}},
-            "ScanIndexForward": False,  # newest fire first
-            "Limit": limit,
-        }
-        start = _decode_cursor(cursor, keys=("schedule_id", "occurrence_sk"))
-        if start is not None:
-            if start.get("schedule_id") != schedule_id:
-                raise errors.ValidationError("belongs to another listing", field="cursor")
-            kwargs["ExclusiveStartKey"] = _encode(start)
-        with _translated():
-            response = self._client.query(**kwargs)
-        items = [occurrence_from_item(_decode(r)) for r in response.get("Items", [])]
+        items, next_cursor = _query_page(
+            self._client,
+            table=self._table,
+            partition=("schedule_id", schedule_id),
+            cursor_keys=("schedule_id", "occurrence_sk"),
+            limit=limit,
+            cursor=cursor,
+            newest_first=True,
+        )
+        rows = [occurrence_from_item(r) for r in items]
         # Schedule ids are unique across tenants; the tenant check is the caller's, but a
         # row of another tenant is never returned.
-        items = [i for i in items if i.tenant_id == tenant_id]
-        last = response.get("LastEvaluatedKey")
-        return ports.Page(items, _encode_cursor(_decode(last)) if last else None)
+        return ports.Page([r for r in rows if r.tenant_id == tenant_id], next_cursor)
 
     def _key(self, key: str) -> dict[str, Any]:
         parsed = occurrence.parse_key(key)
@@ -503,25 +526,17 @@ class DynamoOccurrenceStore:
     def dead_letters(
         self, tenant_id: str, *, limit: int, cursor: str | None = None
     ) -> ports.Page[occurrence.Occurrence]:
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": DEAD_INDEX,
-            "KeyConditionExpression": "#dead = :tid",
-            "ExpressionAttributeNames": {"#dead": "dead_tenant_id"},
-            "ExpressionAttributeValues": {":tid": {"S": tenant_id}},
-            "ScanIndexForward": False,
-            "Limit": limit,
-        }
-        start = _decode_cursor(cursor, keys=("dead_tenant_id", "occurrence_sk", "schedule_id"))
-        if start is not None:
-            if start.get("dead_tenant_id") != tenant_id:
-                raise errors.ValidationError("belongs to another listing", field="cursor")
-            kwargs["ExclusiveStartKey"] = _encode(start)
-        with _translated():
-            response = self._client.query(**kwargs)
-        items = [occurrence_from_item(_decode(r)) for r in response.get("Items", [])]
-        last = response.get("LastEvaluatedKey")
-        return ports.Page(items, _encode_cursor(_decode(last)) if last else None)
+        items, next_cursor = _query_page(
+            self._client,
+            table=self._table,
+            index=DEAD_INDEX,
+            partition=("dead_tenant_id", tenant_id),
+            cursor_keys=("dead_tenant_id", "occurrence_sk", "schedule_id"),
+            limit=limit,
+            cursor=cursor,
+            newest_first=True,
+        )
+        return ports.Page([occurrence_from_item(r) for r in items], next_cursor)
 
     def claim(
         self, key: str, *, now: datetime, until: datetime

@@ -206,20 +206,24 @@ class LocalCloud:
         for key, tenant in self.options.api_keys.items():
             store.put(key, tenant)
 
-    def _host_by_name(self, function: str) -> runtime.FunctionHost:
+    def _host_by_name(self, function: str) -> runtime.FunctionHost | None:
+        """The host of one of this stack's functions (None for another stack's)."""
         name = function.split(":function:")[-1].split(":")[0]
-        return next(h for h in self.hosts.values() if h.spec.name == name)
+        return next((h for h in self.hosts.values() if h.spec.name == name), None)
 
     def _start_event_sources(self) -> None:
         lambdas, sqs, events = self.client("lambda"), self.client("sqs"), self.client("events")
         for mapping in lambdas.list_event_source_mappings()["EventSourceMappings"]:
+            host = self._host_by_name(mapping["FunctionArn"])
+            if host is None:
+                continue  # another stack's, in a shared emulator
             # The emulator would take the messages itself for its Lambda stub: disable it
             # there and play the mapping here, from its own configuration.
             lambdas.update_event_source_mapping(UUID=mapping["UUID"], Enabled=False)
             queue_name = mapping["EventSourceArn"].split(":")[-1]
             played = runtime.SqsMapping(
                 sqs,
-                self._host_by_name(mapping["FunctionArn"]),
+                host,
                 queue_url=sqs.get_queue_url(QueueName=queue_name)["QueueUrl"],
                 queue_arn=mapping["EventSourceArn"],
                 batch_size=int(mapping.get("BatchSize", 10)),
@@ -234,10 +238,11 @@ class LocalCloud:
             if not expression:
                 continue
             for target in events.list_targets_by_rule(Rule=rule["Name"])["Targets"]:
+                target_host = self._host_by_name(target["Arn"])
+                if target_host is None:
+                    continue  # another stack's, in a shared emulator
                 period = self.options.tick_period or runtime.rate_seconds(expression)
-                played_rule = runtime.ScheduleRule(
-                    self._host_by_name(target["Arn"]), name=rule["Name"], period=period
-                )
+                played_rule = runtime.ScheduleRule(target_host, name=rule["Name"], period=period)
                 played_rule.start()
                 self.rules.append(played_rule)
 

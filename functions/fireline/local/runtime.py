@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import queue
 import re
+import signal
 import sys
 import threading
 import time
@@ -93,6 +94,8 @@ class _Lines:
 
 def _serve(spec: FunctionSpec, requests: Any, responses: Any, lines: Any) -> None:
     """The body of a function's process: import the handler, run invocations."""
+    # Ctrl-C reaches the whole process group; the parent stops its functions itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.clear()
     os.environ.update(spec.environment)
     sys.stdout = _Lines(lines, spec.logical_id)

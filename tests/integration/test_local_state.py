@@ -1,0 +1,51 @@
+"""The local cloud keeps its state across a restart when given a state directory."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from fireline.local.cloud import LocalCloud, LocalOptions
+
+from .test_local_cloud import KEY, call
+
+_runs = itertools.count()
+
+
+def options(state_dir: Path) -> LocalOptions:
+    # A stack name per start: the emulator of a finished run may still hold the last one.
+    return LocalOptions(
+        api_port=0,
+        api_keys={KEY: "tenant-a"},
+        state_dir=state_dir,
+        stack_name=f"state-{next(_runs)}",
+    )
+
+
+def test_schedules_jobs_and_history_survive_a_restart(tmp_path: Path) -> None:
+    # GIVEN a schedule and a job created in a first run, which then stops
+    with LocalCloud(options(tmp_path)) as first:
+        _, schedule = call(
+            first,
+            "POST",
+            "/schedules",
+            {"spec": "rate(1 hour)", "target": {"type": "python", "handler": "noop"}},
+        )
+        _, job = call(
+            first,
+            "POST",
+            "/jobs",
+            {"delay_seconds": 3600, "target": {"type": "python", "handler": "echo"}},
+        )
+    assert (tmp_path / "state.json").exists()
+    # WHEN a second run starts on new tables with the same state directory
+    with LocalCloud(options(tmp_path)) as second:
+        status, again = call(second, "GET", f"/schedules/{schedule['id']}")
+        # THEN the schedule and the job are there as they were
+        assert status == 200
+        assert {k: again[k] for k in ("id", "spec", "next_fire", "version")} == {
+            k: schedule[k] for k in ("id", "spec", "next_fire", "version")
+        }
+        status, job_again = call(second, "GET", f"/jobs/{job['id']}")
+        assert status == 200 and job_again["state"] == "scheduled"
+        assert second.deployed is not None and second.deployed.stack_name != "state-0"
