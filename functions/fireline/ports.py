@@ -163,11 +163,13 @@ class OccurrenceStore(Protocol):
         now: datetime,
         exit_reason: str,
         result: dict[str, Any] | None = None,
+        attempt: int | None = None,
     ) -> bool:
         """Record the outcome of the running attempt (succeeded, failed, dead).
 
-        Conditional on the row still being running: False when it is not (a cancel, or
-        a holder that timed out and was replaced).
+        Conditional on the row still being running, and on ``attempt`` when given: False
+        when it is not (a cancel, or a holder that outlived its claim and was replaced by
+        a newer attempt, whose outcome this one must not overwrite).
         """
         ...
 

@@ -959,3 +959,25 @@ def test_openapi_document_is_valid_and_lists_every_route(system: System) -> None
     assert "202" in paths["/schedules/{schedule_id}/trigger"]["post"]["responses"]
     assert "204" in paths["/schedules/{schedule_id}"]["delete"]["responses"]
     assert "202" in paths["/dead-letters/{dead_letter_id}/redrive"]["post"]["responses"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/schedules", {**VALID, "end": "9999-12-31T23:59:59-01:00"}, "end"),
+        ("/schedules", {**VALID, "start": "0001-01-01T00:00:00+01:00"}, "start"),
+        ("/jobs", {"run_at": "9999-12-31T23:59:59-01:00", "target": PYTHON}, "run_at"),
+        ("/schedules", {**VALID, "spec": "at(9999-12-31T23:59:59-01:00)"}, "spec"),
+    ],
+    ids=["end", "start", "run_at", "at-spec"],
+)
+def test_times_outside_what_can_be_stored_are_refused(
+    system: System, path: str, body: dict[str, Any], field: str
+) -> None:
+    # GIVEN a time that cannot be converted to UTC epoch milliseconds and back
+    before = stored(system)
+    status, answer = system.call("POST", path, body)
+    # THEN it is a 4xx naming the field, and nothing was stored
+    assert status in (400, 422)
+    assert answer["error"]["field"] == field
+    assert stored(system) == before

@@ -98,12 +98,12 @@ def test_kill_after_the_side_effect_before_the_ack_redelivers_and_the_effect_sta
     key = job(system, "effect")
     body = body_of(system, key)
     worker = system.worker()
-    # GIVEN the first invocation dies after the side effect (its claim lasts 8 s more)
+    # GIVEN the first invocation dies after the side effect (its claim lasts 12 s more)
     with pytest.raises(Killed):
-        worker.handle(body, remaining_ms=lambda: 8_000)
+        worker.handle(body, remaining_ms=lambda: 12_000)
     assert system.occurrences.get(key).state is occurrence.State.RUNNING
     # WHEN SQS redelivers after the dead invocation's time is up
-    system.clock.advance(9)
+    system.clock.advance(13)
     result = worker.handle(body, remaining_ms=remaining)
     # THEN the handler ran again (at-least-once) but the effect happened once
     assert result is Result.SUCCEEDED
@@ -208,11 +208,13 @@ def test_poison_job_backs_off_to_the_cap_then_dead_then_redriven_succeeds(system
     healed.set()
     status, redriven = system.call("POST", f"/dead-letters/{page['items'][0]['id']}/redrive")
     assert status == 202 and redriven["state"] == "queued"
-    status, _ = system.call("POST", f"/dead-letters/{page['items'][0]['id']}/redrive")
-    assert status == 409  # only a dead occurrence can be redriven
-    (message,) = system.receive()
-    # THEN it runs and succeeds, and leaves the dead-letter list
-    assert worker.handle(message.body, remaining_ms=remaining) is Result.SUCCEEDED
+    # a retried redrive request sends the message again (harmless: the claim decides)
+    status, again = system.call("POST", f"/dead-letters/{page['items'][0]['id']}/redrive")
+    assert status == 202 and again["state"] == "queued"
+    first, second = system.receive()
+    # THEN it runs and succeeds once, and leaves the dead-letter list
+    assert worker.handle(first.body, remaining_ms=remaining) is Result.SUCCEEDED
+    assert worker.handle(second.body, remaining_ms=remaining) is Result.SETTLED
     row = system.occurrences.get(key)
     assert row.state is occurrence.State.SUCCEEDED and row.attempts == 1
     assert system.call("GET", "/dead-letters")[1]["items"] == []
@@ -418,3 +420,127 @@ def test_start_is_before_the_worker_clock(system: System) -> None:
     row = system.occurrences.get(key)
     assert row.started_at == START + timedelta(seconds=2)
     assert row.duration_seconds == 0
+
+
+def test_forbid_runs_every_fire_of_a_job_that_finishes_in_time(system: System) -> None:
+    # GIVEN a schedule every 5 s that forbids overlap, whose job finishes at once
+    from fireline.domain import policies
+    from fireline.services.schedules import ScheduleDraft
+
+    item = system.service.create(
+        "tenant-a",
+        ScheduleDraft(
+            spec="rate(5 seconds)",
+            target={"type": "python", "handler": "noop"},
+            overlap=policies.OverlapPolicy.FORBID,
+        ),
+    )
+    tk, worker = system.ticker(use_lease=False), system.worker()
+    # WHEN it runs for a minute, each message handled as soon as it is delivered
+    for _ in range(60):
+        tk.tick()
+        for message in system.receive():
+            worker.handle(message.body, remaining_ms=remaining)
+            system.queue.delete("default", message.receipt)
+        system.clock.advance(1)
+    # THEN no fire was skipped for overlap: a fire waiting for its delivery is not a run
+    states = Counter(
+        o.state for o in system.occurrences.history("tenant-a", item.schedule_id, limit=100).items
+    )
+    assert states[occurrence.State.SKIPPED] == 0
+    assert states[occurrence.State.SUCCEEDED] >= 11
+
+
+def test_a_pending_retry_of_a_paused_schedule_is_skipped_not_poison(system: System) -> None:
+    from fireline.services.schedules import ScheduleDraft
+
+    system.registry.register("fail")(lambda c: (_ for _ in ()).throw(targets.TargetFailed("no")))
+    item = system.service.create(
+        "tenant-a",
+        ScheduleDraft(spec="rate(1 hour)", target={"type": "python", "handler": "fail"}),
+    )
+    system.service.trigger("tenant-a", item.schedule_id)
+    (message,) = system.receive()
+    assert system.worker().handle(message.body, remaining_ms=remaining) is Result.RETRYING
+    # WHEN the schedule is paused before the retry arrives
+    system.service.pause("tenant-a", item.schedule_id)
+    system.clock.advance(10)
+    (retry_message,) = system.receive()
+    # THEN the retry is recorded as skipped (not a crash that SQS would redeliver)
+    assert system.worker().handle(retry_message.body, remaining_ms=remaining) is Result.SKIPPED
+    row = system.occurrences.get(message.body["occurrence_key"])
+    assert row.state is occurrence.State.SKIPPED and row.exit_reason == "skipped: schedule paused"
+
+
+def overlap_schedule(system: System, policy: str) -> tuple[Any, threading.Event]:
+    """A schedule every minute whose job holds until released, its first fire running."""
+    from fireline.domain import policies
+    from fireline.services.schedules import ScheduleDraft
+
+    gate = threading.Event()
+    system.registry.register("holds")(lambda context: gate.wait(timeout=30))
+    item = system.service.create(
+        "tenant-a",
+        ScheduleDraft(
+            spec="rate(1 minute)",
+            target={"type": "python", "handler": "holds"},
+            overlap=policies.OverlapPolicy(policy),
+        ),
+    )
+    return item, gate
+
+
+def run_in_thread(system: System, body: dict[str, Any]) -> threading.Thread:
+    thread = threading.Thread(
+        target=lambda: system.worker().handle(body, remaining_ms=remaining), daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def next_message(system: System, tk: Any, *, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The next fire's message (deferred repeats of fires in ``seen`` are passed over)."""
+    for _ in range(180):
+        tk.tick()
+        system.clock.advance(1)
+        fresh = [m for m in system.receive() if m.body["occurrence_key"] not in seen]
+        if fresh:
+            (message,) = fresh
+            return message.body
+    raise AssertionError("no message")
+
+
+def test_forbid_skips_a_fire_while_the_previous_run_is_running(system: System) -> None:
+    _, gate = overlap_schedule(system, "forbid")
+    tk = system.ticker(use_lease=False)
+    first = next_message(system, tk)
+    holder = run_in_thread(system, first)
+    while system.occurrences.get(first["occurrence_key"]).state is not occurrence.State.RUNNING:
+        time.sleep(0.01)
+    # WHEN the next fire arrives while the first still runs
+    second = next_message(system, tk)
+    result = system.worker().handle(second, remaining_ms=remaining)
+    # THEN it is recorded as skipped for overlap
+    assert result is Result.SKIPPED
+    assert system.occurrences.get(second["occurrence_key"]).exit_reason == "skipped: overlap"
+    gate.set()
+    holder.join(timeout=30)
+    assert system.occurrences.get(first["occurrence_key"]).state is occurrence.State.SUCCEEDED
+
+
+def test_buffer_one_holds_one_fire_and_skips_the_next(system: System) -> None:
+    _, gate = overlap_schedule(system, "buffer_one")
+    tk = system.ticker(use_lease=False)
+    first = next_message(system, tk)
+    holder = run_in_thread(system, first)
+    while system.occurrences.get(first["occurrence_key"]).state is not occurrence.State.RUNNING:
+        time.sleep(0.01)
+    second = next_message(system, tk)
+    # the second waits (deferred, still queued) behind the running one...
+    assert system.worker().handle(second, remaining_ms=remaining) is Result.DEFERRED
+    assert system.occurrences.get(second["occurrence_key"]).state is occurrence.State.QUEUED
+    # ...and the third, with the buffer taken, is skipped
+    third = next_message(system, tk, seen=(first["occurrence_key"], second["occurrence_key"]))
+    assert system.worker().handle(third, remaining_ms=remaining) is Result.SKIPPED
+    gate.set()
+    holder.join(timeout=30)

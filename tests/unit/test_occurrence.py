@@ -26,9 +26,11 @@ LEGAL = {
     (State.RUNNING, State.FAILED),
     (State.RUNNING, State.DEAD),
     (State.RUNNING, State.CANCELLED),
+    (State.RUNNING, State.SKIPPED),  # a dead holder's schedule was paused meanwhile
     (State.FAILED, State.RUNNING),
     (State.FAILED, State.DEAD),
     (State.FAILED, State.CANCELLED),
+    (State.FAILED, State.SKIPPED),  # a pending retry whose schedule was paused meanwhile
     (State.DEAD, State.QUEUED),  # redrive
 }
 ILLEGAL = sorted(set(itertools.product(State, State)) - LEGAL)

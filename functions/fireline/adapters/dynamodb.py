@@ -26,6 +26,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
+from aws_lambda_powertools import Logger
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 else:
     DynamoDBClient = Any
 
+logger = Logger(service="fireline", child=True)
 DUE_INDEX = "due"
 DEAD_INDEX = "dead"
 BATCH_GET_MAX = 100
@@ -276,10 +278,20 @@ class DynamoScheduleStore:
                     response = self._client.batch_get_item(
                         RequestItems={self._table: {"Keys": pending, "ConsistentRead": True}}
                     )
-                found += [
-                    schedule_from_item(_decode(r))
-                    for r in response.get("Responses", {}).get(self._table, [])
-                ]
+                for raw in response.get("Responses", {}).get(self._table, []):
+                    try:
+                        found.append(schedule_from_item(_decode(raw)))
+                    except (errors.FirelineError, ValueError, OverflowError, KeyError) as exc:
+                        # One unreadable item must not stop the ticker for every tenant:
+                        # it is left out (and logged) and the rest of the page goes on.
+                        logger.error(
+                            "unreadable schedule",
+                            extra={
+                                "action": "store.bad_item",
+                                "key": str(raw.get("schedule_id")),
+                                "error": str(exc),
+                            },
+                        )
                 # Throttled keys come back unprocessed; ask again for just those.
                 unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys", {}))
                 pending = list(unprocessed.get(self._table, {}).get("Keys", []))
@@ -304,8 +316,9 @@ class DynamoScheduleStore:
                 self._client.put_item(
                     TableName=self._table,
                     Item=_encode(schedule_to_item(item, self.shards)),
-                    # Optimistic concurrency: two updates from the same read cannot both land,
-                    # and a ticker's advance in between makes the API re-read.
+                    # Optimistic concurrency: two updates from the same read cannot both land.
+                    # (A ticker's advance does not change the version: a replace after it
+                    # rewrites next_fire, and the version bump voids what it materialized.)
                     ConditionExpression="attribute_exists(#sid) AND #v = :v",
                     ExpressionAttributeNames={"#sid": "schedule_id", "#v": "version"},
                     ExpressionAttributeValues={":v": {"N": str(expected_version)}},
@@ -638,6 +651,7 @@ class DynamoOccurrenceStore:
         now: datetime,
         exit_reason: str,
         result: dict[str, Any] | None = None,
+        attempt: int | None = None,
     ) -> bool:
         occurrence.check_transition(occurrence.State.RUNNING, state)
         names = {
@@ -652,6 +666,12 @@ class DynamoOccurrenceStore:
             ":reason": {"S": exit_reason},
             ":running": {"S": occurrence.State.RUNNING.value},
         }
+        condition = "#state = :running"
+        if attempt is not None:
+            # A newer attempt may hold the row now: only this attempt's outcome lands.
+            condition += " AND #attempts = :attempt"
+            names["#attempts"] = "attempts"
+            values[":attempt"] = {"N": str(attempt)}
         update = "SET #state = :state, #finished = :now, #reason = :reason"
         remove = "REMOVE #until"
         if state is occurrence.State.DEAD:
@@ -674,7 +694,7 @@ class DynamoOccurrenceStore:
                     UpdateExpression=f"{update} {remove}",
                     # The completion is the idempotency record's update. Only the running
                     # attempt records its outcome: a cancel or a newer claim wins over it.
-                    ConditionExpression="#state = :running",
+                    ConditionExpression=condition,
                     ExpressionAttributeNames=names,
                     ExpressionAttributeValues=values,
                 )

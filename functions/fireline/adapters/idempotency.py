@@ -98,6 +98,7 @@ class OccurrenceIdempotency(BasePersistenceLayer):
             now=self._clock.now(),
             exit_reason=outcome["exit_reason"],
             result=outcome,
+            attempt=outcome.get("attempt"),
         )
 
     def _delete_record(self, data_record: DataRecord) -> None:

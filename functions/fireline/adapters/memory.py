@@ -301,10 +301,13 @@ class MemoryOccurrenceStore:
         now: datetime,
         exit_reason: str,
         result: dict[str, Any] | None = None,
+        attempt: int | None = None,
     ) -> bool:
         with self._lock:
             current = self._items.get(key)
             if current is None or current.state is not occurrence.State.RUNNING:
+                return False
+            if attempt is not None and current.attempts != attempt:
                 return False
             occurrence.check_transition(current.state, state)
             self._items[key] = replace(

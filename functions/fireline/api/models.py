@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -29,6 +30,20 @@ from fireline.services import schedules as service
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_TARGET_BYTES = 4 * 1024
 MAX_BODY_BYTES = 128 * 1024  # checked on the raw request before parsing
+
+
+def _in_range(value: datetime) -> datetime:
+    """Times must survive conversion to UTC and to epoch milliseconds."""
+    try:
+        utc = value.astimezone(UTC)
+    except (OverflowError, ValueError) as exc:
+        raise ValueError("is out of range (1970-01-01 to 9998-12-31 UTC)") from exc
+    if not datetime(1970, 1, 1, tzinfo=UTC) <= utc <= datetime(9998, 12, 31, tzinfo=UTC):
+        raise ValueError("is out of range (1970-01-01 to 9998-12-31 UTC)")
+    return value
+
+
+Instant = Annotated[AwareDatetime, AfterValidator(_in_range)]
 
 
 class Strict(BaseModel):
@@ -159,8 +174,8 @@ class ScheduleIn(JobSpecIn):
     )
     timezone: str = Field(default="UTC", max_length=64, examples=["Europe/Paris"])
     dst: DstIn = Field(default_factory=DstIn)
-    start: AwareDatetime | None = None
-    end: AwareDatetime | None = None
+    start: Instant | None = None
+    end: Instant | None = None
     misfire: MisfireIn = Field(default_factory=MisfireIn)
     overlap: Literal["allow", "forbid", "buffer_one"] = "allow"
     jitter_seconds: int = Field(default=0, ge=0, le=900)
@@ -186,7 +201,7 @@ class ScheduleIn(JobSpecIn):
 
 
 class JobIn(JobSpecIn):
-    run_at: AwareDatetime | None = Field(default=None, description="give run_at or delay_seconds")
+    run_at: Instant | None = Field(default=None, description="give run_at or delay_seconds")
     # validate_default: the check below must also run when delay_seconds is left out.
     delay_seconds: int | None = Field(default=None, ge=0, le=365 * 86_400, validate_default=True)
 

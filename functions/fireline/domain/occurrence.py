@@ -31,13 +31,15 @@ class State(enum.StrEnum):
 
 
 # Legal moves. RUNNING -> RUNNING is a new claim after the previous worker's claim expired
-# (it crashed or timed out); DEAD -> QUEUED is a redrive.
+# (it crashed or timed out); DEAD -> QUEUED is a redrive. FAILED -> SKIPPED and
+# RUNNING -> SKIPPED: a retry (or a holder that died) whose schedule was paused, updated
+# or deleted meanwhile is not wanted any more.
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.QUEUED: frozenset({State.RUNNING, State.CANCELLED, State.SKIPPED}),
     State.RUNNING: frozenset(
-        {State.RUNNING, State.SUCCEEDED, State.FAILED, State.DEAD, State.CANCELLED}
+        {State.RUNNING, State.SUCCEEDED, State.FAILED, State.DEAD, State.CANCELLED, State.SKIPPED}
     ),
-    State.FAILED: frozenset({State.RUNNING, State.DEAD, State.CANCELLED}),
+    State.FAILED: frozenset({State.RUNNING, State.DEAD, State.CANCELLED, State.SKIPPED}),
     State.DEAD: frozenset({State.QUEUED}),
     State.SUCCEEDED: frozenset(),
     State.CANCELLED: frozenset(),

@@ -284,6 +284,12 @@ def parse_at(body: str) -> AtSpec:
         raise errors.ScheduleSyntaxError(
             f"cannot read instant {text!r}", part="at", suggestion="at(2026-12-01T09:00:00)"
         ) from exc
+    try:
+        utc = when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+    except (OverflowError, ValueError) as exc:
+        raise errors.ScheduleSyntaxError(f"{text!r} is out of range", part="at") from exc
+    if not EPOCH <= utc <= datetime(9998, 12, 31, tzinfo=UTC):
+        raise errors.ScheduleSyntaxError(f"{text!r} is out of range (1970 to 9998)", part="at")
     return AtSpec(when=when.replace(microsecond=0))
 
 

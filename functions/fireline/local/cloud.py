@@ -47,6 +47,9 @@ class LocalOptions:
     log_path: Path | None = None
     stack_name: str = "fireline-local"
     long_job_heartbeat_seconds: int = 10
+    # Execution environments per function (each runs one invocation at a time); the
+    # ticker always gets one, as its lease would idle any other.
+    function_processes: int = 2
     extra_environment: dict[str, str] = field(default_factory=dict)
 
 
@@ -131,12 +134,14 @@ class LocalCloud:
             rule.stop()
         for mapping in self.mappings.values():
             mapping.stop()
-        if self.options.state_dir is not None and self.deployed is not None:
-            state.save(self, self.options.state_dir)
         if self._http is not None:
             self._http.shutdown()
+            self._http.server_close()
         for host in self.hosts.values():
             host.stop()
+        # Exported last, once nothing runs any more, so no outcome lands after the export.
+        if self.options.state_dir is not None and self.deployed is not None:
+            state.save(self, self.options.state_dir)
         if self._server is not None:
             self._server.stop()
 
@@ -178,6 +183,7 @@ class LocalCloud:
                 handler=config["Handler"],
                 timeout_seconds=int(config.get("Timeout", 3)),
                 environment=environment,
+                concurrency=1 if logical == "TickerFunction" else self.options.function_processes,
             )
             host = runtime.FunctionHost(spec, self._collector.lines)
             host.start()

@@ -35,7 +35,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -50,7 +50,7 @@ class FunctionSpec:
     handler: str
     timeout_seconds: int
     environment: dict[str, str]
-    concurrency: int = 10
+    concurrency: int = 1  # execution environments (processes)
 
 
 class _Context:
@@ -93,7 +93,9 @@ class _Lines:
 
 
 def _serve(spec: FunctionSpec, requests: Any, responses: Any, lines: Any) -> None:
-    """The body of a function's process: import the handler, run invocations."""
+    """The body of a function's process: import the handler, run invocations one at a
+    time, as a Lambda execution environment does (module state, such as a cached
+    resolver or the current event, is never shared by two invocations at once)."""
     # Ctrl-C reaches the whole process group; the parent stops its functions itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.clear()
@@ -101,24 +103,18 @@ def _serve(spec: FunctionSpec, requests: Any, responses: Any, lines: Any) -> Non
     sys.stdout = _Lines(lines, spec.logical_id)
     module_name, _, function_name = spec.handler.rpartition(".")
     handler = getattr(importlib.import_module(module_name), function_name)
-    pool = ThreadPoolExecutor(max_workers=spec.concurrency, thread_name_prefix=spec.logical_id)
-
-    def run(request_id: str, event: Any) -> None:
+    while True:
+        request = requests.get()
+        if request is None:
+            break
+        request_id, event = request
         try:
             result = handler(event, _Context(spec, request_id))
             responses.put((request_id, True, result))
         except Exception as exc:
             lines.put((spec.logical_id, traceback.format_exc()))
-            responses.put(
-                (request_id, False, {"errorType": type(exc).__name__, "errorMessage": str(exc)})
-            )
-
-    while True:
-        request = requests.get()
-        if request is None:
-            break
-        pool.submit(run, *request)
-    pool.shutdown(wait=False, cancel_futures=True)
+            payload = {"errorType": type(exc).__name__, "errorMessage": str(exc)}
+            responses.put((request_id, False, payload))
 
 
 class FunctionError(Exception):
@@ -130,19 +126,23 @@ class FunctionError(Exception):
 
 
 class FunctionHost:
-    """One deployed function, running in its own process."""
+    """One deployed function: ``spec.concurrency`` processes (execution environments),
+    each taking the next invocation when it is free."""
 
     def __init__(self, spec: FunctionSpec, lines: Any) -> None:
         self.spec = spec
         context = multiprocessing.get_context("spawn")
         self._requests = context.Queue()
         self._responses = context.Queue()
-        self._process = context.Process(
-            target=_serve,
-            args=(spec, self._requests, self._responses, lines),
-            daemon=True,
-            name=spec.logical_id,
-        )
+        self._processes = [
+            context.Process(
+                target=_serve,
+                args=(spec, self._requests, self._responses, lines),
+                daemon=True,
+                name=f"{spec.logical_id}-{n}",
+            )
+            for n in range(max(1, spec.concurrency))
+        ]
         self._pending: dict[str, Future[Any]] = {}
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -150,7 +150,8 @@ class FunctionHost:
         self.errors = 0
 
     def start(self) -> None:
-        self._process.start()
+        for process in self._processes:
+            process.start()
         self._reader.start()
 
     def invoke(self, event: Any, timeout: float | None = None) -> Any:
@@ -183,10 +184,16 @@ class FunctionHost:
                     future.set_exception(FunctionError(payload))
 
     def stop(self) -> None:
-        self._requests.put(None)
-        self._process.join(timeout=3)
-        if self._process.is_alive():
-            self._process.terminate()
+        for _ in self._processes:
+            self._requests.put(None)
+        for process in self._processes:
+            process.join(timeout=3)
+            if process.is_alive():
+                process.terminate()
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for future in pending.values():  # nobody waits out a timeout for a stopped function
+            future.set_exception(FunctionError({"errorType": "Stopped", "errorMessage": "stopped"}))
 
 
 # --- event sources -------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 moto keeps everything in memory, so on stop the local cloud exports the items of the
 tables whose contents matter (schedules, occurrences, idempotency records, API keys,
 tenant limit overrides) to ``state.json``, and on start imports them into the freshly
-deployed tables. Queue messages are not exported: instead every occurrence still
-``queued`` gets its message sent again on start, which the claim makes harmless if it was
-already delivered. Leases and held slots are not kept: they expire anyway.
+deployed tables. Queue messages are not exported: instead every occurrence still queued,
+waiting for a retry or caught running gets its message sent again on start, which the
+claim makes harmless if it was already delivered. Leases and held slots are not kept:
+they expire anyway.
 """
 
 from __future__ import annotations
@@ -62,11 +63,13 @@ def restore(cloud: LocalCloud, directory: Path) -> int:
 
 
 def _resend_queued(cloud: LocalCloud, items: list[dict[str, Any]]) -> None:
-    """Messages do not survive a restart; queued occurrences get theirs again."""
+    """Messages do not survive a restart: every occurrence that still needs one (queued,
+    waiting for a retry, or caught running by the stop) gets it again. The claim is
+    conditional and a running row's claim expires, so a repeat is harmless."""
     assert cloud.deployed is not None
     sqs = cloud.client("sqs")
     for item in items:
-        if item.get("state", {}).get("S") != "queued":
+        if item.get("state", {}).get("S") not in ("queued", "failed", "running"):
             continue
         job_class = item["job_class"]["S"]
         body = {

@@ -301,6 +301,11 @@ class ScheduleService:
             row = None
         if row is None or row.tenant_id != tenant_id:
             raise errors.NotFound("no such dead letter")
+        if row.state is occurrence.State.QUEUED and row.exit_reason == "redriven":
+            # A redrive whose send failed (or a retried request): send it again; the
+            # conditional claim makes a second message harmless.
+            self._send_row(row)
+            return row
         if row.state is not occurrence.State.DEAD:
             raise errors.ConflictError(f"the occurrence is {row.state.value}, not dead")
         queued = row.moved(
@@ -317,13 +322,16 @@ class ScheduleService:
         )
         if not self.occurrences.transition(queued, expected_state=occurrence.State.DEAD):
             raise errors.ConflictError("the dead letter was redriven meanwhile")
-        message = ports.OutboundMessage(body=dispatch.job_message(queued))
+        self._send_row(queued)
+        return queued
+
+    def _send_row(self, row: occurrence.Occurrence) -> None:
+        message = ports.OutboundMessage(body=dispatch.job_message(row))
         dispatch.send(
             self.queue,
-            [dispatch.Outbound(queued.job_class, queued.key, message)],
+            [dispatch.Outbound(row.job_class, row.key, message)],
             dispatch.DispatchReport(),
         )
-        return queued
 
     # --- helpers ---------------------------------------------------------------------------
 

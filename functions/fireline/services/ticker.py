@@ -10,7 +10,7 @@ monotonic clock so a wall-clock jump cannot stretch it.
 Per tick and shard: one Query on the sparse due index for everything due up to now plus
 the lookahead (early pickups are delivered with SQS DelaySeconds, which spreads a
 top-of-the-hour burst over the seconds before it), one BatchGetItem for those schedules,
-then per schedule the misfire plan, the overlap decision, the occurrence puts and
+then per schedule the misfire plan, the occurrence puts and
 messages, and one conditional advance. A schedule whose overlap policy is ``allow`` is
 materialized up to the horizon in one pickup, so a frequent schedule writes its index
 entry once per several fires; changes made after that are caught by the worker's version
@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import errors, lease, model, occurrence, policies, schedule
+from fireline.domain import errors, lease, model, policies, schedule
 from fireline.services import dispatch
 
 logger = Logger(service="fireline", child=True)
@@ -137,7 +137,7 @@ class Ticker:
 
     def run(self, remaining_ms: Callable[[], int]) -> RunReport:
         """Tick every second until ``stop_before_end_ms`` before the invocation ends."""
-        if self.use_lease and not self._acquire():
+        if self.use_lease and not self._acquire_within(remaining_ms):
             logger.info("lease held elsewhere", extra={"action": "ticker.skip"})
             self.metrics.add_metric("LeaseBusy", "Count", 1)
             return RunReport(acquired=False, stopped="not_acquired")
@@ -145,9 +145,17 @@ class Ticker:
         next_tick = self.clock.monotonic()
         try:
             while remaining_ms() > self.config.stop_before_end_ms:
-                report.totals.add(self.tick())
-                report.ticks += 1
-                self.metrics.add_metric("TicksCompleted", "Count", 1)
+                try:
+                    report.totals.add(self.tick())
+                    report.ticks += 1
+                    self.metrics.add_metric("TicksCompleted", "Count", 1)
+                except errors.Unavailable as exc:
+                    # Throttling or a service fault: this tick is lost, not the minute.
+                    # Whatever it had written is redone by the next tick (keys converge).
+                    logger.warning(
+                        "tick failed", extra={"action": "ticker.unavailable", "error": str(exc)}
+                    )
+                    self.metrics.add_metric("TicksFailed", "Count", 1)
                 if self.after_tick is not None:
                     self.after_tick()
                 next_tick += self.config.tick_seconds
@@ -160,9 +168,27 @@ class Ticker:
             report.stopped = "lease_lost"
             logger.warning("lease lost: stopping", extra={"action": "ticker.lease_lost"})
             self._held = None
+        except Exception:
+            self._release()  # an error ends this invocation: hand over at once
+            raise
+        self._release()
+        return report
+
+    def _release(self) -> None:
+        """Hand the lease over now, so the next invocation need not wait for the TTL."""
         if self._held is not None:
             self.leases.release(self._held)
-        return report
+            self._held = None
+
+    def _acquire_within(self, remaining_ms: Callable[[], int]) -> bool:
+        """Try for the lease until it is ours or this invocation's time is up: the
+        previous minute's invocation may still be finishing its last seconds."""
+        while True:
+            if self._acquire():
+                return True
+            if remaining_ms() <= self.config.stop_before_end_ms + self.config.lease_terms.ttl_ms:
+                return False
+            self.clock.sleep(1)
 
     def _token(self) -> int | None:
         return self._held.token if self._held else None
@@ -271,7 +297,20 @@ class Ticker:
                 report.stale += 1
                 continue
             self.keep_lease()
-            plan = self._plan(item, now)
+            try:
+                plan = self._plan(item, now)
+            except (errors.ValidationError, ValueError, OverflowError) as exc:
+                # One schedule that cannot be planned must not hold up the others.
+                logger.error(
+                    "schedule skipped",
+                    extra={
+                        "action": "ticker.bad_schedule",
+                        "key": item.schedule_id,
+                        "error": str(exc),
+                    },
+                )
+                self.metrics.add_metric("BadSchedules", "Count", 1)
+                continue
             into.outbound += dispatch.record(
                 item,
                 plan.fires,
@@ -324,40 +363,18 @@ class Ticker:
             if plan.resume_after is not None:
                 after = plan.resume_after
 
+        # Overlap is decided by the worker when a fire is due (only then is it known
+        # whether the previous run is still running); such schedules are materialized
+        # only the lookahead ahead, so few rows wait on a decision.
         allow = item.overlap is policies.OverlapPolicy.ALLOW
         reach = self.config.horizon_seconds if allow else self.config.lookahead_seconds
         room = self.config.max_fires_per_pickup - len(fires)
-        if not allow:
-            room = min(room, 1)  # decide overlap one fire at a time, when it is due
         if room > 0:
             fires += schedule.fires(
                 item.timing, after, until=now + timedelta(seconds=reach), limit=room
             )
-        if not allow and fires:
-            fires, overlapped = self._apply_overlap(item, fires)
-            skips += overlapped
 
         considered = [after, *fires, *(s.fire_time for s in skips)]
         if summary is not None:
             considered.append(summary.last)
         return _Plan(fires, skips, summary, schedule.next_fire(item.timing, max(considered)))
-
-    def _apply_overlap(
-        self, item: model.Schedule, fires: list[datetime]
-    ) -> tuple[list[datetime], list[dispatch.Skip]]:
-        recent = self.occurrences.history(item.tenant_id, item.schedule_id, limit=5).items
-        pending = sum(
-            1 for o in recent if o.state in occurrence.UNFINISHED and o.fire_time < fires[0]
-        )
-        run: list[datetime] = []
-        skipped: list[dispatch.Skip] = []
-        for fire_time in fires:
-            decision = policies.decide_overlap(
-                item.overlap, unfinished=min(pending, 1), buffered=max(0, pending - 1)
-            )
-            if decision is policies.OverlapDecision.SKIP:
-                skipped.append(dispatch.Skip(fire_time, "skipped: overlap"))
-            else:
-                run.append(fire_time)
-                pending += 1
-        return run, skipped

@@ -38,14 +38,16 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 
 from fireline import ports
 from fireline.adapters.idempotency import OccurrenceIdempotency
-from fireline.domain import errors, model, occurrence, quota
+from fireline.domain import errors, model, occurrence, policies, quota
 from fireline.services import claims, dispatch, targets
 from fireline.services import long_jobs as long_jobs_service
 
 logger = Logger(service="fireline", child=True)
 
 # Class defaults for a job's deadline (one attempt's run time) when its schedule has none.
-DEFAULT_DEADLINES = {"short": 30, "default": 300, "long": 3600}
+# Within each class's worker timeout (30 s and 120 s in the template), so a job that
+# keeps to its deadline always has its outcome recorded by the invocation that ran it.
+DEFAULT_DEADLINES = {"short": 20, "default": 100, "long": 3600}
 DEFER_SECONDS = 10
 # A slot outlives the job's deadline by this much, then frees itself (a crashed holder).
 SLOT_MARGIN_SECONDS = 60
@@ -127,9 +129,18 @@ class Worker:
         why = claims.unwanted(item, row)
         if why is not None or item is None:
             return self._skip(row, why or "schedule deleted", now)
-        if self._earlier_run_unfinished(item, row):
+        overlap = self._overlap(item, row)
+        if overlap == "skip":
+            return self._skip(row, "overlap", now)
+        if overlap == "defer":
             return self._defer(body, row, "overlap")
-        deadline = item.deadline_seconds or DEFAULT_DEADLINES.get(item.job_class, 300)
+        deadline = item.deadline_seconds or DEFAULT_DEADLINES.get(item.job_class, 100)
+        if self.long_jobs is None and remaining_ms() / 1000 - STOP_MARGIN_SECONDS < min(
+            deadline, 5
+        ):
+            # Too little of this invocation is left to run it: leave the message for a
+            # redelivery rather than spend an attempt on a run that cannot finish.
+            raise Busy(f"{key}: not enough time left in this invocation")
         slot = self._take_slot(item.tenant_id, key, deadline, now)
         if slot is None:
             return self._defer(body, row, "tenant limit")
@@ -206,13 +217,24 @@ class Worker:
         self.metrics.add_metric("Skipped", "Count", 1)
         return Result.SKIPPED
 
-    def _earlier_run_unfinished(self, item: model.Schedule, row: occurrence.Occurrence) -> bool:
-        if item.overlap.value == "allow":
-            return False
-        recent = self.occurrences.history(item.tenant_id, item.schedule_id, limit=5).items
-        return any(
-            o.state is occurrence.State.RUNNING and o.fire_time < row.fire_time for o in recent
+    def _overlap(self, item: model.Schedule, row: occurrence.Occurrence) -> str | None:
+        """The overlap policy, decided now that the fire is due: "skip", "defer" or None.
+
+        forbid skips while an earlier run of the schedule is running; buffer_one holds
+        this fire until that run ends, unless an earlier fire already holds the buffer.
+        """
+        if item.overlap is policies.OverlapPolicy.ALLOW:
+            return None
+        recent = self.occurrences.history(item.tenant_id, item.schedule_id, limit=10).items
+        earlier = [o for o in recent if o.fire_time < row.fire_time]
+        if not any(o.state is occurrence.State.RUNNING for o in earlier):
+            return None
+        if item.overlap is policies.OverlapPolicy.FORBID:
+            return "skip"
+        buffered = any(
+            o.state in (occurrence.State.QUEUED, occurrence.State.FAILED) for o in earlier
         )
+        return "skip" if buffered else "defer"
 
     def _take_slot(self, tenant_id: str, key: str, deadline: int, now: datetime) -> int | None:
         held, override = self.slots.held(tenant_id)
@@ -220,9 +242,10 @@ class Worker:
         if limit == quota.UNLIMITED:
             return quota.UNLIMITED_SLOT
         now_ms = int(now.timestamp() * 1000)
-        mine = quota.holding(held, key, now_ms)
-        if mine is not None:
-            return mine.number  # a redelivery of a job that still holds its slot
+        if quota.holding(held, key, now_ms) is not None:
+            # Another delivery of this occurrence holds its slot (running, or a holder
+            # that died): this one must not run beside it nor free the slot it holds.
+            return None
         expires = now_ms + (deadline + SLOT_MARGIN_SECONDS) * 1000
         free = quota.free_slots(held, limit, now_ms)
         self.rng.shuffle(free)
