@@ -27,7 +27,9 @@ DST rules for cron and local ``at`` specs:
 
 from __future__ import annotations
 
+import copy
 import enum
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -406,6 +408,19 @@ def fires(
         after = nxt
 
 
+def fires_and_next(
+    timing: Timing, after: datetime, *, until: datetime, limit: int
+) -> tuple[list[datetime], datetime | None]:
+    """Fire times after ``after`` up to ``until`` (at most ``limit``), and the fire that
+    follows the last of them (or ``after``): one next_fire call per fire, none wasted."""
+    found: list[datetime] = []
+    nxt = next_fire(timing, after)
+    while nxt is not None and nxt <= until and len(found) < limit:
+        found.append(nxt)
+        nxt = next_fire(timing, nxt)
+    return found, nxt
+
+
 def first_fire(timing: Timing, after: datetime) -> datetime:
     """Like :func:`next_fire`, but a schedule that never fires is a validation error."""
     found = next_fire(timing, after)
@@ -443,6 +458,26 @@ def _next_at(spec: AtSpec, timing: Timing, after: datetime) -> datetime | None:
     return next((i for i in instants if i > after), None)
 
 
+@functools.lru_cache(maxsize=4096)
+def _expanded(expression: str) -> croniter[datetime]:
+    """A parsed expression, kept: parsing costs more than finding the next match."""
+    return croniter(
+        expression,
+        datetime(2000, 1, 1),  # noqa: DTZ001 - wall-clock iteration (see _next_cron)
+        ret_type=datetime,
+        second_at_beginning=True,
+        max_years_between_matches=MAX_YEARS_BETWEEN_FIRES,
+    )
+
+
+def _walls_from(spec: CronSpec, start_wall: datetime) -> croniter[datetime]:
+    """An iterator over the wall times after ``start_wall``: a copy of the cached parse
+    (the copy shares the read-only expansion), so callers never share a position."""
+    walls = copy.copy(_expanded(_croniter_expression(spec)))
+    walls.set_current(start_wall, force=True)
+    return walls
+
+
 def _next_cron(spec: CronSpec, timing: Timing, after: datetime) -> datetime | None:
     tz = timing.tz
     policy = ELAPSED if spec.follows_elapsed_time else timing.dst
@@ -452,13 +487,7 @@ def _next_cron(spec: CronSpec, timing: Timing, after: datetime) -> datetime | No
     low = min(o for o in offsets if o is not None)
     high = max(o for o in offsets if o is not None)
     start_wall = (after + low).replace(tzinfo=None, microsecond=0)
-    walls = croniter(
-        _croniter_expression(spec),
-        start_wall,
-        ret_type=datetime,
-        second_at_beginning=True,
-        max_years_between_matches=MAX_YEARS_BETWEEN_FIRES,
-    )
+    walls = _walls_from(spec, start_wall)
     best: datetime | None = None
     while True:
         try:

@@ -369,12 +369,12 @@ class Ticker:
         allow = item.overlap is policies.OverlapPolicy.ALLOW
         reach = self.config.horizon_seconds if allow else self.config.lookahead_seconds
         room = self.config.max_fires_per_pickup - len(fires)
-        if room > 0:
-            fires += schedule.fires(
-                item.timing, after, until=now + timedelta(seconds=reach), limit=room
-            )
-
         considered = [after, *fires, *(s.fire_time for s in skips)]
         if summary is not None:
             considered.append(summary.last)
-        return _Plan(fires, skips, summary, schedule.next_fire(item.timing, max(considered)))
+        upcoming, following = schedule.fires_and_next(
+            item.timing, max(considered), until=now + timedelta(seconds=reach), limit=max(room, 0)
+        )
+        # Every missed or skipped fire precedes the upcoming ones, so the fire after the
+        # last upcoming one is where the schedule continues.
+        return _Plan([*fires, *upcoming], skips, summary, following)
