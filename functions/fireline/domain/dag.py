@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fireline.domain import errors
@@ -225,7 +225,3 @@ def levels(graph: Graph) -> list[list[str]]:
     for node, d in depth.items():
         grouped.setdefault(d, []).append(node)
     return [grouped[d] for d in sorted(grouped)]
-
-
-def edges_of(pairs: Iterable[Sequence[str]]) -> list[tuple[str, str]]:
-    return [(str(p[0]), str(p[1])) for p in pairs]

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import http.server
 import importlib
-import itertools
 import json
 import multiprocessing
 import os
-import queue
 import re
 import signal
 import sys
@@ -494,7 +492,6 @@ class Collector:
         self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
         self._on_metric = on_metric
         self._thread = threading.Thread(target=self._run, daemon=True, name="collector")
-        self.count = itertools.count()
 
     def start(self) -> None:
         self._thread.start()
@@ -505,7 +502,6 @@ class Collector:
                 source, line = self.lines.get()
             except (EOFError, OSError):
                 return
-            next(self.count)
             if self._log is not None:
                 self._log.write(f"{source} {line}\n")
                 self._log.flush()
@@ -520,11 +516,3 @@ class Collector:
                         for v in value if isinstance(value, list) else [value]:
                             if isinstance(v, int | float):
                                 self._on_metric(metric["Name"], float(v))
-
-
-def drain(q: queue.Queue[Any]) -> None:
-    while True:
-        try:
-            q.get_nowait()
-        except queue.Empty:
-            return

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import threading
 from collections.abc import Callable
@@ -162,7 +161,7 @@ class LongJobs:
             return False
         finally:
             beat.stop()
-        return self.supervisor.succeed(token, {"result": _jsonable(output)})
+        return self.supervisor.succeed(token, {"result": targets.jsonable(output)})
 
     # --- the API -----------------------------------------------------------------------------
 
@@ -227,11 +226,3 @@ class _Heartbeat:
         while not self._stopped.wait(self._every):
             if not self._supervisor.heartbeat(self._token):
                 return  # the task is gone (stopped, timed out): nothing left to keep alive
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)[:1000]
-    return value

@@ -117,6 +117,15 @@ def verify(secret: bytes, header: str, body: bytes, *, now: int, tolerance: int 
     return abs(now - timestamp) <= tolerance and hmac.compare_digest(expected, parts.get("v1", ""))
 
 
+def jsonable(value: Any) -> Any:
+    """A target's result as stored on the occurrence: itself if JSON can hold it."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)[:1000]
+    return value
+
+
 class TargetRunner:
     def __init__(
         self,

@@ -22,7 +22,6 @@ the worker itself, a poison the occurrence row cannot even record.
 from __future__ import annotations
 
 import enum
-import json
 import math
 import random
 from collections.abc import Callable
@@ -324,7 +323,7 @@ class Worker:
             "exit_reason": "succeeded",
             "attempt": claimed.attempts,
             "seconds": round(self.clock.monotonic() - started, 3),
-            "output": _jsonable(output),
+            "output": targets.jsonable(output),
         }
 
     def _failed(
@@ -384,11 +383,3 @@ class _Remaining:
 
 def _abandoned(row: occurrence.Occurrence, now: datetime) -> bool:
     return row.in_progress_until is not None and row.in_progress_until < now
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return repr(value)[:1000]
-    return value
