@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from fireline.domain import lease, model, occurrence, quota
+from fireline.domain import dag, lease, model, occurrence, quota, workflow
 
 
 class Clock(Protocol):
@@ -278,3 +278,104 @@ class ApiKeyStore(Protocol):
     def tenant_for(self, api_key: str) -> str | None: ...
 
     def put(self, api_key: str, tenant_id: str) -> None: ...
+
+
+class DocumentStore(Protocol):
+    """Large immutable documents (workflow definitions): S3 in AWS."""
+
+    def put(self, key: str, body: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def upload_url(self, key: str, *, expires_seconds: int) -> str:
+        """A presigned URL a client PUTs a document to, without passing through the API."""
+        ...
+
+
+class WorkflowStore(Protocol):
+    """Workflow definitions' index, runs and run-nodes (DynamoDB in AWS).
+
+    Every node move is conditional on the state read, so two controllers (a redelivered
+    event, a reconcile racing a completion) converge: of two, one moves the node.
+    """
+
+    def put_definition(self, meta: workflow.DefinitionMeta) -> bool:
+        """Index a new version; False when that version exists (a racing registration)."""
+        ...
+
+    def latest_definition(
+        self, tenant_id: str, workflow_id: str
+    ) -> workflow.DefinitionMeta | None: ...
+
+    def get_definition(
+        self, tenant_id: str, workflow_id: str, version: int
+    ) -> workflow.DefinitionMeta | None: ...
+
+    def create_run(self, run: workflow.Run) -> bool:
+        """Store a new run; False when its id exists (a repeated start converges)."""
+        ...
+
+    def get_run(self, run_id: str) -> workflow.Run | None: ...
+
+    def update_run(
+        self,
+        run: workflow.Run,
+        *,
+        expected_state: workflow.RunState,
+        expected_generation: int,
+        expected_materialized: int | None = None,
+    ) -> bool:
+        """Overwrite the run if its state and generation (and materialized count, when
+        given) are the ones read: a completion is recorded once, a stale writer loses."""
+        ...
+
+    def active_runs(self, *, limit: int, cursor: str | None = None) -> Page[str]:
+        """Ids of running runs (for the periodic reconcile)."""
+        ...
+
+    def put_nodes(self, run_id: str, nodes: Sequence[workflow.RunNode]) -> None:
+        """Write node rows as given (a run's start, before anything is dispatched)."""
+        ...
+
+    def get_nodes(self, run_id: str, node_ids: Sequence[str]) -> dict[str, workflow.RunNode]:
+        """The rows that exist, read consistently."""
+        ...
+
+    def all_nodes(self, run_id: str) -> builtins.list[workflow.RunNode]:
+        """Every node row of a run (the reconcile's input)."""
+        ...
+
+    def nodes_in_state(
+        self, run_id: str, state: dag.NodeState, *, limit: int, cursor: str | None = None
+    ) -> Page[workflow.RunNode]:
+        """A run's nodes in one state, by node id. May lag a just-made move by a moment."""
+        ...
+
+    def count_states(self, run_id: str) -> dict[dag.NodeState, int]: ...
+
+    def move_node(
+        self,
+        run_id: str,
+        node_id: str,
+        *,
+        expected: dag.NodeState,
+        to: dag.NodeState,
+        ready_only: bool = False,
+        generation: int | None = None,
+        pending: int | None = None,
+    ) -> bool:
+        """Move one node from ``expected`` to ``to`` (setting generation, pending and a
+        fan-out of 0 when given). ``ready_only``: also require no unfinished parent
+        (pending <= 0). False when the condition failed."""
+        ...
+
+    def succeed_node(
+        self, run_id: str, node_id: str, *, chunk: int, children: Sequence[str]
+    ) -> bool:
+        """Apply fan-out transaction ``chunk`` of the node's success, atomically: chunk 0
+        moves the node dispatched -> succeeded, chunk k > 0 needs the node's fan-out
+        cursor at k; either sets the cursor to chunk + 1 and decrements each child's
+        unfinished-parent counter once. False when the condition failed (this chunk was
+        applied already), and then nothing changed: a repeated completion decrements
+        each child once."""
+        ...

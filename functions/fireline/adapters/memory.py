@@ -31,7 +31,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
 )
 
 from fireline import ports
-from fireline.domain import errors, lease, model, occurrence, quota
+from fireline.domain import dag, errors, lease, model, occurrence, quota, workflow
 
 SQS_MAX_BATCH = 10
 SQS_MAX_BODY_BYTES = 256 * 1024
@@ -352,7 +352,9 @@ class MemoryWorkQueue:
 
     def __init__(self, clock: ports.Clock, configs: dict[str, QueueConfig] | None = None) -> None:
         self._clock = clock
-        self._configs = configs or {name: QueueConfig() for name in model.JOB_CLASSES}
+        self._configs = configs or {
+            name: QueueConfig() for name in (*model.JOB_CLASSES, workflow.CONTROL_QUEUE)
+        }
         self._queues: dict[str, list[_Message]] = {name: [] for name in self._configs}
         self._dead: dict[str, list[_Message]] = {name: [] for name in self._configs}
         self._ids = itertools.count(1)
@@ -605,3 +607,189 @@ class MemoryApiKeyStore:
 
 def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+class MemoryDocumentStore:
+    def __init__(self) -> None:
+        self._docs: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def put(self, key: str, body: bytes) -> None:
+        with self._lock:
+            self._docs[key] = bytes(body)
+
+    def get(self, key: str) -> bytes | None:
+        with self._lock:
+            return self._docs.get(key)
+
+    def upload_url(self, key: str, *, expires_seconds: int) -> str:
+        return f"memory://{key}?expires={expires_seconds}"
+
+
+class MemoryWorkflowStore:
+    """Definitions' index, runs and nodes with the DynamoDB adapter's conditions.
+
+    ``writes`` counts item writes the way DynamoDB bills them (an item in a transaction
+    counts once here; the AWS adapter's request log prices transactions), so writes per
+    node can be measured on the memory path.
+    """
+
+    def __init__(self) -> None:
+        self._definitions: dict[tuple[str, str, int], workflow.DefinitionMeta] = {}
+        self._runs: dict[str, workflow.Run] = {}
+        self._nodes: dict[str, dict[str, workflow.RunNode]] = defaultdict(dict)
+        self._lock = threading.RLock()
+        self.writes: dict[str, int] = defaultdict(int)
+
+    def put_definition(self, meta: workflow.DefinitionMeta) -> bool:
+        key = (meta.tenant_id, meta.workflow_id, meta.version)
+        with self._lock:
+            if key in self._definitions:
+                return False
+            self._definitions[key] = meta
+            return True
+
+    def latest_definition(self, tenant_id: str, workflow_id: str) -> workflow.DefinitionMeta | None:
+        with self._lock:
+            found = [
+                m
+                for (t, w, _), m in self._definitions.items()
+                if t == tenant_id and w == workflow_id
+            ]
+        return max(found, key=lambda m: m.version) if found else None
+
+    def get_definition(
+        self, tenant_id: str, workflow_id: str, version: int
+    ) -> workflow.DefinitionMeta | None:
+        with self._lock:
+            return self._definitions.get((tenant_id, workflow_id, version))
+
+    def create_run(self, run: workflow.Run) -> bool:
+        with self._lock:
+            if run.run_id in self._runs:
+                return False
+            self._runs[run.run_id] = run
+            self.writes["run"] += 1
+            return True
+
+    def get_run(self, run_id: str) -> workflow.Run | None:
+        with self._lock:
+            return self._runs.get(run_id)
+
+    def update_run(
+        self,
+        run: workflow.Run,
+        *,
+        expected_state: workflow.RunState,
+        expected_generation: int,
+        expected_materialized: int | None = None,
+    ) -> bool:
+        with self._lock:
+            stored = self._runs.get(run.run_id)
+            if (
+                stored is None
+                or stored.state is not expected_state
+                or stored.generation != expected_generation
+                or (
+                    expected_materialized is not None
+                    and stored.materialized != expected_materialized
+                )
+            ):
+                return False
+            self._runs[run.run_id] = run
+            self.writes["run"] += 1
+            return True
+
+    def active_runs(self, *, limit: int, cursor: str | None = None) -> ports.Page[str]:
+        with self._lock:
+            ids = sorted(
+                r.run_id for r in self._runs.values() if r.state is workflow.RunState.RUNNING
+            )
+        start = bisect.bisect_right(ids, cursor) if cursor else 0
+        page = ids[start : start + limit]
+        more = start + limit < len(ids)
+        return ports.Page(items=page, cursor=page[-1] if more and page else None)
+
+    def put_nodes(self, run_id: str, nodes: Sequence[workflow.RunNode]) -> None:
+        with self._lock:
+            for node in nodes:
+                self._nodes[run_id][node.node_id] = node
+            self.writes["node"] += len(nodes)
+
+    def get_nodes(self, run_id: str, node_ids: Sequence[str]) -> dict[str, workflow.RunNode]:
+        with self._lock:
+            rows = self._nodes.get(run_id, {})
+            return {n: rows[n] for n in node_ids if n in rows}
+
+    def all_nodes(self, run_id: str) -> builtins.list[workflow.RunNode]:
+        with self._lock:
+            return [self._nodes[run_id][n] for n in sorted(self._nodes.get(run_id, {}))]
+
+    def nodes_in_state(
+        self, run_id: str, state: dag.NodeState, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.RunNode]:
+        with self._lock:
+            rows = self._nodes.get(run_id, {})
+            ids = sorted(n for n, row in rows.items() if row.state is state)
+            start = bisect.bisect_right(ids, cursor) if cursor else 0
+            page = [rows[n] for n in ids[start : start + limit]]
+        more = start + limit < len(ids)
+        return ports.Page(items=page, cursor=page[-1].node_id if more and page else None)
+
+    def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
+        counts = dict.fromkeys(dag.NodeState, 0)
+        with self._lock:
+            for row in self._nodes.get(run_id, {}).values():
+                counts[row.state] += 1
+        return counts
+
+    def move_node(
+        self,
+        run_id: str,
+        node_id: str,
+        *,
+        expected: dag.NodeState,
+        to: dag.NodeState,
+        ready_only: bool = False,
+        generation: int | None = None,
+        pending: int | None = None,
+    ) -> bool:
+        with self._lock:
+            row = self._nodes.get(run_id, {}).get(node_id)
+            if row is None or row.state is not expected or (ready_only and row.pending > 0):
+                return False
+            changes: dict[str, Any] = {"state": to}
+            if generation is not None:
+                changes["generation"] = generation
+            if pending is not None:
+                changes["pending"] = pending
+                changes["fanout"] = 0
+            self._nodes[run_id][node_id] = replace(row, **changes)
+            self.writes["node"] += 1
+            return True
+
+    def succeed_node(
+        self, run_id: str, node_id: str, *, chunk: int, children: Sequence[str]
+    ) -> bool:
+        if len(children) > workflow.FANOUT_CHUNK:
+            raise errors.ValidationError(
+                f"at most {workflow.FANOUT_CHUNK} children per transaction", field="children"
+            )
+        with self._lock:
+            rows = self._nodes.get(run_id, {})
+            row = rows.get(node_id)
+            if row is None:
+                return False
+            if chunk == 0 and row.state is not dag.NodeState.DISPATCHED:
+                return False
+            if chunk > 0 and (row.state is not dag.NodeState.SUCCEEDED or row.fanout != chunk):
+                return False
+            if any(c not in rows for c in children):
+                return False  # a transaction with a missing child would fail whole
+            rows[node_id] = replace(
+                row, state=dag.NodeState.SUCCEEDED, fanout=chunk + 1 if children else 0
+            )
+            for child in children:
+                rows[child] = replace(rows[child], pending=rows[child].pending - 1)
+            self.writes["node"] += 1 + len(children)
+            return True

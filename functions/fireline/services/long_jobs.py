@@ -26,8 +26,8 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import errors, model, occurrence
-from fireline.services import targets
+from fireline.domain import errors, model, occurrence, workflow
+from fireline.services import targets, workflows
 
 logger = Logger(service="fireline", child=True)
 DEFAULT_HEARTBEAT_SECONDS = 60
@@ -61,7 +61,9 @@ class LongJobs:
         clock: ports.Clock,
         runner: targets.TargetRunner | None = None,
         config: LongJobConfig | None = None,
+        nodes: workflows.NodeJobs | None = None,
     ) -> None:
+        self.nodes = nodes
         self.schedules = schedules
         self.occurrences = occurrences
         self.supervisor = supervisor
@@ -121,7 +123,7 @@ class LongJobs:
             raise errors.ValidationError("this process runs no targets", field="runner")
         key, token = body["occurrence_key"], body["task_token"]
         row = self.occurrences.get(key)
-        item = self.schedules.get(row.tenant_id, row.schedule_id) if row else None
+        item = self._job_for(row) if row else None
         if row is None or item is None or row.state is not occurrence.State.RUNNING:
             self.supervisor.fail(token, "Cancelled", "the occurrence is no longer running")
             return False
@@ -164,6 +166,11 @@ class LongJobs:
         return self.supervisor.succeed(token, {"result": targets.jsonable(output)})
 
     # --- the API -----------------------------------------------------------------------------
+
+    def _job_for(self, row: occurrence.Occurrence) -> model.Schedule | None:
+        if workflow.is_node_key(row.key):
+            return self.nodes.job_for(row)[0] if self.nodes is not None else None
+        return self.schedules.get(row.tenant_id, row.schedule_id)
 
     def heartbeat(self, row: occurrence.Occurrence, progress: dict[str, Any] | None) -> bool:
         """A tenant's long job says it is alive (and how far it got)."""

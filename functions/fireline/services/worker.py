@@ -37,8 +37,8 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 
 from fireline import ports
 from fireline.adapters.idempotency import OccurrenceIdempotency
-from fireline.domain import errors, model, occurrence, policies, quota
-from fireline.services import claims, dispatch, targets
+from fireline.domain import errors, model, occurrence, policies, quota, workflow
+from fireline.services import claims, dispatch, targets, workflows
 from fireline.services import long_jobs as long_jobs_service
 
 logger = Logger(service="fireline", child=True)
@@ -69,6 +69,10 @@ class Busy(Exception):
     """Another delivery holds the occurrence; SQS should redeliver this one later."""
 
 
+# Results after which the occurrence has its outcome (or already had it).
+_SETTLING = frozenset({Result.SUCCEEDED, Result.DEAD, Result.SKIPPED, Result.SETTLED})
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     job_class: str = "default"
@@ -95,6 +99,7 @@ class Worker:
         metrics: ports.Metrics | None = None,
         rng: random.Random | None = None,
         long_jobs: long_jobs_service.LongJobs | None = None,
+        nodes: workflows.NodeJobs | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -107,12 +112,27 @@ class Worker:
         self.rng = rng or random.Random()
         self.idempotency = OccurrenceIdempotency(occurrences, clock)
         self.long_jobs = long_jobs
+        self.nodes = nodes
 
     def handle(
         self, body: dict[str, Any], *, remaining_ms: Callable[[], int], lambda_context: Any = None
     ) -> Result:
         """Process one message. Raises Busy (redeliver later) or MissingIdempotencyKey."""
         key = claims.occurrence_key_of(body)
+        result = self._handle(key, body, remaining_ms, lambda_context)
+        if result in _SETTLING and self.nodes is not None and workflow.is_node_key(key):
+            # A workflow node settled (or this is a repeat of its outcome, whose event
+            # may have been lost): tell the controller. It applies each outcome once.
+            self.nodes.finished(key)
+        return result
+
+    def _handle(
+        self,
+        key: str,
+        body: dict[str, Any],
+        remaining_ms: Callable[[], int],
+        lambda_context: Any,
+    ) -> Result:
         if body.get("type") == "outcome":
             return self._long_outcome(body)
         row = self.occurrences.get(key)
@@ -124,8 +144,7 @@ class Worker:
             if row.execution:
                 return Result.SETTLED  # a long job whose execution is in flight
             raise Busy(f"{key} is running elsewhere")
-        item = self.schedules.get(row.tenant_id, row.schedule_id)
-        why = claims.unwanted(item, row)
+        item, why = self._job_for(row)
         if why is not None or item is None:
             return self._skip(row, why or "schedule deleted", now)
         overlap = self._overlap(item, row)
@@ -151,6 +170,15 @@ class Worker:
             if slot is not quota.UNLIMITED_SLOT:
                 self.slots.give_back(item.tenant_id, slot, key)
         return self._after(body, row, outcome)
+
+    def _job_for(self, row: occurrence.Occurrence) -> tuple[model.Schedule | None, str | None]:
+        """What the occurrence runs: its schedule (or workflow node), or why not now."""
+        if workflow.parse_node_schedule_id(row.schedule_id) is not None:
+            if self.nodes is None:
+                return None, "no workflow controller in this worker"
+            return self.nodes.job_for(row)
+        item = self.schedules.get(row.tenant_id, row.schedule_id)
+        return item, claims.unwanted(item, row)
 
     # --- long jobs --------------------------------------------------------------------------
 

@@ -1,0 +1,828 @@
+"""Workflow runs: the controller that walks a DAG, and the use cases the API offers.
+
+The controller reacts to events on its own queue (``workflow``):
+
+- ``start``: write the run's node rows (in slices, resumable), then dispatch the roots;
+- ``node_done``: a node's occurrence settled (the worker sends it after every outcome,
+  and again on a redelivery): on success, decrement each child's unfinished-parent
+  counter and dispatch every child that reached zero; on a dead occurrence, fail the node
+  and block its descendants; then, if nothing is left, record the run's end once;
+- ``cancel``: mark the waiting nodes of a cancelled run;
+- ``reconcile``: recompute from persisted node states what must be dispatched, failed,
+  blocked or completed (run on demand and periodically).
+
+Nodes run as ordinary occurrences through the per-class queues and workers, with the same
+idempotency, retries and deadlines as any job. It is a graph walk: a child is dispatched
+when its own parents are done, so a slow node delays only its descendants.
+
+Order of writes, and why a crash between any two of them is safe:
+
+1. a node's move waiting -> dispatched (conditional: of two controllers, one dispatches),
+2. its occurrence row (conditional put on the key),
+3. its message (a repeat is harmless: the worker's claim is conditional).
+A crash after 1 leaves a dispatched node without a row or message: the reconcile (and a
+redelivered event) puts and sends it again.
+
+A node's success is applied in transactions of up to 99 children plus the node itself:
+the first moves it dispatched -> succeeded, the next ones need its fan-out cursor at their
+index; each advances the cursor and decrements its children once. A completion processed
+twice finds the condition failed and decrements nothing; a crash between transactions
+resumes at the cursor. No item grows with the fan-in: a child keeps a counter, not a
+list of parents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from fireline import ports
+from fireline.domain import dag, errors, model, occurrence, workflow
+from fireline.services import dispatch
+
+logger = Logger(service="fireline", child=True)
+
+NodeState = dag.NodeState
+UPLOAD_EXPIRES_SECONDS = 900
+# Node rows written per step of a start, and fan-out transactions per event: bounded work
+# per event, so a 100,000-node start or fan-out continues in a fresh event instead of
+# running into a Lambda timeout.
+START_SLICE = 5_000
+FANOUT_BUDGET = 100
+CONFIRM_PAGE = 25
+
+
+class _NoMetrics:
+    def add_metric(self, name: str, unit: str, value: float) -> None:
+        return None
+
+
+class Definitions:
+    """Definitions by (tenant, workflow, version), cached: versions never change."""
+
+    def __init__(
+        self, store: ports.WorkflowStore, documents: ports.DocumentStore, size: int = 8
+    ) -> None:
+        self.store = store
+        self.documents = documents
+        self._cache: OrderedDict[tuple[str, str, int], workflow.Definition] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, tenant_id: str, workflow_id: str, version: int) -> workflow.Definition:
+        key = (tenant_id, workflow_id, version)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        raw = self.documents.get(workflow.definition_key(tenant_id, workflow_id, version))
+        if raw is None:
+            raise errors.NotFound(f"workflow {workflow_id!r} version {version} has no document")
+        found = workflow.Definition.from_document(tenant_id, workflow_id, version, raw)
+        with self._lock:
+            self._cache[key] = found
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return found
+
+    def remember(self, definition: workflow.Definition) -> None:
+        with self._lock:
+            key = (definition.tenant_id, definition.workflow_id, definition.version)
+            self._cache[key] = definition
+
+
+def event(kind: str, run: workflow.Run | str, **fields: Any) -> ports.OutboundMessage:
+    run_id = run if isinstance(run, str) else run.run_id
+    return ports.OutboundMessage(body={"type": kind, "run_id": run_id, **fields})
+
+
+def send_events(queue: ports.WorkQueue, messages: Sequence[ports.OutboundMessage]) -> None:
+    for start in range(0, len(messages), 10):
+        batch = [replace(m, id=str(i)) for i, m in enumerate(messages[start : start + 10])]
+        failed = queue.send_batch(workflow.CONTROL_QUEUE, batch)
+        if failed:  # one more try for the entries SQS refused, then a loud failure
+            again = [m for m in batch if m.id in failed]
+            if queue.send_batch(workflow.CONTROL_QUEUE, again):
+                raise errors.Unavailable("workflow events could not be sent")
+
+
+@dataclass
+class Report:
+    """What one controller step did (for logs, tests and the reconcile's answer)."""
+
+    dispatched: list[str] = field(default_factory=list)
+    resent: list[str] = field(default_factory=list)
+    succeeded: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    transactions: int = 0
+    continued: bool = False  # the rest was handed to a follow-up event
+    finished: workflow.RunState | None = None
+
+
+class Controller:
+    def __init__(
+        self,
+        *,
+        store: ports.WorkflowStore,
+        documents: ports.DocumentStore,
+        occurrences: ports.OccurrenceStore,
+        queue: ports.WorkQueue,
+        clock: ports.Clock,
+        metrics: ports.Metrics | None = None,
+        definitions: Definitions | None = None,
+        start_slice: int = START_SLICE,
+        fanout_budget: int = FANOUT_BUDGET,
+    ) -> None:
+        self.store = store
+        self.occurrences = occurrences
+        self.queue = queue
+        self.clock = clock
+        self.metrics = metrics or _NoMetrics()
+        self.definitions = definitions or Definitions(store, documents)
+        self.start_slice = start_slice
+        self.fanout_budget = fanout_budget
+
+    # --- events ----------------------------------------------------------------------------
+
+    def handle(self, body: dict[str, Any]) -> Report:
+        kind = body.get("type")
+        run_id = body.get("run_id")
+        if not isinstance(run_id, str) or not run_id:
+            raise errors.ValidationError("a workflow event names its run", field="run_id")
+        if kind == "start":
+            return self.start(run_id)
+        if kind == "node_done":
+            node_id, generation = body.get("node_id"), body.get("generation")
+            if not isinstance(node_id, str) or not isinstance(generation, int):
+                raise errors.ValidationError(
+                    "node_done needs node_id and generation", field="node_id"
+                )
+            return self.node_done(run_id, node_id, generation)
+        if kind == "cancel":
+            return self.cancel_nodes(run_id)
+        if kind == "reconcile":
+            return self.reconcile(run_id)
+        raise errors.ValidationError(f"unknown workflow event {kind!r}", field="type")
+
+    def start(self, run_id: str) -> Report:
+        """Write the node rows (resuming at ``materialized``), then dispatch the roots."""
+        report = Report()
+        run = self.store.get_run(run_id)
+        if run is None or run.state is not workflow.RunState.RUNNING:
+            return report
+        definition = self._definition(run)
+        graph = definition.graph
+        while run.materialized < run.total:
+            begin = run.materialized
+            names = graph.nodes[begin : begin + self.start_slice]
+            self.store.put_nodes(
+                run_id,
+                [
+                    workflow.RunNode(n, pending=len(graph.parents[n]), generation=run.generation)
+                    for n in names
+                ],
+            )
+            advanced = replace(run, materialized=begin + len(names))
+            if not self.store.update_run(
+                advanced,
+                expected_state=run.state,
+                expected_generation=run.generation,
+                expected_materialized=begin,
+            ):
+                return report  # another start is writing the rows
+            run = advanced
+            if run.materialized < run.total:
+                send_events(self.queue, [event("start", run)])
+                report.continued = True
+                return report
+        roots = self.store.get_nodes(run_id, graph.roots())
+        self._dispatch(run, definition, list(roots.values()), report, repair=True)
+        return report
+
+    def node_done(self, run_id: str, node_id: str, generation: int) -> Report:
+        """Apply a settled node occurrence to the run (idempotent: safe to repeat)."""
+        report = Report()
+        run = self.store.get_run(run_id)
+        if run is None:
+            return report
+        node = self.store.get_nodes(run_id, [node_id]).get(node_id)
+        if node is None or node.generation != generation:
+            return report  # a stale event: the node was reset by "retry failed"
+        row = self.occurrences.get(workflow.node_occurrence_key(run, node))
+        if row is None or row.state not in occurrence.SETTLED:
+            return report  # not finished (a long job in flight, a retry pending)
+        definition = self._definition(run)
+        if row.state is occurrence.State.SUCCEEDED:
+            self._succeed(run, definition, node, report)
+        elif row.state is occurrence.State.DEAD:
+            self._fail(run, definition, node, report)
+        elif node.state is NodeState.DISPATCHED and self.store.move_node(
+            run_id, node_id, expected=NodeState.DISPATCHED, to=NodeState.CANCELLED
+        ):  # skipped or cancelled: not wanted now
+            report.cancelled.append(node_id)
+        if not report.dispatched and run.state is workflow.RunState.RUNNING:
+            self._finish_if_done(run, report)
+        return report
+
+    def cancel_nodes(self, run_id: str) -> Report:
+        """A cancelled run's waiting nodes become cancelled; dispatched ones are skipped
+        by the worker (it checks the run) or finish the attempt they are in."""
+        report = Report()
+        run = self.store.get_run(run_id)
+        if run is None or run.state is not workflow.RunState.CANCELLED:
+            return report
+        cursor = None
+        while True:
+            page = self.store.nodes_in_state(run_id, NodeState.WAITING, limit=1000, cursor=cursor)
+            for node in page.items:
+                if self.store.move_node(
+                    run_id, node.node_id, expected=NodeState.WAITING, to=NodeState.CANCELLED
+                ):
+                    report.cancelled.append(node.node_id)
+            if page.cursor is None:
+                return report
+            cursor = page.cursor
+
+    def reconcile(self, run_id: str) -> Report:
+        """Converge a running run from its persisted node states alone.
+
+        Repairs, each idempotent: a start that stopped part-way; a dispatched node whose
+        row or message was lost (put and sent again); a settled node whose completion was
+        lost (applied now); a fan-out that stopped part-way (continued at its cursor); a
+        child that every parent finished but that was never dispatched (a lost decrement);
+        a descendant of a failed node not yet blocked; a run whose end was not recorded.
+        """
+        report = Report()
+        run = self.store.get_run(run_id)
+        if run is None:
+            return report
+        if run.state is workflow.RunState.CANCELLED:
+            return self.cancel_nodes(run_id)
+        if run.state is not workflow.RunState.RUNNING:
+            return report
+        if run.materialized < run.total:
+            return self.start(run_id)
+        definition = self._definition(run)
+        rows = {r.node_id: r for r in self.store.all_nodes(run_id)}
+        for node in rows.values():
+            if node.state is NodeState.DISPATCHED:
+                self._repair_dispatched(run, definition, node, report)
+            elif node.state is NodeState.SUCCEEDED and node.fanout < definition.chunks(
+                node.node_id
+            ):
+                self._succeed(run, definition, node, report)
+            elif node.state is NodeState.FAILED:
+                self._block_descendants(run, definition, node.node_id, report)
+        rows = {r.node_id: r for r in self.store.all_nodes(run_id)}
+        states = {n: r.state for n, r in rows.items()}
+        plan = dag.plan(definition.graph, states)
+        for node_id in plan.block:
+            if self.store.move_node(
+                run_id, node_id, expected=NodeState.WAITING, to=NodeState.BLOCKED
+            ):
+                report.blocked.append(node_id)
+        # Parents all succeeded: dispatch whatever its counter says (a lost decrement
+        # leaves it above zero; the parents' states are the truth).
+        self._dispatch(run, definition, [rows[n] for n in plan.dispatch], report, ready_only=False)
+        if not report.dispatched:
+            self._finish_if_done(run, report)
+        if any((report.dispatched, report.resent, report.succeeded, report.blocked)):
+            logger.warning(
+                "reconcile repaired a run",
+                extra={
+                    "action": "workflow.reconcile",
+                    "run_id": run_id,
+                    "dispatched": len(report.dispatched),
+                    "resent": len(report.resent),
+                    "blocked": len(report.blocked),
+                },
+            )
+        return report
+
+    def reconcile_active(self, *, limit: int = 100) -> int:
+        """The periodic step: reconcile every running run; how many were looked at."""
+        seen = 0
+        cursor = None
+        while True:
+            page = self.store.active_runs(limit=limit, cursor=cursor)
+            for run_id in page.items:
+                try:
+                    self.reconcile(run_id)
+                except errors.FirelineError:
+                    logger.exception("reconcile failed", extra={"run_id": run_id})
+                seen += 1
+            if page.cursor is None:
+                return seen
+            cursor = page.cursor
+
+    # --- steps -----------------------------------------------------------------------------
+
+    def _definition(self, run: workflow.Run) -> workflow.Definition:
+        return self.definitions.get(run.tenant_id, run.workflow_id, run.version)
+
+    def _succeed(
+        self,
+        run: workflow.Run,
+        definition: workflow.Definition,
+        node: workflow.RunNode,
+        report: Report,
+    ) -> None:
+        node_id = node.node_id
+        chunks = definition.chunks(node_id)
+        redo = node.state is NodeState.SUCCEEDED
+        if node.state is NodeState.DISPATCHED:
+            kids = definition.chunk(node_id, 0) if chunks else ()
+            if not self.store.succeed_node(run.run_id, node_id, chunk=0, children=kids):
+                # Someone else applied it: carry on from where the row says.
+                current = self.store.get_nodes(run.run_id, [node_id]).get(node_id)
+                if current is None or current.state is not NodeState.SUCCEEDED:
+                    return
+                node, redo = current, True
+            else:
+                report.transactions += 1
+                report.succeeded.append(node_id)
+                node = replace(node, state=NodeState.SUCCEEDED, fanout=1 if chunks else 0)
+                self._dispatch_ready(run, definition, kids, report)
+        elif node.state is not NodeState.SUCCEEDED:
+            return
+        if run.state is not workflow.RunState.RUNNING:
+            return  # a cancelled run records outcomes but starts nothing new
+        if redo:
+            # A repeat: the earlier pass may have decremented children and stopped
+            # before dispatching them. Dispatching is conditional, so look again.
+            done = definition.graph.children[node_id][: node.fanout * workflow.FANOUT_CHUNK]
+            self._dispatch_ready(run, definition, done, report)
+        budget = self.fanout_budget
+        index = node.fanout
+        while index < chunks:
+            if budget == 0:
+                send_events(
+                    self.queue,
+                    [event("node_done", run, node_id=node_id, generation=node.generation)],
+                )
+                report.continued = True
+                return
+            kids = definition.chunk(node_id, index)
+            if self.store.succeed_node(run.run_id, node_id, chunk=index, children=kids):
+                report.transactions += 1
+                self._dispatch_ready(run, definition, kids, report)
+                index += 1
+                budget -= 1
+                continue
+            current = self.store.get_nodes(run.run_id, [node_id]).get(node_id)
+            if current is None or current.fanout <= index:
+                raise errors.ConflictError(f"fan-out of {node_id} did not advance")
+            index = current.fanout  # another controller applied it: follow the cursor
+
+    def _dispatch_ready(
+        self,
+        run: workflow.Run,
+        definition: workflow.Definition,
+        candidates: Sequence[str],
+        report: Report,
+    ) -> None:
+        for start in range(0, len(candidates), 100):
+            rows = self.store.get_nodes(run.run_id, candidates[start : start + 100])
+            ready = [r for r in rows.values() if r.state is NodeState.WAITING and r.pending <= 0]
+            self._dispatch(run, definition, ready, report)
+
+    def _dispatch(
+        self,
+        run: workflow.Run,
+        definition: workflow.Definition,
+        nodes: Iterable[workflow.RunNode],
+        report: Report,
+        *,
+        ready_only: bool = True,
+        repair: bool = False,
+    ) -> None:
+        now = self.clock.now()
+        outbound: list[dispatch.Outbound] = []
+        for node in nodes:
+            if node.state is NodeState.WAITING and self.store.move_node(
+                run.run_id,
+                node.node_id,
+                expected=NodeState.WAITING,
+                to=NodeState.DISPATCHED,
+                ready_only=ready_only,
+            ):
+                report.dispatched.append(node.node_id)
+            elif repair and node.state in (NodeState.WAITING, NodeState.DISPATCHED):
+                current = self.store.get_nodes(run.run_id, [node.node_id]).get(node.node_id)
+                if current is None or current.state is not NodeState.DISPATCHED:
+                    continue
+                node = current
+            else:
+                continue
+            out = self._occurrence(run, definition, node, now, report)
+            if out is not None:
+                outbound.append(out)
+        dispatch.send(self.queue, outbound, dispatch.DispatchReport())
+
+    def _occurrence(
+        self,
+        run: workflow.Run,
+        definition: workflow.Definition,
+        node: workflow.RunNode,
+        now: datetime,
+        report: Report,
+    ) -> dispatch.Outbound | None:
+        """Put the node's occurrence row (unless it exists) and return its message; None
+        when the existing row is past queued (its message did its work)."""
+        assert run.created_at is not None
+        spec = definition.specs[node.node_id]
+        row = occurrence.new(
+            tenant_id=run.tenant_id,
+            schedule_id=workflow.node_schedule_id(run.run_id, node.node_id),
+            version=node.generation,
+            fire_time=run.created_at,
+            job_class=spec.job_class,
+            created_at=now,
+        )
+        if not self.occurrences.put_new(row):
+            existing = self.occurrences.get(row.key)
+            if existing is None or existing.state is not occurrence.State.QUEUED:
+                return None
+            if node.node_id not in report.dispatched:
+                report.resent.append(node.node_id)
+        message = ports.OutboundMessage(body=dispatch.job_message(row))
+        return dispatch.Outbound(spec.job_class, row.key, message)
+
+    def _repair_dispatched(
+        self,
+        run: workflow.Run,
+        definition: workflow.Definition,
+        node: workflow.RunNode,
+        report: Report,
+    ) -> None:
+        row = self.occurrences.get(workflow.node_occurrence_key(run, node))
+        if row is None or row.state is occurrence.State.QUEUED:
+            out = self._occurrence(run, definition, node, self.clock.now(), report)
+            if row is None:
+                report.resent.append(node.node_id)
+            if out is not None:
+                dispatch.send(self.queue, [out], dispatch.DispatchReport())
+        elif row.state in occurrence.SETTLED:
+            done = self.node_done(run.run_id, node.node_id, node.generation)
+            for name in ("dispatched", "succeeded", "failed", "blocked", "cancelled"):
+                getattr(report, name).extend(getattr(done, name))
+            report.transactions += done.transactions
+
+    def _fail(
+        self,
+        run: workflow.Run,
+        definition: workflow.Definition,
+        node: workflow.RunNode,
+        report: Report,
+    ) -> None:
+        if node.state is NodeState.DISPATCHED:
+            if self.store.move_node(
+                run.run_id, node.node_id, expected=NodeState.DISPATCHED, to=NodeState.FAILED
+            ):
+                report.failed.append(node.node_id)
+                self.metrics.add_metric("WorkflowNodesFailed", "Count", 1)
+        elif node.state is not NodeState.FAILED:
+            return
+        self._note_failure(run)
+        self._block_descendants(run, definition, node.node_id, report)
+
+    def _note_failure(self, run: workflow.Run) -> None:
+        """Record on the run that a node failed, so its end is "failed" whatever the
+        node index shows at that moment."""
+        for _ in range(10):
+            current = self.store.get_run(run.run_id)
+            if current is None or current.has_failures or current.state is not run.state:
+                return
+            if self.store.update_run(
+                replace(current, has_failures=True),
+                expected_state=current.state,
+                expected_generation=current.generation,
+            ):
+                return
+        raise errors.ConflictError(f"run {run.run_id} kept changing")
+
+    def _block_descendants(
+        self, run: workflow.Run, definition: workflow.Definition, node_id: str, report: Report
+    ) -> None:
+        doomed = sorted(dag.descendants(definition.graph, node_id))
+        for start in range(0, len(doomed), 100):
+            rows = self.store.get_nodes(run.run_id, doomed[start : start + 100])
+            for row in rows.values():
+                if row.state is NodeState.WAITING and self.store.move_node(
+                    run.run_id, row.node_id, expected=NodeState.WAITING, to=NodeState.BLOCKED
+                ):
+                    report.blocked.append(row.node_id)
+
+    def _finish_if_done(self, run: workflow.Run, report: Report) -> None:
+        """Record the run's end once, if no node is waiting or dispatched.
+
+        The state index may lag a just-made move, so each node it lists as unfinished
+        is read again consistently; a page that is full means unfinished for sure.
+        """
+        for state in (NodeState.DISPATCHED, NodeState.WAITING):
+            page = self.store.nodes_in_state(run.run_id, state, limit=CONFIRM_PAGE)
+            if page.cursor is not None:
+                return
+            if page.items:
+                rows = self.store.get_nodes(run.run_id, [n.node_id for n in page.items])
+                if any(r.state in (NodeState.DISPATCHED, NodeState.WAITING) for r in rows.values()):
+                    return
+        current = self.store.get_run(run.run_id)
+        if current is None or current.state is not workflow.RunState.RUNNING:
+            return
+        if current.materialized < current.total:
+            return
+        end = workflow.RunState.FAILED if current.has_failures else workflow.RunState.SUCCEEDED
+        finished = replace(current, state=end, finished_at=self.clock.now())
+        if self.store.update_run(
+            finished, expected_state=current.state, expected_generation=current.generation
+        ):
+            report.finished = end
+            self.metrics.add_metric(
+                "WorkflowRunsSucceeded"
+                if end is workflow.RunState.SUCCEEDED
+                else "WorkflowRunsFailed",
+                "Count",
+                1,
+            )
+            logger.info(
+                "workflow run finished",
+                extra={"action": "workflow.finish", "run_id": run.run_id, "state": end.value},
+            )
+
+
+def new_run_id() -> str:
+    return "r" + uuid.uuid4().hex[:24]
+
+
+def run_id_for(tenant_id: str, source: str) -> str:
+    """A run id derived from what started it (a schedule's occurrence key): a repeated
+    delivery of that occurrence starts the same run, not a second one."""
+    return "r" + hashlib.sha256(f"{tenant_id}\n{source}".encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class RunView:
+    run: workflow.Run
+    counts: dict[NodeState, int]
+    failed_nodes: list[str]
+
+    @property
+    def progress(self) -> float:
+        finished = sum(self.counts[s] for s in dag.FINISHED)
+        return round(finished / self.run.total, 4) if self.run.total else 1.0
+
+
+class WorkflowService:
+    """What the API offers: register, start, inspect, cancel, retry, reconcile."""
+
+    def __init__(
+        self,
+        *,
+        store: ports.WorkflowStore,
+        documents: ports.DocumentStore,
+        queue: ports.WorkQueue,
+        clock: ports.Clock,
+        definitions: Definitions | None = None,
+    ) -> None:
+        self.store = store
+        self.documents = documents
+        self.queue = queue
+        self.clock = clock
+        self.definitions = definitions or Definitions(store, documents)
+
+    def register(
+        self,
+        tenant_id: str,
+        workflow_id: str,
+        specs: list[workflow.NodeSpec],
+        edges: list[tuple[str, str]],
+    ) -> workflow.DefinitionMeta:
+        """Validate and store a new version (the first is 1). Bad input changes nothing."""
+        latest = self.store.latest_definition(tenant_id, workflow_id)
+        version = (latest.version if latest else 0) + 1
+        definition = workflow.Definition.build(tenant_id, workflow_id, version, specs, edges)
+        meta = workflow.DefinitionMeta(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            version=version,
+            nodes=len(definition.graph.nodes),
+            edges=definition.graph.edge_count,
+            created_at=self.clock.now(),
+        )
+        # The document first: an index entry never points at a missing document.
+        self.documents.put(meta.document_key, definition.to_document())
+        if not self.store.put_definition(meta):
+            raise errors.ConflictError(
+                f"workflow {workflow_id!r} version {version} was registered meanwhile; retry"
+            )
+        self.definitions.remember(definition)
+        return meta
+
+    def upload(self, tenant_id: str) -> tuple[str, str]:
+        """An upload id and the presigned URL to PUT a large definition to."""
+        upload_id = uuid.uuid4().hex
+        url = self.documents.upload_url(
+            upload_key(tenant_id, upload_id), expires_seconds=UPLOAD_EXPIRES_SECONDS
+        )
+        return upload_id, url
+
+    def uploaded(self, tenant_id: str, upload_id: str) -> bytes:
+        if not upload_id.isalnum() or len(upload_id) > 64:
+            raise errors.ValidationError("is not an upload id", field="upload_id")
+        raw = self.documents.get(upload_key(tenant_id, upload_id))
+        if raw is None:
+            raise errors.ValidationError(
+                f"nothing was uploaded for {upload_id!r} (PUT the definition to its URL first)",
+                field="upload_id",
+            )
+        return raw
+
+    def get(self, tenant_id: str, workflow_id: str) -> workflow.DefinitionMeta:
+        meta = self.store.latest_definition(tenant_id, workflow_id)
+        if meta is None:
+            raise errors.NotFound(f"no workflow {workflow_id!r}")
+        return meta
+
+    def start(
+        self,
+        tenant_id: str,
+        workflow_id: str,
+        *,
+        version: int | None = None,
+        run_id: str | None = None,
+        source: str | None = None,
+    ) -> workflow.Run:
+        meta = (
+            self.store.get_definition(tenant_id, workflow_id, version)
+            if version is not None
+            else self.store.latest_definition(tenant_id, workflow_id)
+        )
+        if meta is None:
+            what = f"{workflow_id!r} version {version}" if version else repr(workflow_id)
+            raise errors.NotFound(f"no workflow {what}")
+        run = workflow.Run(
+            tenant_id=tenant_id,
+            run_id=run_id or new_run_id(),
+            workflow_id=workflow_id,
+            version=meta.version,
+            total=meta.nodes,
+            created_at=self.clock.now().replace(microsecond=0),
+            source=source,
+        )
+        if not self.store.create_run(run):
+            existing = self.store.get_run(run.run_id)
+            if existing is None or existing.tenant_id != tenant_id:
+                raise errors.AlreadyExists(f"run {run.run_id!r} exists")
+            run = existing  # a repeated start (same source): the same run
+        send_events(self.queue, [event("start", run)])
+        return run
+
+    def run(self, tenant_id: str, run_id: str) -> workflow.Run:
+        found = self.store.get_run(run_id)
+        if found is None or found.tenant_id != tenant_id:
+            raise errors.NotFound(f"no run {run_id!r}")
+        return found
+
+    def view(self, tenant_id: str, run_id: str, *, failed_limit: int = 100) -> RunView:
+        found = self.run(tenant_id, run_id)
+        counts = self.store.count_states(run_id)
+        # Rows not written yet (a start in progress) are waiting.
+        counts[NodeState.WAITING] += found.total - sum(counts.values())
+        failed = self.store.nodes_in_state(run_id, NodeState.FAILED, limit=failed_limit)
+        return RunView(found, counts, [n.node_id for n in failed.items])
+
+    def nodes(
+        self,
+        tenant_id: str,
+        run_id: str,
+        state: NodeState,
+        *,
+        limit: int,
+        cursor: str | None = None,
+    ) -> ports.Page[workflow.RunNode]:
+        self.run(tenant_id, run_id)
+        return self.store.nodes_in_state(run_id, state, limit=limit, cursor=cursor)
+
+    def cancel(self, tenant_id: str, run_id: str) -> workflow.Run:
+        current = self.run(tenant_id, run_id)
+        if current.state is workflow.RunState.CANCELLED:
+            return current
+        if current.state is not workflow.RunState.RUNNING:
+            raise errors.ConflictError(f"run {run_id} is {current.state.value}")
+        cancelled = replace(
+            current, state=workflow.RunState.CANCELLED, finished_at=self.clock.now()
+        )
+        if not self.store.update_run(
+            cancelled, expected_state=current.state, expected_generation=current.generation
+        ):
+            raise errors.ConflictError(f"run {run_id} changed meanwhile; retry")
+        send_events(self.queue, [event("cancel", cancelled)])
+        return cancelled
+
+    def retry_failed(self, tenant_id: str, run_id: str) -> workflow.Run:
+        """Re-run the failed and blocked nodes (each as a new generation, a new
+        occurrence); nothing that succeeded runs again."""
+        current = self.run(tenant_id, run_id)
+        if current.state is not workflow.RunState.FAILED:
+            raise errors.ConflictError(
+                f"run {run_id} is {current.state.value}; only a failed run is retried"
+            )
+        definition = self.definitions.get(tenant_id, current.workflow_id, current.version)
+        rows = {r.node_id: r for r in self.store.all_nodes(run_id)}
+        states = {n: r.state for n, r in rows.items()}
+        again = dag.retry_failed(definition.graph, states)
+        for node_id, state in again.items():
+            row = rows[node_id]
+            if state is NodeState.WAITING and row.state is not NodeState.WAITING:
+                pending = sum(
+                    1
+                    for p in definition.graph.parents[node_id]
+                    if again.get(p) is not NodeState.SUCCEEDED
+                )
+                self.store.move_node(
+                    run_id,
+                    node_id,
+                    expected=row.state,
+                    to=NodeState.WAITING,
+                    generation=row.generation + 1,
+                    pending=pending,
+                )
+        resumed = replace(
+            current,
+            state=workflow.RunState.RUNNING,
+            generation=current.generation + 1,
+            has_failures=False,
+            finished_at=None,
+        )
+        if not self.store.update_run(
+            resumed, expected_state=current.state, expected_generation=current.generation
+        ):
+            raise errors.ConflictError(f"run {run_id} changed meanwhile; retry")
+        # The reconcile dispatches what is ready now (it trusts node states only).
+        send_events(self.queue, [event("reconcile", resumed)])
+        return resumed
+
+    def reconcile(self, tenant_id: str, run_id: str) -> workflow.Run:
+        found = self.run(tenant_id, run_id)
+        send_events(self.queue, [event("reconcile", found)])
+        return found
+
+
+def upload_key(tenant_id: str, upload_id: str) -> str:
+    return f"uploads/{tenant_id}/{upload_id}.json"
+
+
+class NodeJobs:
+    """The worker's view of workflow nodes: the job a node occurrence runs (or why it is
+    not wanted any more), and the completion event it sends after each outcome."""
+
+    def __init__(
+        self,
+        *,
+        store: ports.WorkflowStore,
+        definitions: Definitions,
+        queue: ports.WorkQueue,
+    ) -> None:
+        self.store = store
+        self.definitions = definitions
+        self.queue = queue
+
+    def job_for(self, row: occurrence.Occurrence) -> tuple[model.Schedule | None, str | None]:
+        parsed = workflow.parse_node_schedule_id(row.schedule_id)
+        if parsed is None:
+            return None, "not a workflow node"
+        run_id, node_id = parsed
+        run = self.store.get_run(run_id)
+        if run is None or run.tenant_id != row.tenant_id:
+            return None, "workflow run deleted"
+        if run.state is workflow.RunState.CANCELLED:
+            return None, "workflow run cancelled"
+        node = self.store.get_nodes(run_id, [node_id]).get(node_id)
+        if node is None or node.generation != row.version:
+            return None, "stale node generation"
+        if node.state is not NodeState.DISPATCHED:
+            return None, f"node is {node.state.value}"
+        definition = self.definitions.get(run.tenant_id, run.workflow_id, run.version)
+        return workflow.node_job(run, definition.specs[node_id], row.version), None
+
+    def finished(self, key: str) -> None:
+        parsed_key = occurrence.parse_key(key)
+        parsed = workflow.parse_node_schedule_id(parsed_key.schedule_id)
+        if parsed is None:
+            return
+        run_id, node_id = parsed
+        send_events(
+            self.queue,
+            [event("node_done", run_id, node_id=node_id, generation=parsed_key.version)],
+        )
