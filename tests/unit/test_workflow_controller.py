@@ -1,0 +1,282 @@
+"""The workflow controller on the memory adapters: order, failure, retry, crash points.
+
+The same scenarios run on moto in tests/integration/test_workflows.py; here they are
+cheap enough to try every crash point and larger graphs.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from helpers.flows import Flow, node
+
+from fireline.domain import dag, retry, workflow
+from fireline.services import workflows
+
+NodeState = dag.NodeState
+NO_WAIT = retry.RetryPolicy(max_attempts=3, base_seconds=1, cap_seconds=1)
+
+DIAMOND = (["a", "b", "c", "d"], [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+ETL_NODES = ["source", "extract", "validate", "transform", "load", "audit", "cleanup"]
+ETL_EDGES = [
+    ("source", "extract"),
+    ("source", "validate"),
+    ("extract", "transform"),
+    ("validate", "transform"),
+    ("transform", "load"),
+    ("load", "audit"),
+    *[(n, "cleanup") for n in ETL_NODES if n != "cleanup"],
+]
+
+
+def wide_dag(size: int, seed: int = 7) -> tuple[list[str], list[tuple[str, str]]]:
+    """Layers of random width; each node has 1-3 parents in earlier layers."""
+    rng = random.Random(seed)
+    names = [f"n{i:05d}" for i in range(size)]
+    edges: set[tuple[str, str]] = set()
+    for index in range(1, size):
+        for _ in range(rng.randint(1, 3)):
+            edges.add((names[rng.randrange(max(0, index - 60), index)], names[index]))
+    return names, sorted(edges)
+
+
+def assert_dependency_order(order: list[str], edges: list[tuple[str, str]]) -> None:
+    position = {n: i for i, n in enumerate(order)}
+    for parent, child in edges:
+        assert position[parent] < position[child], f"{child} ran before its parent {parent}"
+
+
+def run_to_end(flow: Flow, names: list[str], edges: list[tuple[str, str]], **spec: Any) -> workflow.Run:
+    flow.register([node(n, **spec) for n in names], edges)
+    run = flow.start()
+    flow.drain()
+    return run
+
+
+def test_the_diamond_runs_in_dependency_order_and_succeeds_once() -> None:
+    flow = Flow.on_memory()
+    run = run_to_end(flow, *DIAMOND)
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    assert flow.ledger.order[0] == "a" and flow.ledger.order[-1] == "d"
+    assert_dependency_order(flow.ledger.order, DIAMOND[1])
+    assert dict(flow.ledger.effects) == dict.fromkeys(DIAMOND[0], 1)
+    view = flow.service.view("tenant-a", run.run_id)
+    assert view.counts[NodeState.SUCCEEDED] == 4 and view.progress == 1.0
+
+
+def test_the_etl_dag_runs_cleanup_last() -> None:
+    flow = Flow.on_memory()
+    run = run_to_end(flow, ETL_NODES, ETL_EDGES)
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    assert_dependency_order(flow.ledger.order, ETL_EDGES)
+    assert flow.ledger.order[-1] == "cleanup"
+    assert flow.ledger.order.index("transform") > max(
+        flow.ledger.order.index("extract"), flow.ledger.order.index("validate")
+    )
+
+
+def test_a_slow_branch_delays_only_its_descendants() -> None:
+    # a -> slow -> slow_child ; a -> fast -> fast_child: the graph walk runs fast_child
+    # while slow is still failing and retrying (levels would hold it back).
+    flow = Flow.on_memory()
+    names = ["a", "slow", "slow_child", "fast", "fast_child"]
+    edges = [("a", "slow"), ("slow", "slow_child"), ("a", "fast"), ("fast", "fast_child")]
+    flow.ledger.failing["slow"] = 2
+    run = run_to_end(flow, names, edges, retry=NO_WAIT)
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    assert flow.ledger.order.index("fast_child") < flow.ledger.order.index("slow")
+
+
+def test_a_node_retries_and_no_other_side_effect_repeats() -> None:
+    flow = Flow.on_memory()
+    names, edges = wide_dag(1000)
+    flow.ledger.failing["n00500"] = 2  # fails twice, succeeds on its third attempt
+    run = run_to_end(flow, names, edges, retry=NO_WAIT)
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    assert flow.ledger.attempts["n00500"] == 3
+    assert set(flow.ledger.effects.values()) == {1} and len(flow.ledger.effects) == 1000
+    assert_dependency_order(flow.ledger.order, edges)
+
+
+def test_a_permanent_failure_blocks_only_descendants_and_retry_failed_finishes() -> None:
+    flow = Flow.on_memory()
+    names, edges = wide_dag(1000)
+    graph = dag.validate(names, edges)
+    doomed = dag.descendants(graph, "n00500")
+    flow.ledger.failing["n00500"] = 3  # every attempt of the default cap of 3
+    run = run_to_end(flow, names, edges, retry=NO_WAIT)
+
+    view = flow.service.view("tenant-a", run.run_id)
+    assert view.run.state is workflow.RunState.FAILED
+    assert view.failed_nodes == ["n00500"]
+    assert view.counts[NodeState.BLOCKED] == len(doomed)
+    assert view.counts[NodeState.SUCCEEDED] == 1000 - 1 - len(doomed)
+    assert not set(flow.ledger.effects) & (doomed | {"n00500"})  # independent ran, not these
+
+    before = dict(flow.ledger.effects)
+    flow.service.retry_failed("tenant-a", run.run_id)
+    flow.drain()
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    assert set(flow.ledger.effects.values()) == {1} and len(flow.ledger.effects) == 1000
+    assert all(flow.ledger.attempts[n] == 1 for n in before)  # nothing succeeded ran again
+    assert flow.ledger.attempts["n00500"] == 4
+
+
+def test_a_completion_processed_twice_decrements_once_and_finishes_once() -> None:
+    flow = Flow.on_memory()
+    flow.register([node(n) for n in DIAMOND[0]], DIAMOND[1])
+    run = flow.start()
+    flow.drain()
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    finished_at = flow.store.get_run(run.run_id).finished_at  # type: ignore[union-attr]
+    for name in DIAMOND[0]:  # every completion again, as a redelivery would
+        report = flow.controller.node_done(run.run_id, name, 1)
+        assert not report.dispatched and report.transactions == 0 and report.finished is None
+    rows = {r.node_id: r for r in flow.store.all_nodes(run.run_id)}
+    assert rows["d"].pending == 0 and rows["b"].pending == 0
+    assert flow.store.get_run(run.run_id).finished_at == finished_at  # type: ignore[union-attr]
+    flow.drain()
+    assert dict(flow.ledger.effects) == dict.fromkeys(DIAMOND[0], 1)
+
+
+def test_a_fan_in_of_ten_thousand_parents_runs_the_sink_once() -> None:
+    flow = Flow.on_memory()
+    parents = [f"p{i}" for i in range(10_000)]
+    names = ["root", *parents, "sink"]
+    edges = [("root", p) for p in parents] + [(p, "sink") for p in parents]
+    run = run_to_end(flow, names, edges, job_class="short")
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    assert flow.ledger.effects["sink"] == 1 and flow.ledger.order[-1] == "sink"
+    # root's fan-out of 10,000 took ceil(10000 / 99) transactions, each a bounded item set
+    assert workflow.Definition.chunks(flow.definitions.get("tenant-a", "wf", 1), "root") == 102
+
+
+def test_cancel_stops_what_has_not_started() -> None:
+    flow = Flow.on_memory()
+    flow.register([node(n) for n in ETL_NODES], ETL_EDGES)
+    run = flow.start()
+    flow.step()  # the start event: source is dispatched
+    flow.step()  # source runs; its completion event is queued
+    flow.service.cancel("tenant-a", run.run_id)
+    flow.drain()
+    view = flow.service.view("tenant-a", run.run_id)
+    assert view.run.state is workflow.RunState.CANCELLED
+    assert flow.ledger.effects["source"] == 1
+    assert "cleanup" not in flow.ledger.effects
+    assert view.counts[NodeState.WAITING] == 0 and view.counts[NodeState.DISPATCHED] == 0
+    with pytest.raises(Exception, match="only a failed run"):
+        flow.service.retry_failed("tenant-a", run.run_id)
+
+
+# --- crash points ------------------------------------------------------------------------
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashAfter:
+    """Proxies the controller's stores and queue; raises right after the Nth write."""
+
+    WRITES = frozenset(
+        {"put_nodes", "update_run", "move_node", "succeed_node", "put_new", "send_batch"}
+    )
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.writes = 0
+
+    def wrap(self, target: Any) -> Any:
+        crash = self
+
+        class Proxy:
+            def __getattr__(self, name: str) -> Any:
+                attr = getattr(target, name)
+                if name not in CrashAfter.WRITES:
+                    return attr
+
+                def write(*args: Any, **kwargs: Any) -> Any:
+                    result = attr(*args, **kwargs)
+                    crash.writes += 1
+                    if crash.writes == crash.budget:
+                        raise Crash(f"stopped after write {crash.writes} ({name})")
+                    return result
+
+                return write
+
+        return Proxy()
+
+
+def crashing_controller(flow: Flow, crash: CrashAfter) -> workflows.Controller:
+    return workflows.Controller(
+        store=crash.wrap(flow.store),
+        documents=flow.documents,
+        occurrences=crash.wrap(flow.occurrences),
+        queue=crash.wrap(flow.queue),
+        clock=flow.clock,
+        definitions=flow.definitions,
+    )
+
+
+def run_with_crash_at(budget: int) -> tuple[Flow, workflow.Run, CrashAfter, bool]:
+    """The ETL DAG with the controller stopped after write ``budget``: the event it was
+    handling is lost (deleted, never redelivered), then one reconcile, then the rest."""
+    flow = Flow.on_memory()
+    flow.register([node(n) for n in ETL_NODES], ETL_EDGES)
+    run = flow.start()
+    crash = CrashAfter(budget)
+    faulty = crashing_controller(flow, crash)
+    crashed = False
+    for _ in range(10_000):
+        try:
+            if not flow.step(faulty.handle):
+                break
+        except Crash:
+            crashed = True
+            break
+    if crashed:
+        # Whatever the crashed controller had in hand is gone; the reconcile repairs.
+        while flow.queue.receive("workflow", max_messages=10):
+            pass  # received and never deleted: invisible now, as if lost
+        flow.controller.reconcile(run.run_id)
+        flow.clock.advance(1)
+    flow.drain()
+    return flow, run, crash, crashed
+
+
+def test_a_controller_stopped_after_any_write_then_reconciled_completes_once() -> None:
+    budget, crashes = 1, 0
+    while True:
+        flow, run, crash, crashed = run_with_crash_at(budget)
+        assert flow.run_state(run) is workflow.RunState.SUCCEEDED, f"crash at {budget}"
+        assert dict(flow.ledger.effects) == dict.fromkeys(ETL_NODES, 1), f"crash at {budget}"
+        assert_dependency_order(flow.ledger.order, ETL_EDGES)
+        if not crashed:
+            break  # past the last write of a whole run: every point was tried
+        crashes += 1
+        budget += 1
+    assert crashes >= 30  # every dispatch, put, send and fan-out write of 7 nodes
+
+
+def test_reconcile_recomputes_a_lost_decrement_and_a_lost_dispatch() -> None:
+    flow = Flow.on_memory()
+    flow.register([node(n) for n in DIAMOND[0]], DIAMOND[1])
+    run = flow.start()
+    flow.drain()
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    # Rewind d as if b's decrement and d's dispatch were lost, with the run still running.
+    stored = flow.store.get_run(run.run_id)
+    assert stored is not None
+    flow.store.update_run(
+        workflow.Run(**{**stored.__dict__, "state": workflow.RunState.RUNNING, "finished_at": None}),
+        expected_state=stored.state,
+        expected_generation=stored.generation,
+    )
+    flow.store.put_nodes(run.run_id, [workflow.RunNode("d", pending=1, generation=2)])
+    report = flow.controller.reconcile(run.run_id)
+    assert report.dispatched == ["d"]
+    flow.drain()
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    assert flow.ledger.effects["d"] == 2  # a new generation is a new run of d, by design
