@@ -21,11 +21,11 @@ from botocore.config import Config
 
 from fireline import jobs
 from fireline.adapters import clock as clock_adapter
-from fireline.adapters import dynamodb, sqs, stepfunctions
+from fireline.adapters import dynamodb, s3, sqs, stepfunctions, workflows_dynamodb
 from fireline.api import app as api_app
-from fireline.domain import errors, model, quota
+from fireline.domain import errors, model, quota, workflow
 from fireline.services import long_jobs as long_jobs_service
-from fireline.services import schedules, targets, ticker
+from fireline.services import schedules, targets, ticker, workflows
 from fireline.services import worker as worker_service
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class Settings:
     long_job_state_machine_arn: str = ""
     long_job_heartbeat_seconds: int = 60
     job_modules: tuple[str, ...] = ()  # modules whose @registry.register handlers to load
+    workflows_table: str = ""
+    definitions_bucket: str = ""
+    workflow_queue_url: str = ""
     endpoint_url: str | None = None  # an emulator (moto, LocalStack); None on AWS
     region: str = "us-east-1"
 
@@ -101,6 +104,9 @@ class Settings:
             job_modules=tuple(
                 m.strip() for m in env.get("JOB_MODULES", "").split(",") if m.strip()
             ),
+            workflows_table=env.get("WORKFLOWS_TABLE", ""),
+            definitions_bucket=env.get("DEFINITIONS_BUCKET", ""),
+            workflow_queue_url=env.get("WORKFLOW_QUEUE_URL", ""),
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
@@ -166,7 +172,10 @@ def lease_store() -> dynamodb.DynamoLeaseStore:
 @functools.cache
 def work_queue() -> sqs.SqsWorkQueue:
     s = settings()
-    return sqs.SqsWorkQueue(sqs_client(), s.queue_urls, s.dead_letter_urls)
+    urls = dict(s.queue_urls)
+    if s.workflow_queue_url:
+        urls[workflow.CONTROL_QUEUE] = s.workflow_queue_url
+    return sqs.SqsWorkQueue(sqs_client(), urls, s.dead_letter_urls)
 
 
 @functools.cache
@@ -211,6 +220,7 @@ def target_runner() -> targets.TargetRunner:
         signing_secret=secret.encode(),
         lambda_client=lambda_client,
         sqs_client=sqs_client,
+        workflows=workflow_service if settings().workflows_table else None,
     )
 
 
@@ -231,6 +241,7 @@ def long_jobs() -> long_jobs_service.LongJobs:
         clock=clock(),
         runner=target_runner() if s.signing_secret else None,
         config=long_jobs_service.LongJobConfig(heartbeat_seconds=s.long_job_heartbeat_seconds),
+        nodes=node_jobs() if s.workflows_table else None,
     )
 
 
@@ -247,6 +258,7 @@ def worker() -> worker_service.Worker:
         config=worker_service.WorkerConfig(job_class=s.job_class, tenant_limit=s.tenant_limit),
         metrics=metrics(),
         long_jobs=long_jobs() if s.job_class == "long" else None,
+        nodes=node_jobs() if s.workflows_table else None,
     )
 
 
@@ -264,7 +276,66 @@ def schedule_service() -> schedules.ScheduleService:
 
 @functools.cache
 def api() -> APIGatewayRestResolver:
-    return api_app.build_app(schedule_service(), idempotency_store())
+    return api_app.build_app(
+        schedule_service(),
+        idempotency_store(),
+        workflows=workflow_service() if settings().workflows_table else None,
+    )
+
+
+@functools.cache
+def s3_client() -> Any:
+    return _client("s3")
+
+
+@functools.cache
+def workflow_store() -> workflows_dynamodb.DynamoWorkflowStore:
+    s = settings()
+    if not s.workflows_table:
+        raise errors.ValidationError("is not set", field="WORKFLOWS_TABLE")
+    return workflows_dynamodb.DynamoWorkflowStore(dynamodb_client(), s.workflows_table)
+
+
+@functools.cache
+def document_store() -> s3.S3DocumentStore:
+    s = settings()
+    if not s.definitions_bucket:
+        raise errors.ValidationError("is not set", field="DEFINITIONS_BUCKET")
+    return s3.S3DocumentStore(s3_client(), s.definitions_bucket)
+
+
+@functools.cache
+def definitions() -> workflows.Definitions:
+    return workflows.Definitions(workflow_store(), document_store())
+
+
+@functools.cache
+def workflow_service() -> workflows.WorkflowService:
+    return workflows.WorkflowService(
+        store=workflow_store(),
+        documents=document_store(),
+        queue=work_queue(),
+        clock=clock(),
+        definitions=definitions(),
+    )
+
+
+@functools.cache
+def controller() -> workflows.Controller:
+    return workflows.Controller(
+        store=workflow_store(),
+        documents=document_store(),
+        occurrences=occurrence_store(),
+        queue=work_queue(),
+        clock=clock(),
+        metrics=metrics(),
+        definitions=definitions(),
+    )
+
+
+@functools.cache
+def node_jobs() -> workflows.NodeJobs:
+    return workflows.NodeJobs(store=workflow_store(), definitions=definitions(), queue=work_queue())
 
 
 def ticker_for(owner: str) -> ticker.Ticker:
@@ -291,6 +362,7 @@ def reset() -> None:
         settings, dynamodb_client, sqs_client, logger, metrics, clock, schedule_store,
         occurrence_store, lease_store, work_queue, api_key_store, idempotency_store,
         schedule_service, api, slot_store, lambda_client, target_runner, worker, registry,
-        sfn_client, long_jobs,
+        sfn_client, long_jobs, s3_client, workflow_store, document_store, definitions,
+        workflow_service, controller, node_jobs,
     ):  # fmt: skip
         cached.cache_clear()

@@ -638,6 +638,10 @@ class MemoryWorkflowStore:
         self._definitions: dict[tuple[str, str, int], workflow.DefinitionMeta] = {}
         self._runs: dict[str, workflow.Run] = {}
         self._nodes: dict[str, dict[str, workflow.RunNode]] = defaultdict(dict)
+        # run -> state -> node ids in order: the state index (a GSI in DynamoDB)
+        self._index: dict[str, dict[dag.NodeState, list[str]]] = defaultdict(
+            lambda: {state: [] for state in dag.NodeState}
+        )
         self._lock = threading.RLock()
         self.writes: dict[str, int] = defaultdict(int)
 
@@ -710,10 +714,21 @@ class MemoryWorkflowStore:
         more = start + limit < len(ids)
         return ports.Page(items=page, cursor=page[-1] if more and page else None)
 
+    def _store(self, run_id: str, row: workflow.RunNode) -> None:
+        old = self._nodes[run_id].get(row.node_id)
+        self._nodes[run_id][row.node_id] = row
+        if old is not None and old.state is row.state:
+            return
+        index = self._index[run_id]
+        if old is not None:
+            ids = index[old.state]
+            del ids[bisect.bisect_left(ids, row.node_id)]
+        bisect.insort(index[row.state], row.node_id)
+
     def put_nodes(self, run_id: str, nodes: Sequence[workflow.RunNode]) -> None:
         with self._lock:
             for node in nodes:
-                self._nodes[run_id][node.node_id] = node
+                self._store(run_id, node)
             self.writes["node"] += len(nodes)
 
     def get_nodes(self, run_id: str, node_ids: Sequence[str]) -> dict[str, workflow.RunNode]:
@@ -730,18 +745,17 @@ class MemoryWorkflowStore:
     ) -> ports.Page[workflow.RunNode]:
         with self._lock:
             rows = self._nodes.get(run_id, {})
-            ids = sorted(n for n, row in rows.items() if row.state is state)
+            ids = self._index[run_id][state] if run_id in self._index else []
             start = bisect.bisect_right(ids, cursor) if cursor else 0
             page = [rows[n] for n in ids[start : start + limit]]
         more = start + limit < len(ids)
         return ports.Page(items=page, cursor=page[-1].node_id if more and page else None)
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
-        counts = dict.fromkeys(dag.NodeState, 0)
         with self._lock:
-            for row in self._nodes.get(run_id, {}).values():
-                counts[row.state] += 1
-        return counts
+            if run_id not in self._index:
+                return dict.fromkeys(dag.NodeState, 0)
+            return {state: len(ids) for state, ids in self._index[run_id].items()}
 
     def move_node(
         self,
@@ -764,7 +778,7 @@ class MemoryWorkflowStore:
             if pending is not None:
                 changes["pending"] = pending
                 changes["fanout"] = 0
-            self._nodes[run_id][node_id] = replace(row, **changes)
+            self._store(run_id, replace(row, **changes))
             self.writes["node"] += 1
             return True
 
@@ -786,8 +800,9 @@ class MemoryWorkflowStore:
                 return False
             if any(c not in rows for c in children):
                 return False  # a transaction with a missing child would fail whole
-            rows[node_id] = replace(
-                row, state=dag.NodeState.SUCCEEDED, fanout=chunk + 1 if children else 0
+            self._store(
+                run_id,
+                replace(row, state=dag.NodeState.SUCCEEDED, fanout=chunk + 1 if children else 0),
             )
             for child in children:
                 rows[child] = replace(rows[child], pending=rows[child].pending - 1)

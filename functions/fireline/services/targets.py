@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from fireline.domain import errors
 
@@ -126,6 +126,25 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+class WorkflowStarter(Protocol):
+    """What the workflow target needs (the workflow service)."""
+
+    def start(
+        self,
+        tenant_id: str,
+        workflow_id: str,
+        *,
+        version: int | None = None,
+        run_id: str | None = None,
+        source: str | None = None,
+    ) -> Any: ...
+
+
+def run_id_for(tenant_id: str, source: str) -> str:
+    """A run id derived from what started it (a schedule's occurrence key)."""
+    return "r" + hashlib.sha256(f"{tenant_id}\n{source}".encode()).hexdigest()[:24]
+
+
 class TargetRunner:
     def __init__(
         self,
@@ -134,7 +153,9 @@ class TargetRunner:
         signing_secret: bytes,
         lambda_client: Callable[[], Any],
         sqs_client: Callable[[], Any],
+        workflows: Callable[[], WorkflowStarter] | None = None,
     ) -> None:
+        self._workflows = workflows
         self.registry = registry
         self._secret = signing_secret
         self._lambda = lambda_client
@@ -153,7 +174,23 @@ class TargetRunner:
             return self._invoke(target, context)
         if kind == "sqs":
             return self._send(target, context)
+        if kind == "workflow":
+            return self._start_workflow(target, context)
         raise errors.ValidationError(f"unknown target type {kind!r}", field="target.type")
+
+    def _start_workflow(self, target: dict[str, Any], context: JobContext) -> Any:
+        """A schedule whose target is a workflow starts a run per fire. The run id comes
+        from the occurrence key: a repeated delivery finds the same run, not a second."""
+        if self._workflows is None:
+            raise errors.ValidationError("workflows are not enabled here", field="target.type")
+        run = self._workflows().start(
+            context.tenant_id,
+            target["workflow_id"],
+            version=target.get("version"),
+            run_id=run_id_for(context.tenant_id, context.occurrence_key),
+            source=context.occurrence_key,
+        )
+        return {"run_id": run.run_id, "workflow_id": run.workflow_id, "version": run.version}
 
     def _python(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
         handler = self.registry.get(target["handler"])

@@ -33,7 +33,6 @@ list of parents.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import uuid
 from collections import OrderedDict
@@ -563,12 +562,6 @@ class Controller:
 
 def new_run_id() -> str:
     return "r" + uuid.uuid4().hex[:24]
-
-
-def run_id_for(tenant_id: str, source: str) -> str:
-    """A run id derived from what started it (a schedule's occurrence key): a repeated
-    delivery of that occurrence starts the same run, not a second one."""
-    return "r" + hashlib.sha256(f"{tenant_id}\n{source}".encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)

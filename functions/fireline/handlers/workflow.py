@@ -1,0 +1,42 @@
+"""The workflow controller: SQS events (partial batch failures) and the periodic reconcile.
+
+An SQS record is a controller event (start, node_done, cancel, reconcile); one that fails
+comes back after its visibility timeout, and every event is safe to apply twice. The
+scheduled event (rate(1 minute)) reconciles every running run, which repairs whatever a
+lost event left behind.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from fireline import wiring
+
+logger = wiring.logger()
+metrics = wiring.metrics()
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    controller = wiring.controller()
+    if event.get("source") == "aws.events" or "Records" not in event:
+        return {"reconciled": controller.reconcile_active()}
+
+    def record_handler(record: SQSRecord) -> None:
+        controller.handle(json.loads(record.body))
+
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    return dict(response)
