@@ -48,7 +48,9 @@ def assert_dependency_order(order: list[str], edges: list[tuple[str, str]]) -> N
         assert position[parent] < position[child], f"{child} ran before its parent {parent}"
 
 
-def run_to_end(flow: Flow, names: list[str], edges: list[tuple[str, str]], **spec: Any) -> workflow.Run:
+def run_to_end(
+    flow: Flow, names: list[str], edges: list[tuple[str, str]], **spec: Any
+) -> workflow.Run:
     flow.register([node(n, **spec) for n in names], edges)
     run = flow.start()
     flow.drain()
@@ -270,7 +272,9 @@ def test_reconcile_recomputes_a_lost_decrement_and_a_lost_dispatch() -> None:
     stored = flow.store.get_run(run.run_id)
     assert stored is not None
     flow.store.update_run(
-        workflow.Run(**{**stored.__dict__, "state": workflow.RunState.RUNNING, "finished_at": None}),
+        workflow.Run(
+            **{**stored.__dict__, "state": workflow.RunState.RUNNING, "finished_at": None}
+        ),
         expected_state=stored.state,
         expected_generation=stored.generation,
     )
