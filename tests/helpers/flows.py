@@ -9,6 +9,7 @@ A ledger records every node side effect, so a test can tell "ran once in effect"
 
 from __future__ import annotations
 
+import random
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +25,38 @@ from fireline.services import worker as worker_service
 
 START = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 SIGNING_SECRET = b"test-signing-secret-0123456789"
+
+
+# --- graphs the tests share --------------------------------------------------------------
+
+DIAMOND = (["a", "b", "c", "d"], [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+ETL_NODES = ["source", "extract", "validate", "transform", "load", "audit", "cleanup"]
+ETL_EDGES = [
+    ("source", "extract"),
+    ("source", "validate"),
+    ("extract", "transform"),
+    ("validate", "transform"),
+    ("transform", "load"),
+    ("load", "audit"),
+    *[(n, "cleanup") for n in ETL_NODES if n != "cleanup"],
+]
+
+
+def wide_dag(size: int, seed: int = 7) -> tuple[list[str], list[tuple[str, str]]]:
+    """Layers of random width; each node has 1-3 parents in earlier layers."""
+    rng = random.Random(seed)
+    names = [f"n{i:05d}" for i in range(size)]
+    edges: set[tuple[str, str]] = set()
+    for index in range(1, size):
+        for _ in range(rng.randint(1, 3)):
+            edges.add((names[rng.randrange(max(0, index - 60), index)], names[index]))
+    return names, sorted(edges)
+
+
+def assert_dependency_order(order: list[str], edges: list[tuple[str, str]]) -> None:
+    position = {n: i for i, n in enumerate(order)}
+    for parent, child in edges:
+        assert position[parent] < position[child], f"{child} ran before its parent {parent}"
 
 
 @dataclass
@@ -181,3 +214,85 @@ class Flow:
 
 def job_classes() -> tuple[str, ...]:
     return model.JOB_CLASSES
+
+
+# --- crash points ------------------------------------------------------------------------
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashAfter:
+    """Proxies the controller's stores and queue; raises right after the Nth write."""
+
+    WRITES = frozenset(
+        {"put_nodes", "update_run", "move_node", "succeed_node", "put_new", "send_batch"}
+    )
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.writes = 0
+
+    def wrap(self, target: Any) -> Any:
+        crash = self
+
+        class Proxy:
+            def __getattr__(self, name: str) -> Any:
+                attr = getattr(target, name)
+                if name not in CrashAfter.WRITES:
+                    return attr
+
+                def write(*args: Any, **kwargs: Any) -> Any:
+                    result = attr(*args, **kwargs)
+                    crash.writes += 1
+                    if crash.writes == crash.budget:
+                        raise Crash(f"stopped after write {crash.writes} ({name})")
+                    return result
+
+                return write
+
+        return Proxy()
+
+
+def run_with_crash_points(
+    make_flow: Callable[[], Flow], graph: tuple[list[str], list[tuple[str, str]]]
+) -> int:
+    """Run ``graph`` once per write of the controller, stopping the controller right after
+    that write: the event it was handling is lost (received, never deleted), then one
+    reconcile, then the rest. Each run must succeed with every node's effect once.
+    Returns how many runs crashed (the loop ends with the first run that did not)."""
+    names, edges = graph
+    budget = 0
+    while True:
+        budget += 1
+        flow = make_flow()
+        name = f"crash{budget}"
+        flow.register([node(n) for n in names], edges, name=name)
+        run = flow.start(name)
+        crash = CrashAfter(budget)
+        faulty = workflows.Controller(
+            store=crash.wrap(flow.store),
+            documents=flow.documents,
+            occurrences=crash.wrap(flow.occurrences),
+            queue=crash.wrap(flow.queue),
+            clock=flow.clock,
+            definitions=flow.definitions,
+        )
+        crashed = False
+        try:
+            while flow.step(faulty.handle):
+                pass
+        except Crash:
+            crashed = True
+            while flow.queue.receive(workflow.CONTROL_QUEUE, max_messages=10):
+                pass  # whatever the crashed controller had in hand is lost
+            flow.controller.reconcile(run.run_id)
+        flow.drain()
+        where = f"crash after write {budget}"
+        assert flow.run_state(run) is workflow.RunState.SUCCEEDED, where
+        assert dict(flow.ledger.effects) == dict.fromkeys(names, 1), where
+        position = {n: i for i, n in enumerate(flow.ledger.order)}
+        assert all(position[p] < position[c] for p, c in edges), where
+        if not crashed:
+            return budget - 1

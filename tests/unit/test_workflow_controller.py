@@ -6,46 +6,24 @@ cheap enough to try every crash point and larger graphs.
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
-from helpers.flows import Flow, node
 
 from fireline.domain import dag, retry, workflow
-from fireline.services import workflows
+from helpers.flows import (
+    DIAMOND,
+    ETL_EDGES,
+    ETL_NODES,
+    Flow,
+    assert_dependency_order,
+    node,
+    run_with_crash_points,
+    wide_dag,
+)
 
 NodeState = dag.NodeState
 NO_WAIT = retry.RetryPolicy(max_attempts=3, base_seconds=1, cap_seconds=1)
-
-DIAMOND = (["a", "b", "c", "d"], [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
-ETL_NODES = ["source", "extract", "validate", "transform", "load", "audit", "cleanup"]
-ETL_EDGES = [
-    ("source", "extract"),
-    ("source", "validate"),
-    ("extract", "transform"),
-    ("validate", "transform"),
-    ("transform", "load"),
-    ("load", "audit"),
-    *[(n, "cleanup") for n in ETL_NODES if n != "cleanup"],
-]
-
-
-def wide_dag(size: int, seed: int = 7) -> tuple[list[str], list[tuple[str, str]]]:
-    """Layers of random width; each node has 1-3 parents in earlier layers."""
-    rng = random.Random(seed)
-    names = [f"n{i:05d}" for i in range(size)]
-    edges: set[tuple[str, str]] = set()
-    for index in range(1, size):
-        for _ in range(rng.randint(1, 3)):
-            edges.add((names[rng.randrange(max(0, index - 60), index)], names[index]))
-    return names, sorted(edges)
-
-
-def assert_dependency_order(order: list[str], edges: list[tuple[str, str]]) -> None:
-    position = {n: i for i, n in enumerate(order)}
-    for parent, child in edges:
-        assert position[parent] < position[child], f"{child} ran before its parent {parent}"
 
 
 def run_to_end(
@@ -175,90 +153,8 @@ def test_cancel_stops_what_has_not_started() -> None:
 # --- crash points ------------------------------------------------------------------------
 
 
-class Crash(Exception):
-    pass
-
-
-class CrashAfter:
-    """Proxies the controller's stores and queue; raises right after the Nth write."""
-
-    WRITES = frozenset(
-        {"put_nodes", "update_run", "move_node", "succeed_node", "put_new", "send_batch"}
-    )
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.writes = 0
-
-    def wrap(self, target: Any) -> Any:
-        crash = self
-
-        class Proxy:
-            def __getattr__(self, name: str) -> Any:
-                attr = getattr(target, name)
-                if name not in CrashAfter.WRITES:
-                    return attr
-
-                def write(*args: Any, **kwargs: Any) -> Any:
-                    result = attr(*args, **kwargs)
-                    crash.writes += 1
-                    if crash.writes == crash.budget:
-                        raise Crash(f"stopped after write {crash.writes} ({name})")
-                    return result
-
-                return write
-
-        return Proxy()
-
-
-def crashing_controller(flow: Flow, crash: CrashAfter) -> workflows.Controller:
-    return workflows.Controller(
-        store=crash.wrap(flow.store),
-        documents=flow.documents,
-        occurrences=crash.wrap(flow.occurrences),
-        queue=crash.wrap(flow.queue),
-        clock=flow.clock,
-        definitions=flow.definitions,
-    )
-
-
-def run_with_crash_at(budget: int) -> tuple[Flow, workflow.Run, CrashAfter, bool]:
-    """The ETL DAG with the controller stopped after write ``budget``: the event it was
-    handling is lost (deleted, never redelivered), then one reconcile, then the rest."""
-    flow = Flow.on_memory()
-    flow.register([node(n) for n in ETL_NODES], ETL_EDGES)
-    run = flow.start()
-    crash = CrashAfter(budget)
-    faulty = crashing_controller(flow, crash)
-    crashed = False
-    for _ in range(10_000):
-        try:
-            if not flow.step(faulty.handle):
-                break
-        except Crash:
-            crashed = True
-            break
-    if crashed:
-        # Whatever the crashed controller had in hand is gone; the reconcile repairs.
-        while flow.queue.receive("workflow", max_messages=10):
-            pass  # received and never deleted: invisible now, as if lost
-        flow.controller.reconcile(run.run_id)
-        flow.clock.advance(1)
-    flow.drain()
-    return flow, run, crash, crashed
-
-
 def test_a_controller_stopped_after_any_write_then_reconciled_completes_once() -> None:
-    budget, crashes = 1, 0
-    while True:
-        flow, run, crash, crashed = run_with_crash_at(budget)
-        assert flow.run_state(run) is workflow.RunState.SUCCEEDED, f"crash at {budget}"
-        assert dict(flow.ledger.effects) == dict.fromkeys(ETL_NODES, 1), f"crash at {budget}"
-        assert_dependency_order(flow.ledger.order, ETL_EDGES)
-        if not crashed:
-            break  # past the last write of a whole run: every point was tried
-        crashes += 1
-        budget += 1
+    crashes = run_with_crash_points(Flow.on_memory, (ETL_NODES, ETL_EDGES))
     assert crashes >= 30  # every dispatch, put, send and fan-out write of 7 nodes
 
 
