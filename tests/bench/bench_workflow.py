@@ -13,11 +13,10 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
-from helpers.flows import Flow, node
-
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import workflow
+from helpers.flows import Flow, node
 
 OCCURRENCE_WRITES = frozenset({"put_new", "transition", "claim", "settle", "annotate_running"})
 
