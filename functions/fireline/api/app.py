@@ -4,9 +4,13 @@ Tenant identity comes from ``requestContext.authorizer`` only (the authorizer's 
 ``tenant_id``, or a Cognito claim ``custom:tenant_id``), never from the body or a header.
 Errors are mapped to status codes by exception type, never by message text.
 
-Creates and trigger-now honour an ``Idempotency-Key`` header through Powertools
-idempotency: a retried request with the same key and body gets the first response back
-(the same schedule, job or occurrence); the same key with another body is a 422.
+Creates, trigger-now, workflow registrations and run starts honour an ``Idempotency-Key``
+header through Powertools idempotency: a retried request with the same key and body gets
+the first response back (the same schedule, job, occurrence, version or run); the same
+key with another body is a 422.
+
+The workflow routes exist when the app is built with a workflow service (a deployment
+without the workflow table answers them "no such route").
 """
 
 from __future__ import annotations
@@ -27,10 +31,13 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyValidationError,
 )
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
+from pydantic import ValidationError as ModelError
 
 from fireline.api import models
-from fireline.domain import errors
+from fireline.domain import dag, errors
+from fireline.services import workflows as workflow_service
 from fireline.services.schedules import ScheduleService
+from fireline.services.workflows import WorkflowService
 
 logger = Logger(service="fireline", child=True)
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")
@@ -40,6 +47,14 @@ API_VERSION = "1.0.0"
 DESCRIPTION = (
     "Schedules, one-off jobs and their occurrences. Delivery contract: at-least-once "
     "execution, exactly-once claim, idempotent handlers (never exactly-once execution)."
+)
+UPLOAD_HINT = (
+    "; upload larger definitions: POST /workflow-uploads, PUT the document to its "
+    'upload_url, then PUT /workflows/{workflow_id} with {"upload_id": ...}'
+)
+# (method, path, limit, what the 413 adds): routes whose raw body may exceed the default.
+BODY_LIMITS: tuple[tuple[str, re.Pattern[str], int, str], ...] = (
+    ("PUT", re.compile(r"^/workflows/[^/]+/?$"), models.MAX_WORKFLOW_BODY_BYTES, UPLOAD_HINT),
 )
 
 ID = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
@@ -60,8 +75,13 @@ def _error(status: int, kind: str, message: str, field: str | None = None) -> Re
     )
 
 
+Operation = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]
+
+
 def build_app(
-    service: ScheduleService, idempotency: BasePersistenceLayer | None = None
+    service: ScheduleService,
+    idempotency: BasePersistenceLayer | None = None,
+    workflows: WorkflowService | None = None,
 ) -> APIGatewayRestResolver:
     app = APIGatewayRestResolver(enable_validation=True)
 
@@ -245,6 +265,11 @@ def build_app(
         queued = service.redrive(owner, models.occurrence_key(dead_letter_id))
         return _json(models.OccurrenceOut.of(queued).model_dump(mode="json"), 202)
 
+    # --- workflows -------------------------------------------------------------------------
+
+    if workflows is not None:
+        _workflow_routes(app, workflows, tenant, once)
+
     # --- the document ----------------------------------------------------------------------
 
     @app.get("/openapi.json", include_in_schema=False)
@@ -314,13 +339,20 @@ def openapi_document(app: APIGatewayRestResolver) -> str:
     return app.get_openapi_json_schema(title=TITLE, version=API_VERSION, description=DESCRIPTION)
 
 
+def body_limit(method: str, path: str) -> tuple[int, str]:
+    """The largest raw body a route takes, and what its 413 adds to the message."""
+    for route_method, pattern, limit, hint in BODY_LIMITS:
+        if method.upper() == route_method and pattern.match(path):
+            return limit, hint
+    return models.MAX_BODY_BYTES, ""
+
+
 def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Resolve one API Gateway proxy event; oversized bodies are refused before parsing."""
     body = event.get("body") or ""
-    if len(body.encode() if isinstance(body, str) else body) > models.MAX_BODY_BYTES:
-        response = _error(
-            413, "too_large", f"the request body exceeds {models.MAX_BODY_BYTES} bytes", "body"
-        )
+    limit, hint = body_limit(str(event.get("httpMethod") or ""), str(event.get("path") or ""))
+    if len(body.encode() if isinstance(body, str) else body) > limit:
+        response = _error(413, "too_large", f"the request body exceeds {limit} bytes{hint}", "body")
         return {
             "statusCode": 413,
             "headers": {"Content-Type": content_types.APPLICATION_JSON},
@@ -335,5 +367,128 @@ def _json(body: dict[str, Any], status: int) -> Response[str]:
     )
 
 
-def _responses(status: int) -> dict[int, OpenAPIResponse]:
-    return {status: OpenAPIResponse(description="success")}
+def _responses(status: int, model: type[Any] | None = None) -> dict[int, OpenAPIResponse]:
+    if model is None:
+        return {status: OpenAPIResponse(description="success")}
+    return {
+        status: OpenAPIResponse(
+            description="success", content={content_types.APPLICATION_JSON: {"model": model}}
+        )
+    }
+
+
+def _workflow_routes(
+    app: APIGatewayRestResolver,
+    workflows: WorkflowService,
+    tenant: Callable[[], str],
+    once: Operation,
+) -> None:
+    """Workflows (DAGs of jobs), their uploads and their runs."""
+
+    def definition_of(owner: str, body: models.WorkflowIn) -> models.DefinitionIn:
+        inline = body.inline()
+        if inline is not None:
+            return inline
+        assert body.upload_id is not None  # the model requires one of the two
+        raw = workflows.uploaded(owner, body.upload_id)
+        try:
+            return models.uploaded_definition(raw)
+        except ModelError as exc:  # the same answer as the same mistake inline
+            raise RequestValidationError(exc.errors(include_url=False)) from exc
+
+    @app.put(
+        "/workflows/<workflow_id>",
+        summary="Register a workflow definition: a new version (inline up to 5 MiB, or "
+        "an upload_id)",
+        responses=_responses(201, models.WorkflowOut),
+    )
+    def register_workflow(
+        workflow_id: ID, body: Annotated[models.WorkflowIn, Body()]
+    ) -> Response[str]:
+        owner = tenant()
+
+        def run() -> dict[str, Any]:
+            definition = definition_of(owner, body)
+            meta = workflows.register(owner, workflow_id, definition.specs(), definition.edges)
+            return models.WorkflowOut.of(meta).model_dump(mode="json")
+
+        return _json(once(f"register_workflow:{workflow_id}", run), 201)
+
+    @app.post(
+        "/workflow-uploads",
+        summary="A URL to PUT a large workflow definition to, then register it by upload_id",
+        responses=_responses(201, models.UploadOut),
+    )
+    def create_workflow_upload() -> Response[str]:
+        upload_id, url = workflows.upload(tenant())
+        out = models.UploadOut(
+            upload_id=upload_id,
+            upload_url=url,
+            expires_in=workflow_service.UPLOAD_EXPIRES_SECONDS,
+        )
+        return _json(out.model_dump(mode="json"), 201)
+
+    @app.get("/workflows/<workflow_id>", summary="Get a workflow's latest version")
+    def get_workflow(workflow_id: ID) -> models.WorkflowOut:
+        return models.WorkflowOut.of(workflows.get(tenant(), workflow_id))
+
+    @app.post(
+        "/workflows/<workflow_id>/runs",
+        summary="Start a run of a workflow (its latest version unless one is given)",
+        responses=_responses(202, models.RunOut),
+    )
+    def start_run(
+        workflow_id: ID, body: Annotated[models.RunIn | None, Body()] = None
+    ) -> Response[str]:
+        owner = tenant()
+        version = body.version if body is not None else None
+
+        def run() -> dict[str, Any]:
+            started = workflows.start(owner, workflow_id, version=version)
+            return models.RunOut.of(started).model_dump(mode="json")
+
+        return _json(once(f"start_run:{workflow_id}", run), 202)
+
+    @app.get("/runs/<run_id>", summary="A run: its state, nodes per state and progress")
+    def get_run(run_id: ID) -> models.RunViewOut:
+        return models.RunViewOut.of_view(workflows.view(tenant(), run_id))
+
+    @app.get("/runs/<run_id>/nodes", summary="A run's nodes in one state, by node id")
+    def list_run_nodes(
+        run_id: ID,
+        state: Annotated[dag.NodeState, Query()],
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        cursor: Cursor = None,
+    ) -> models.RunNodePage:
+        owner = tenant()
+        after = models.node_cursor_after(cursor, run_id, state)
+        page = workflows.nodes(owner, run_id, state, limit=limit, cursor=after)
+        return models.RunNodePage(
+            items=[models.RunNodeOut.of(n) for n in page.items],
+            next_cursor=models.node_cursor(run_id, state, page.cursor),
+        )
+
+    @app.post(
+        "/runs/<run_id>/cancel",
+        summary="Cancel a run: waiting nodes never start (repeating it is harmless)",
+    )
+    def cancel_run(run_id: ID) -> models.RunOut:
+        return models.RunOut.of(workflows.cancel(tenant(), run_id))
+
+    @app.post(
+        "/runs/<run_id>/retry",
+        summary="Re-run a failed run's failed and blocked nodes (what succeeded stays)",
+        responses=_responses(202, models.RunOut),
+    )
+    def retry_run(run_id: ID) -> Response[str]:
+        retried = workflows.retry_failed(tenant(), run_id)
+        return _json(models.RunOut.of(retried).model_dump(mode="json"), 202)
+
+    @app.post(
+        "/runs/<run_id>/reconcile",
+        summary="Repair a run from its node states (dispatch what is ready, finish it)",
+        responses=_responses(202, models.RunOut),
+    )
+    def reconcile_run(run_id: ID) -> Response[str]:
+        found = workflows.reconcile(tenant(), run_id)
+        return _json(models.RunOut.of(found).model_dump(mode="json"), 202)

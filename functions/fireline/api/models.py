@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
     AfterValidator,
@@ -19,17 +20,25 @@ from pydantic import (
     ConfigDict,
     Field,
     HttpUrl,
+    StringConstraints,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
+    with_config,
 )
+from typing_extensions import TypedDict
 
-from fireline.domain import errors, model, occurrence, policies, retry, schedule
+from fireline.domain import dag, errors, model, occurrence, policies, retry, schedule, workflow
 from fireline.services import schedules as service
+from fireline.services import workflows
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_TARGET_BYTES = 4 * 1024
 MAX_BODY_BYTES = 128 * 1024  # checked on the raw request before parsing
+# PUT /workflows/{id} takes a definition inline up to this; larger ones are uploaded.
+MAX_WORKFLOW_BODY_BYTES = 5 * 1024 * 1024
 
 
 def _in_range(value: datetime) -> datetime:
@@ -239,6 +248,183 @@ class HeartbeatIn(Strict):
         return value
 
 
+# --- workflows ---------------------------------------------------------------------------
+#
+# A definition may hold 100,000 nodes. Each node is validated as a TypedDict (no model
+# instance per node: about three times faster than a model), and the nodes of a workflow
+# mostly share a few targets, so each distinct target is validated and dumped once.
+
+MAX_UPLOAD_BYTES = 64 * 1024 * 1024  # an uploaded definition, read whole by the API
+_DEFAULT_RETRY = retry.RetryPolicy()
+
+NodeId = Annotated[str, StringConstraints(pattern=dag.NODE_ID.pattern)]
+EdgeEnd = Annotated[str, StringConstraints(max_length=128)]
+Edge = tuple[EdgeEnd, EdgeEnd]
+
+
+def _node_payload_size(value: dict[str, Any]) -> dict[str, Any]:
+    if value:
+        _check_size(value, MAX_PAYLOAD_BYTES, "payload")
+    return value
+
+
+def _node_target_size(value: BaseModel) -> BaseModel:
+    # Only an http target's headers are unbounded; the other fields have patterns/limits.
+    if isinstance(value, HttpTarget) and value.headers:
+        _check_size(value.model_dump(mode="json"), MAX_TARGET_BYTES, "target")
+    return value
+
+
+class _Shared:
+    """Validate each distinct input once (nodes mostly share a few targets and retry
+    policies). The key is the input's repr: for JSON input, equal reprs are equal values,
+    so the cached result is what validating would give. Cached models are never changed
+    (they are only read and dumped)."""
+
+    def __init__(self, check: Callable[[BaseModel], BaseModel] | None = None) -> None:
+        self._check = check
+        self._cache: dict[str, BaseModel] = {}
+
+    def __call__(self, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if not isinstance(value, dict):
+            return handler(value)
+        key = repr(value)
+        found = self._cache.get(key)
+        if found is None:
+            found = handler(value)
+            if self._check is not None:
+                found = self._check(found)
+            if len(self._cache) >= 1024:  # bounded: a process lives on between requests
+                self._cache.clear()
+            self._cache[key] = found
+        return found
+
+
+@with_config(ConfigDict(extra="forbid"))
+class NodeIn(TypedDict):
+    """One node of a workflow: its id and the job it runs (the fields of a one-off job)."""
+
+    id: NodeId
+    target: Annotated[Target, WrapValidator(_Shared(_node_target_size))]
+    payload: NotRequired[Annotated[dict[str, Any], AfterValidator(_node_payload_size)]]
+    job_class: NotRequired[Literal["default", "short", "long"]]
+    retry: NotRequired[Annotated[RetryIn, WrapValidator(_Shared())]]
+    deadline_seconds: NotRequired[Annotated[int, Field(ge=1, le=7 * 86_400)]]
+
+
+_NODES_DOC = f"1 to {dag.MAX_NODES:,} nodes; ids (1-128 of A-Z a-z 0-9 _ . : -) are unique"
+_EDGES_DOC = (
+    f"[parent, child] pairs, at most {dag.MAX_EDGES:,}: a child runs once every parent "
+    "succeeded; the graph has no cycle"
+)
+
+
+def node_specs(nodes: list[NodeIn]) -> list[workflow.NodeSpec]:
+    # By model: nodes share validated targets and policies (see _Shared).
+    dumped: dict[int, dict[str, Any]] = {}
+    policies: dict[int, retry.RetryPolicy] = {}
+    specs = []
+    for node in nodes:
+        target: BaseModel = node["target"]
+        as_dict = dumped.get(id(target))
+        if as_dict is None:
+            as_dict = dumped[id(target)] = target.model_dump(mode="json")
+        policy = _DEFAULT_RETRY
+        if "retry" in node:
+            given = node["retry"]
+            policy = policies.get(id(given)) or policies.setdefault(id(given), given.to_domain())
+        specs.append(
+            workflow.NodeSpec(
+                node_id=node["id"],
+                target=as_dict,
+                payload=node.get("payload") or {},
+                job_class=node.get("job_class", "default"),
+                retry=policy,
+                deadline_seconds=node.get("deadline_seconds"),
+            )
+        )
+    return specs
+
+
+class DefinitionIn(Strict):
+    """A workflow definition: inline in PUT /workflows/{id}, or the uploaded document."""
+
+    nodes: list[NodeIn] = Field(description=_NODES_DOC)
+    edges: list[Edge] = Field(default_factory=list, description=_EDGES_DOC)
+    description: str | None = Field(default=None, max_length=1024)
+
+    def specs(self) -> list[workflow.NodeSpec]:
+        return node_specs(self.nodes)
+
+
+class WorkflowIn(Strict):
+    """Body of PUT /workflows/{id}: the definition inline (at most 5 MiB), or the id of a
+    definition uploaded through POST /workflow-uploads."""
+
+    nodes: list[NodeIn] | None = Field(default=None, description=_NODES_DOC)
+    edges: list[Edge] | None = Field(default=None, description=_EDGES_DOC)
+    description: str | None = Field(default=None, max_length=1024)
+    # validate_default: the check below must also run when upload_id is left out.
+    upload_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9]{1,64}$",
+        validate_default=True,
+        description="from POST /workflow-uploads; instead of nodes and edges",
+    )
+
+    @field_validator("upload_id")
+    @classmethod
+    def _one_source(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Nodes that failed their own validation are absent from info.data: not repeated.
+        if "nodes" in info.data and (info.data["nodes"] is None) == (value is None):
+            raise ValueError("give exactly one of nodes and upload_id")
+        if value is not None and (
+            info.data.get("edges") is not None or info.data.get("description") is not None
+        ):
+            raise ValueError("an uploaded definition carries its own edges and description")
+        return value
+
+    def inline(self) -> DefinitionIn | None:
+        """The inline definition (already validated), or None for an upload."""
+        if self.nodes is None:
+            return None
+        return DefinitionIn.model_construct(
+            nodes=self.nodes, edges=self.edges or [], description=self.description
+        )
+
+
+def uploaded_definition(raw: bytes) -> DefinitionIn:
+    """An uploaded document, validated by the same model as an inline body.
+
+    The size limits are checked before any node is: a document far over them is refused
+    without validating a node. Raises pydantic's ValidationError for the model's errors.
+    """
+    if len(raw) > MAX_UPLOAD_BYTES:
+        raise errors.ValidationError(
+            f"the uploaded definition is {len(raw)} bytes; the limit is {MAX_UPLOAD_BYTES}",
+            field="upload_id",
+        )
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.ValidationError(
+            "the uploaded definition is not JSON", field="upload_id"
+        ) from exc
+    if not isinstance(doc, dict):
+        raise errors.ValidationError(
+            "the uploaded definition is not a JSON object", field="upload_id"
+        )
+    for name, limit in (("nodes", dag.MAX_NODES), ("edges", dag.MAX_EDGES)):
+        items = doc.get(name)
+        if isinstance(items, list) and len(items) > limit:
+            raise errors.ValidationError(f"{len(items)} {name}; the limit is {limit}", field=name)
+    return DefinitionIn.model_validate(doc)
+
+
+class RunIn(Strict):
+    version: int | None = Field(default=None, ge=1, description="the latest when left out")
+
+
 # --- responses ---------------------------------------------------------------------------
 
 
@@ -393,6 +579,117 @@ class PreviewOut(BaseModel):
     description: str
     timezone: str
     fire_times: list[datetime]
+
+
+class WorkflowOut(BaseModel):
+    workflow_id: str
+    version: int
+    nodes: int
+    edges: int
+    created_at: datetime
+
+    @classmethod
+    def of(cls, meta: workflow.DefinitionMeta) -> WorkflowOut:
+        return cls(
+            workflow_id=meta.workflow_id,
+            version=meta.version,
+            nodes=meta.nodes,
+            edges=meta.edges,
+            created_at=meta.created_at,
+        )
+
+
+class UploadOut(BaseModel):
+    upload_id: str
+    upload_url: str = Field(description="PUT the definition document (JSON) here")
+    expires_in: int = Field(description="seconds the URL stays valid")
+
+
+class RunOut(BaseModel):
+    run_id: str
+    workflow_id: str
+    version: int
+    state: str
+    total: int = Field(description="nodes in the run")
+    generation: int = Field(description="1, then +1 on each retry of the failed nodes")
+    created_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, run: workflow.Run) -> RunOut:
+        return cls(
+            run_id=run.run_id,
+            workflow_id=run.workflow_id,
+            version=run.version,
+            state=run.state.value,
+            total=run.total,
+            generation=run.generation,
+            created_at=run.created_at,
+            finished_at=run.finished_at,
+        )
+
+
+class RunViewOut(RunOut):
+    counts: dict[str, int] = Field(description="nodes in each state (every state is present)")
+    progress: float = Field(ge=0, le=1, description="finished nodes / total")
+    failed_nodes: list[str] = Field(description="the first failed nodes (at most 100)")
+
+    @classmethod
+    def of_view(cls, view: workflows.RunView) -> RunViewOut:
+        return cls(
+            **RunOut.of(view.run).model_dump(),
+            counts={state.value: view.counts.get(state, 0) for state in dag.NodeState},
+            progress=view.progress,
+            failed_nodes=view.failed_nodes,
+        )
+
+
+class RunNodeOut(BaseModel):
+    id: str
+    state: str
+    generation: int
+    pending: int = Field(description="parents not finished yet")
+
+    @classmethod
+    def of(cls, node: workflow.RunNode) -> RunNodeOut:
+        return cls(
+            id=node.node_id,
+            state=node.state.value,
+            generation=node.generation,
+            pending=node.pending,
+        )
+
+
+class RunNodePage(BaseModel):
+    items: list[RunNodeOut]
+    next_cursor: str | None
+
+
+def node_cursor(run_id: str, state: dag.NodeState, after: str | None) -> str | None:
+    """An opaque cursor for a run's node listing; it is only good for that listing."""
+    if after is None:
+        return None
+    key = {"run_id": run_id, "state": state.value, "after": after}
+    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+
+
+def node_cursor_after(cursor: str | None, run_id: str, state: dag.NodeState) -> str | None:
+    """Where a cursor from :func:`node_cursor` resumes; a client's input, so checked."""
+    if cursor is None:
+        return None
+    try:
+        key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.ValidationError("is not a cursor this API returned", field="cursor") from exc
+    if (
+        not isinstance(key, dict)
+        or set(key) != {"run_id", "state", "after"}
+        or not all(isinstance(v, str) for v in key.values())
+    ):
+        raise errors.ValidationError("is not a cursor this API returned", field="cursor")
+    if key["run_id"] != run_id or key["state"] != state.value:
+        raise errors.ValidationError("belongs to another listing", field="cursor")
+    return str(key["after"])
 
 
 class ErrorBody(BaseModel):
