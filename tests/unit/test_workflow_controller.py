@@ -104,6 +104,28 @@ def test_a_permanent_failure_blocks_only_descendants_and_retry_failed_finishes()
     assert flow.ledger.attempts["n00500"] == 4
 
 
+def test_retry_failed_resets_in_bounded_steps_and_the_run_is_not_finished_meanwhile() -> None:
+    flow = Flow.on_memory()
+    names = ["root", *[f"x{i}" for i in range(10)]]
+    edges = [("root", f"x{i}") for i in range(10)]
+    flow.ledger.failing["root"] = 3
+    run = run_to_end(flow, names, edges, retry=NO_WAIT)
+    assert flow.run_state(run) is workflow.RunState.FAILED
+    flow.controller.reset_budget = 4  # 11 nodes to move: three retry events
+    resumed = flow.service.retry_failed("tenant-a", run.run_id)
+    assert resumed.state is workflow.RunState.RUNNING and resumed.resetting
+    first = flow.controller.reset_failed(run.run_id)
+    assert first.continued
+    # Part-way: nothing waits or runs yet that could finish the run, and yet it is not
+    # recorded as finished (a reconcile or a stray completion changes nothing).
+    flow.controller._finish_if_done(resumed, first)
+    assert first.finished is None and flow.run_state(run) is workflow.RunState.RUNNING
+    flow.drain()
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    assert flow.events["retry"] == 3  # the API's, and two continuations
+    assert set(flow.ledger.effects.values()) == {1} and len(flow.ledger.effects) == 11
+
+
 def test_a_completion_processed_twice_decrements_once_and_finishes_once() -> None:
     flow = Flow.on_memory()
     flow.register([node(n) for n in DIAMOND[0]], DIAMOND[1])

@@ -32,6 +32,9 @@ CONTROL_QUEUE = "workflow"
 FANOUT_CHUNK = 99
 
 
+DEFAULT_RETRY = retry.RetryPolicy()
+
+
 class RunState(enum.StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -59,7 +62,7 @@ class NodeSpec:
             doc["payload"] = self.payload
         if self.job_class != "default":
             doc["job_class"] = self.job_class
-        if self.retry != retry.RetryPolicy():
+        if self.retry != DEFAULT_RETRY:
             doc["retry"] = {
                 "max_attempts": self.retry.max_attempts,
                 "base_seconds": self.retry.base_seconds,
@@ -179,6 +182,9 @@ class Run:
     materialized: int = 0  # node rows written so far (a start resumes from here)
     source: str | None = None  # the occurrence that started it, for a scheduled run
     has_failures: bool = False  # a node failed: the run ends failed
+    # "retry failed" is moving failed and blocked nodes back to waiting: the run must not
+    # be seen as finished (nothing waiting yet) until that is done.
+    resetting: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ The controller reacts to events on its own queue (``workflow``):
   counter and dispatch every child that reached zero; on a dead occurrence, fail the node
   and block its descendants; then, if nothing is left, record the run's end once;
 - ``cancel``: mark the waiting nodes of a cancelled run;
+- ``retry``: move a retried run's failed and blocked nodes back to waiting, then dispatch;
 - ``reconcile``: recompute from persisted node states what must be dispatched, failed,
   blocked or completed (run on demand and periodically).
 
@@ -56,6 +57,7 @@ UPLOAD_EXPIRES_SECONDS = 900
 # running into a Lambda timeout.
 START_SLICE = 5_000
 FANOUT_BUDGET = 100
+RESET_BUDGET = 5_000
 CONFIRM_PAGE = 25
 
 
@@ -141,7 +143,9 @@ class Controller:
         definitions: Definitions | None = None,
         start_slice: int = START_SLICE,
         fanout_budget: int = FANOUT_BUDGET,
+        reset_budget: int = RESET_BUDGET,
     ) -> None:
+        self.reset_budget = reset_budget
         self.store = store
         self.occurrences = occurrences
         self.queue = queue
@@ -171,6 +175,8 @@ class Controller:
             return self.cancel_nodes(run_id)
         if kind == "reconcile":
             return self.reconcile(run_id)
+        if kind == "retry":
+            return self.reset_failed(run_id)
         raise errors.ValidationError(f"unknown workflow event {kind!r}", field="type")
 
     def start(self, run_id: str) -> Report:
@@ -252,6 +258,48 @@ class Controller:
                 return report
             cursor = page.cursor
 
+    def reset_failed(self, run_id: str) -> Report:
+        """ "Retry failed", the controller's half: failed and blocked nodes wait again (a
+        new generation each), at most ``reset_budget`` per event, then what is ready is
+        dispatched. Safe to repeat: only nodes still failed or blocked move."""
+        report = Report()
+        run = self.store.get_run(run_id)
+        if run is None or run.state is not workflow.RunState.RUNNING or not run.resetting:
+            return report
+        definition = self._definition(run)
+        rows = {r.node_id: r for r in self.store.all_nodes(run_id)}
+        again = dag.retry_failed(definition.graph, {n: r.state for n, r in rows.items()})
+        moved = 0
+        for node_id, state in again.items():
+            row = rows[node_id]
+            if state is not NodeState.WAITING or row.state is NodeState.WAITING:
+                continue
+            if moved == self.reset_budget:
+                send_events(self.queue, [event("retry", run)])
+                report.continued = True
+                return report
+            pending = sum(
+                1
+                for p in definition.graph.parents[node_id]
+                if again.get(p) is not NodeState.SUCCEEDED
+            )
+            self.store.move_node(
+                run_id,
+                node_id,
+                expected=row.state,
+                to=NodeState.WAITING,
+                generation=row.generation + 1,
+                pending=pending,
+            )
+            moved += 1
+        if self.store.update_run(
+            replace(run, resetting=False),
+            expected_state=run.state,
+            expected_generation=run.generation,
+        ):
+            return self.reconcile(run_id)
+        return report
+
     def reconcile(self, run_id: str) -> Report:
         """Converge a running run from its persisted node states alone.
 
@@ -271,6 +319,8 @@ class Controller:
             return report
         if run.materialized < run.total:
             return self.start(run_id)
+        if run.resetting:
+            return self.reset_failed(run_id)
         definition = self._definition(run)
         rows = {r.node_id: r for r in self.store.all_nodes(run_id)}
         for node in rows.values():
@@ -539,7 +589,7 @@ class Controller:
         current = self.store.get_run(run.run_id)
         if current is None or current.state is not workflow.RunState.RUNNING:
             return
-        if current.materialized < current.total:
+        if current.materialized < current.total or current.resetting:
             return
         end = workflow.RunState.FAILED if current.has_failures else workflow.RunState.SUCCEEDED
         finished = replace(current, state=end, finished_at=self.clock.now())
@@ -662,7 +712,9 @@ class WorkflowService:
             else self.store.latest_definition(tenant_id, workflow_id)
         )
         if meta is None:
-            what = f"{workflow_id!r} version {version}" if version else repr(workflow_id)
+            what = (
+                f"{workflow_id!r} version {version}" if version is not None else repr(workflow_id)
+            )
             raise errors.NotFound(f"no workflow {what}")
         run = workflow.Run(
             tenant_id=tenant_id,
@@ -725,45 +777,26 @@ class WorkflowService:
 
     def retry_failed(self, tenant_id: str, run_id: str) -> workflow.Run:
         """Re-run the failed and blocked nodes (each as a new generation, a new
-        occurrence); nothing that succeeded runs again."""
+        occurrence); nothing that succeeded runs again. The run is running again at once;
+        the controller moves the nodes (a ``retry`` event, resumable) and dispatches."""
         current = self.run(tenant_id, run_id)
         if current.state is not workflow.RunState.FAILED:
             raise errors.ConflictError(
                 f"run {run_id} is {current.state.value}; only a failed run is retried"
             )
-        definition = self.definitions.get(tenant_id, current.workflow_id, current.version)
-        rows = {r.node_id: r for r in self.store.all_nodes(run_id)}
-        states = {n: r.state for n, r in rows.items()}
-        again = dag.retry_failed(definition.graph, states)
-        for node_id, state in again.items():
-            row = rows[node_id]
-            if state is NodeState.WAITING and row.state is not NodeState.WAITING:
-                pending = sum(
-                    1
-                    for p in definition.graph.parents[node_id]
-                    if again.get(p) is not NodeState.SUCCEEDED
-                )
-                self.store.move_node(
-                    run_id,
-                    node_id,
-                    expected=row.state,
-                    to=NodeState.WAITING,
-                    generation=row.generation + 1,
-                    pending=pending,
-                )
         resumed = replace(
             current,
             state=workflow.RunState.RUNNING,
             generation=current.generation + 1,
             has_failures=False,
+            resetting=True,
             finished_at=None,
         )
         if not self.store.update_run(
             resumed, expected_state=current.state, expected_generation=current.generation
         ):
             raise errors.ConflictError(f"run {run_id} changed meanwhile; retry")
-        # The reconcile dispatches what is ready now (it trusts node states only).
-        send_events(self.queue, [event("reconcile", resumed)])
+        send_events(self.queue, [event("retry", resumed)])
         return resumed
 
     def reconcile(self, tenant_id: str, run_id: str) -> workflow.Run:
