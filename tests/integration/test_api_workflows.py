@@ -316,7 +316,7 @@ def test_a_workflow_id_outside_the_id_pattern_is_refused(api: Api) -> None:
 
 
 def test_more_than_100000_nodes_is_refused_naming_nodes(api: Api) -> None:
-    # GIVEN 100,001 nodes (too many for 5 MiB inline: they come as an upload)
+    # GIVEN 100,001 nodes (too many for 4 MiB inline: they come as an upload)
     upload_id = put_upload(api, chain(dag.MAX_NODES + 1).encode())
     # WHEN they are registered
     status, out = api.call("PUT", "/workflows/wf", {"upload_id": upload_id})
@@ -346,8 +346,8 @@ def test_a_definition_over_the_general_body_limit_is_taken_inline(api: Api) -> N
     assert len(api.document("wf", 1)["nodes"]) == 3000
 
 
-def test_an_inline_definition_over_5_mib_is_413_pointing_at_uploads(api: Api) -> None:
-    # GIVEN a body one byte over 5 MiB
+def test_an_inline_definition_over_4_mib_is_413_pointing_at_uploads(api: Api) -> None:
+    # GIVEN a body one byte over 4 MiB
     body = {"nodes": [node(payload={"blob": ""})]}
     padding = models.MAX_WORKFLOW_BODY_BYTES + 1 - len(json.dumps(body))
     body["nodes"][0]["payload"]["blob"] = "x" * padding
@@ -355,7 +355,7 @@ def test_an_inline_definition_over_5_mib_is_413_pointing_at_uploads(api: Api) ->
     # WHEN it is put THEN it is refused before parsing, telling the client to upload
     status, out = api.call("PUT", "/workflows/wf", body)
     assert (status, out["error"]["field"], out["error"]["type"]) == (413, "body", "too_large")
-    assert "exceeds 5242880 bytes" in out["error"]["message"]
+    assert f"exceeds {models.MAX_WORKFLOW_BODY_BYTES} bytes" in out["error"]["message"]
     assert "POST /workflow-uploads" in out["error"]["message"]
     assert api.versions() == 0
 
@@ -625,8 +625,12 @@ def test_retry_of_a_failed_run_resumes_it_as_a_new_generation(api: Api) -> None:
     register(api)
     run_id = start(api)["run_id"]
     api.controller().start(run_id)
-    move(api, run_id, ROOT, dag.NodeState.DISPATCHED, dag.NodeState.SUCCEEDED)
-    move(api, run_id, "clean.v2", dag.NodeState.WAITING, dag.NodeState.SUCCEEDED)
+    definition = api.controller().definitions.get("tenant-a", "wf", 1)
+    assert api.store.succeed_node(run_id, ROOT, chunk=0, children=definition.chunk(ROOT, 0))
+    move(api, run_id, "clean.v2", dag.NodeState.WAITING, dag.NodeState.DISPATCHED)
+    assert api.store.succeed_node(
+        run_id, "clean.v2", chunk=0, children=definition.chunk("clean.v2", 0)
+    )
     move(api, run_id, "score", dag.NodeState.WAITING, dag.NodeState.FAILED)
     move(api, run_id, "load", dag.NodeState.WAITING, dag.NodeState.BLOCKED)
     stored = api.store.get_run(run_id)
@@ -639,17 +643,19 @@ def test_retry_of_a_failed_run_resumes_it_as_a_new_generation(api: Api) -> None:
     api.events()
     # WHEN it is retried
     status, retried = api.call("POST", f"/runs/{run_id}/retry")
-    # THEN it runs again as generation 2, and the controller is asked to reconcile it
+    # THEN it runs again as generation 2, and the controller is asked to reset its nodes
     assert status == 202
     assert (retried["state"], retried["generation"], retried["finished_at"]) == (
         "running",
         2,
         None,
     )
-    assert api.events() == [{"type": "reconcile", "run_id": run_id}]
-    # AND the failed and blocked nodes wait again; what succeeded stays
+    assert api.events() == [{"type": "retry", "run_id": run_id}]
+    # AND once the controller has handled that, the failed and blocked nodes wait again
+    # (score is dispatched at once: its parents succeeded); what succeeded stays
+    api.controller().handle({"type": "retry", "run_id": run_id})
     counts = api.call("GET", f"/runs/{run_id}")[1]["counts"]
-    assert {k: v for k, v in counts.items() if v} == {"succeeded": 2, "waiting": 2}
+    assert {k: v for k, v in counts.items() if v} == {"succeeded": 2, "dispatched": 1, "waiting": 1}
 
 
 def test_reconcile_is_202_and_asks_the_controller(api: Api) -> None:

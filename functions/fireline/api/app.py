@@ -398,7 +398,7 @@ def _workflow_routes(
 
     @app.put(
         "/workflows/<workflow_id>",
-        summary="Register a workflow definition: a new version (inline up to 5 MiB, or "
+        summary="Register a workflow definition: a new version (inline up to 4 MiB, or "
         "an upload_id)",
         responses=_responses(201, models.WorkflowOut),
     )
