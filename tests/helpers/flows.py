@@ -126,6 +126,7 @@ class Flow:
             signing_secret=SIGNING_SECRET,
             lambda_client=lambda: None,
             sqs_client=lambda: None,
+            workflows=lambda: self.service,
         )
         self.workers = {
             job_class: worker_service.Worker(

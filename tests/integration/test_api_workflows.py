@@ -763,3 +763,14 @@ def test_openapi_lists_the_workflow_routes_with_summaries(api: Api) -> None:
         p for p in paths["/runs/{run_id}/nodes"]["get"]["parameters"] if p["name"] == "state"
     )
     assert state["required"] is True
+
+
+def test_a_schedule_may_target_a_workflow_but_a_node_may_not(api: Api) -> None:
+    target = {"type": "workflow", "workflow_id": "wf"}
+    status, out = api.call("POST", "/schedules", {"spec": "rate(1 hour)", "target": target})
+    assert status == 201, out
+    assert out["target"] == {**target, "version": None}
+    body = {"nodes": [{"id": "a", "target": target}], "edges": []}
+    status, out = api.call("PUT", "/workflows/recursive", body)
+    assert status == 422 and out["error"]["field"].startswith("nodes.0.target")
+    assert api.call("GET", "/workflows/recursive")[0] == 404

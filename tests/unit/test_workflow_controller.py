@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from fireline.domain import dag, retry, workflow
+from fireline.domain import dag, model, retry, schedule, workflow
+from fireline.services import dispatch, targets
 from helpers.flows import (
     DIAMOND,
     ETL_EDGES,
@@ -202,3 +203,32 @@ def test_reconcile_recomputes_a_lost_decrement_and_a_lost_dispatch() -> None:
     flow.drain()
     assert flow.run_state(run) is workflow.RunState.SUCCEEDED
     assert flow.ledger.effects["d"] == 2  # a new generation is a new run of d, by design
+
+
+def test_a_schedule_whose_target_is_a_workflow_starts_one_run_per_fire() -> None:
+    flow = Flow.on_memory()
+    flow.register([node(n) for n in DIAMOND[0]], DIAMOND[1], name="nightly")
+    fire = flow.clock.now()
+    item = model.Schedule(
+        tenant_id="tenant-a",
+        schedule_id="nightly-etl",
+        timing=schedule.Timing(spec=schedule.parse_spec("rate(1 day)"), start=fire),
+        spec_text="rate(1 day)",
+        target={"type": "workflow", "workflow_id": "nightly"},
+        next_fire=fire,
+    )
+    flow.schedules.create(item)
+    dispatch.dispatch(item, [fire], now=fire, occurrences=flow.occurrences, queue=flow.queue)
+    message = flow.queue.receive("default")[0]
+    # The fire is delivered twice (a lost acknowledgement): one run, not two.
+    flow.workers["default"].handle(message.body, remaining_ms=lambda: 60_000)
+    row = flow.occurrences.get(message.body["occurrence_key"])
+    assert row is not None and row.result is not None
+    run_id = row.result["output"]["run_id"]
+    assert run_id == targets.run_id_for("tenant-a", row.key)
+    again = flow.service.start("tenant-a", "nightly", run_id=run_id, source=row.key)
+    assert again.run_id == run_id and again.created_at == flow.store.get_run(run_id).created_at  # type: ignore[union-attr]
+    flow.drain()
+    assert flow.store.get_run(run_id).state is workflow.RunState.SUCCEEDED  # type: ignore[union-attr]
+    assert dict(flow.ledger.effects) == dict.fromkeys(DIAMOND[0], 1)
+    assert flow.store.active_runs(limit=10).items == []

@@ -97,6 +97,21 @@ Target = Annotated[
 ]
 
 
+class WorkflowTarget(Strict):
+    """Start a run of a registered workflow on each fire (schedules and jobs only: a
+    workflow's own nodes run jobs, so a workflow cannot start itself)."""
+
+    type: Literal["workflow"]
+    workflow_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    version: int | None = Field(default=None, ge=1, description="default: the latest")
+
+
+ScheduleTarget = Annotated[
+    PythonTarget | HttpTarget | LambdaTarget | SqsTarget | WorkflowTarget,
+    Field(discriminator="type"),
+]
+
+
 # --- policies ----------------------------------------------------------------------------
 
 
@@ -155,7 +170,7 @@ def _check_size(value: Any, limit: int, what: str) -> Any:
 
 class JobSpecIn(Strict):
     job_class: Literal["default", "short", "long"] = "default"
-    target: Target
+    target: ScheduleTarget
     payload: dict[str, Any] = Field(default_factory=dict, description="at most 64 KiB as JSON")
     retry: RetryIn = Field(default_factory=RetryIn)
     deadline_seconds: int | None = Field(default=None, ge=1, le=7 * 86_400)
