@@ -1,8 +1,9 @@
-"""The template's tables and queues on moto, and a request log that counts AWS cost.
+"""The template's tables, queues and buckets on moto, and a request log that counts AWS cost.
 
-``Stack.create`` reads infra/template.yaml and creates each AWS::DynamoDB::Table and
-AWS::SQS::Queue it declares, with the declared keys, indexes, TTL, visibility timeouts and
-redrive, so tests run against the real data model rather than a copy of it. (The local
+``Stack.create`` reads infra/template.yaml and creates each AWS::DynamoDB::Table,
+AWS::SQS::Queue and AWS::S3::Bucket it declares, with the declared keys, indexes, TTL,
+visibility timeouts and redrive, so tests run against the real data model rather than a
+copy of it. (The local
 cloud deploys the whole template through CloudFormation; tests that only need the data
 plane take this faster path.)
 
@@ -45,6 +46,7 @@ class Stack:
     queues: dict[str, str]  # logical id -> queue URL
     indexes: dict[str, list[tuple[str, list[str]]]]  # table name -> [(index, key attrs)]
     environment: dict[str, str]
+    buckets: dict[str, str] = field(default_factory=dict)  # logical id -> bucket name
 
     @classmethod
     def create(cls, prefix: str = "fireline-test") -> Stack:
@@ -111,6 +113,24 @@ class Stack:
                 "Attributes"
             ]["QueueArn"]
 
+        buckets: dict[str, str] = {}
+        s3 = boto3.client("s3", region_name=REGION)
+        for logical, resource in resources.items():
+            if resource["Type"] != "AWS::S3::Bucket":
+                continue
+            # Bucket names are global and lowercase; CloudFormation would generate one.
+            name = f"{prefix}-{logical}".lower()
+            s3.create_bucket(Bucket=name)
+            rules = resource.get("Properties", {}).get("LifecycleConfiguration", {})
+            if rules:
+                s3.put_bucket_lifecycle_configuration(
+                    Bucket=name,
+                    LifecycleConfiguration={
+                        "Rules": [_lifecycle_rule(rule) for rule in rules["Rules"]]
+                    },
+                )
+            buckets[logical] = name
+
         machines: dict[str, str] = {}
         sfn = boto3.client("stepfunctions", region_name=REGION)
         for logical, resource in resources.items():
@@ -129,13 +149,27 @@ class Stack:
                 roleArn="arn:aws:iam::123456789012:role/fireline-test",
             )["stateMachineArn"]
 
-        refs = {**tables, **queues, **machines, **parameters}
+        refs = {**tables, **queues, **buckets, **machines, **parameters}
         variables = template["Globals"]["Function"]["Environment"]["Variables"]
         environment = {name: _resolve(value, refs) for name, value in variables.items()}
-        return cls(tables, queues, indexes, environment)
+        return cls(tables, queues, indexes, environment, buckets)
 
     def env(self, **overrides: str) -> dict[str, str]:
         return {**self.environment, "AWS_DEFAULT_REGION": REGION, **overrides}
+
+
+def _lifecycle_rule(rule: dict[str, Any]) -> dict[str, Any]:
+    """A CloudFormation lifecycle rule in the S3 API's shape."""
+    api: dict[str, Any] = {
+        "ID": rule["Id"],
+        "Status": rule["Status"],
+        "Filter": {"Prefix": rule.get("Prefix", "")},
+    }
+    if "ExpirationInDays" in rule:
+        api["Expiration"] = {"Days": rule["ExpirationInDays"]}
+    if "AbortIncompleteMultipartUpload" in rule:
+        api["AbortIncompleteMultipartUpload"] = rule["AbortIncompleteMultipartUpload"]
+    return api
 
 
 def _resolve(value: Any, refs: dict[str, str]) -> str:
@@ -226,7 +260,10 @@ class RequestLog:
     write_units: float = 0.0
     index_write_units: float = 0.0
     scanned: int = 0  # items read by Query/Scan (ScannedCount)
-    writes: Counter[str] = field(default_factory=Counter)  # item writes per table
+    writes: Counter[str] = field(default_factory=Counter)  # single-item writes per table
+    # Every item written per table: single-item writes, BatchWriteItem's processed items
+    # and each Put/Update/Delete of a TransactWriteItems that went through.
+    item_writes: Counter[str] = field(default_factory=Counter)
     _probe: Any = None
     _schemas: dict[str, list[str]] = field(default_factory=dict)
     _lock: Any = field(default_factory=threading.Lock)
@@ -244,6 +281,7 @@ class RequestLog:
         self.write_units = self.index_write_units = 0.0
         self.scanned = 0
         self.writes.clear()
+        self.item_writes.clear()
 
     def count(self, *operations: str) -> int:
         return sum(self.requests[o] for o in operations)
@@ -270,6 +308,17 @@ class RequestLog:
             key = params.get("Key") or self._key(table, params["Item"])
             # The request's own context travels to after-call: safe across threads.
             context["request_log"] = (table, key, self._get(table, key))
+        elif name == "BatchWriteItem":
+            context["request_log_items"] = Counter(
+                {table: len(items) for table, items in params["RequestItems"].items()}
+            )
+        elif name == "TransactWriteItems":
+            context["request_log_items"] = Counter(
+                item[kind]["TableName"]
+                for item in params["TransactItems"]
+                for kind in ("Put", "Update", "Delete")
+                if kind in item
+            )
 
     def _after_call(
         self, model: Any, parsed: dict[str, Any], context: dict[str, Any], **_: Any
@@ -278,6 +327,15 @@ class RequestLog:
         if name in ("Query", "Scan"):
             with self._lock:
                 self.scanned += int(parsed.get("ScannedCount", 0))
+        if "request_log_items" in context:
+            written: Counter[str] = context.pop("request_log_items")
+            if "Error" in parsed:
+                return  # a cancelled transaction or a refused batch writes nothing
+            for table, unprocessed in parsed.get("UnprocessedItems", {}).items():
+                written[table] -= len(unprocessed)
+            with self._lock:
+                self.item_writes.update(written)
+            return
         if "request_log" not in context:
             return
         table, key, before = context.pop("request_log")
@@ -296,6 +354,7 @@ class RequestLog:
             self.write_units += units
             self.index_write_units += index_units
             self.writes[table] += 0 if failed else 1
+            self.item_writes[table] += 0 if failed else 1
 
 
 def _index_key(item: dict[str, Any] | None, attrs: list[str]) -> tuple[str, ...] | None:

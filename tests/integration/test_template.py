@@ -39,6 +39,7 @@ HANDLERS = {
     "ShortWorkerFunction": "fireline.handlers.worker.handler",
     "LongWorkerFunction": "fireline.handlers.worker.handler",
     "LongRunnerFunction": "fireline.handlers.long_runner.handler",
+    "WorkflowFunction": "fireline.handlers.workflow.handler",
 }
 HANDLER_PATH = re.compile(r"fireline\.handlers\.[a-z_][a-z0-9_]*\.handler")
 
@@ -61,6 +62,9 @@ ENVIRONMENT = {
     "TENANT_CONCURRENCY_LIMIT": {"Ref": "TenantConcurrencyLimit"},
     "LONG_JOB_STATE_MACHINE_ARN": {"Ref": "LongJobStateMachine"},
     "LONG_TASK_QUEUE_URL": {"Ref": "LongTaskQueue"},
+    "WORKFLOWS_TABLE": {"Ref": "WorkflowsTable"},
+    "DEFINITIONS_BUCKET": {"Ref": "DefinitionsBucket"},
+    "WORKFLOW_QUEUE_URL": {"Ref": "WorkflowQueue"},
     "POWERTOOLS_SERVICE_NAME": "fireline",
     "POWERTOOLS_METRICS_NAMESPACE": "Fireline",
     "LOG_LEVEL": "INFO",
@@ -81,6 +85,11 @@ WORKERS = {
 }
 # The long runner runs one attempt of a long job, handed out by the state machine.
 LONG_RUNNER = "LongRunnerFunction"
+# The workflow controller: its timeout (a large run's start or reconcile) and memory.
+WORKFLOW_CONTROLLER = "WorkflowFunction"
+WORKFLOW_TIMEOUT = 300
+# The functions that run tenant targets, a workflow target among them (a run's start).
+TARGET_RUNNERS = ("DefaultWorkerFunction", "ShortWorkerFunction", LONG_RUNNER)
 # function -> the job class it runs (JOB_CLASS)
 JOB_CLASSES = {
     **{worker: job_class for worker, (job_class, *_) in WORKERS.items()},
@@ -119,6 +128,15 @@ EVENT_SOURCE_MAPPINGS = {
         "FunctionName": {"Ref": LONG_RUNNER},
         "EventSourceArn": {"Fn::GetAtt": ["LongTaskQueue", "Arn"]},
         "BatchSize": 1,
+        "FunctionResponseTypes": ["ReportBatchItemFailures"],
+        "ScalingConfig": {"MaximumConcurrency": 20},
+    },
+    # The controller's events; only the failed records of a batch come back.
+    WORKFLOW_CONTROLLER: {
+        "FunctionName": {"Ref": WORKFLOW_CONTROLLER},
+        "EventSourceArn": {"Fn::GetAtt": ["WorkflowQueue", "Arn"]},
+        "BatchSize": 10,
+        "MaximumBatchingWindowInSeconds": 0,
         "FunctionResponseTypes": ["ReportBatchItemFailures"],
         "ScalingConfig": {"MaximumConcurrency": 20},
     },
@@ -502,7 +520,45 @@ def test_slots_table_holds_expiring_slots_per_tenant(translated: dict[str, Any])
     }
 
 
-def test_there_are_exactly_six_tables_and_the_irreplaceable_ones_are_retained(
+def test_workflows_table_holds_definitions_runs_and_nodes_with_the_sparse_state_index(
+    translated: dict[str, Any],
+) -> None:
+    props = translated["Resources"]["WorkflowsTable"]["Properties"]
+
+    # One table: pk = T#{tenant}#W#{workflow} | R#{run_id}; sk = v#{version} | run | N#{node}.
+    assert props["KeySchema"] == [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ]
+    # state_key = "{run_id}#{state}" on nodes, "active-runs" on running runs only. The
+    # index carries the node fields a page of nodes returns, so no read of the table
+    # follows a page, and nothing more (a run's other attributes stay out).
+    assert props["GlobalSecondaryIndexes"] == [
+        {
+            "IndexName": "by_state",
+            "KeySchema": [
+                {"AttributeName": "state_key", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            "Projection": {
+                "ProjectionType": "INCLUDE",
+                "NonKeyAttributes": ["state", "pending", "generation", "fanout"],
+            },
+        }
+    ]
+    assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+        {"AttributeName": "state_key", "AttributeType": "S"},
+    ]
+    assert "LocalSecondaryIndexes" not in props
+    assert "TimeToLiveSpecification" not in props
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert props["SSESpecification"] == {"SSEEnabled": True}
+
+
+def test_there_are_exactly_seven_tables_and_the_irreplaceable_ones_are_retained(
     translated: dict[str, Any],
 ) -> None:
     tables = _resources_of_type(translated, "AWS::DynamoDB::Table")
@@ -511,6 +567,7 @@ def test_there_are_exactly_six_tables_and_the_irreplaceable_ones_are_retained(
         "SchedulesTable": "Retain",
         "OccurrencesTable": "Retain",
         "ApiKeysTable": "Retain",
+        "WorkflowsTable": "Retain",
         "LeasesTable": "Delete",
         "IdempotencyTable": "Delete",
         "SlotsTable": "Delete",
@@ -518,16 +575,90 @@ def test_there_are_exactly_six_tables_and_the_irreplaceable_ones_are_retained(
     assert all(t["UpdateReplacePolicy"] == t["DeletionPolicy"] for t in tables.values())
 
 
+# ---------------------------------------------------------------- documents
+
+
+def test_definitions_bucket_is_private_encrypted_retained_and_expires_uploads(
+    translated: dict[str, Any],
+) -> None:
+    buckets = _resources_of_type(translated, "AWS::S3::Bucket")
+    bucket = buckets["DefinitionsBucket"]
+    props = bucket["Properties"]
+
+    assert list(buckets) == ["DefinitionsBucket"]
+    # Runs refer to their definition's version for as long as they are kept.
+    assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    # CloudFormation names it: no fixed name to collide across stacks or accounts.
+    assert "BucketName" not in props
+    assert props["BucketEncryption"] == {
+        "ServerSideEncryptionConfiguration": [
+            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
+        ]
+    }
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert props["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    # Uploads are read once, at registration; the registered document lives elsewhere
+    # (definitions/...) and never expires.
+    assert props["LifecycleConfiguration"] == {
+        "Rules": [
+            {
+                "Id": "ExpireUploads",
+                "Status": "Enabled",
+                "Prefix": "uploads/",
+                "ExpirationInDays": 1,
+            },
+            {
+                "Id": "AbortIncompleteMultipartUploads",
+                "Status": "Enabled",
+                "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
+            },
+        ]
+    }
+
+
 # ---------------------------------------------------------------- queues
 
 
-def test_there_are_seven_queues_one_pair_per_job_class_and_the_long_task_queue(
+def test_there_are_nine_queues_one_pair_per_job_class_the_long_task_queue_and_a_workflow_pair(
     translated: dict[str, Any],
 ) -> None:
     queues = _resources_of_type(translated, "AWS::SQS::Queue")
     class_queues = {name for pair in QUEUE_CLASSES.values() for name in pair[:2]}
 
-    assert set(queues) == class_queues | {"LongTaskQueue"}
+    assert set(queues) == class_queues | {
+        "LongTaskQueue",
+        "WorkflowQueue",
+        "WorkflowDeadLetterQueue",
+    }
+
+
+def test_workflow_queue_redrives_to_its_own_dead_letter_queue_after_five_receives(
+    translated: dict[str, Any],
+) -> None:
+    queue = translated["Resources"]["WorkflowQueue"]
+    dlq = translated["Resources"]["WorkflowDeadLetterQueue"]
+
+    assert queue["Properties"] == {
+        "VisibilityTimeout": 6 * WORKFLOW_TIMEOUT,
+        "MessageRetentionPeriod": FOUR_DAYS,
+        "SqsManagedSseEnabled": True,
+        "RedrivePolicy": {
+            "deadLetterTargetArn": {"Fn::GetAtt": ["WorkflowDeadLetterQueue", "Arn"]},
+            "maxReceiveCount": 5,
+        },
+    }
+    assert dlq["Properties"] == {
+        "MessageRetentionPeriod": FOURTEEN_DAYS,
+        "SqsManagedSseEnabled": True,
+    }
+    assert {(q["DeletionPolicy"], q["UpdateReplacePolicy"]) for q in (queue, dlq)} == {
+        ("Delete", "Delete")
+    }
 
 
 @pytest.mark.parametrize("job_class", sorted(QUEUE_CLASSES))
@@ -608,26 +739,37 @@ def test_other_functions_keep_the_global_sizes(translated: dict[str, Any]) -> No
     assert "ReservedConcurrentExecutions" not in api
 
 
-def test_one_rule_starts_the_ticker_every_minute(translated: dict[str, Any]) -> None:
+def test_two_rules_start_the_ticker_and_the_workflow_reconcile_every_minute(
+    translated: dict[str, Any],
+) -> None:
     rules = _resources_of_type(translated, "AWS::Events::Rule")
+    # function -> the rule that invokes it
+    by_target = {
+        _referenced(target["Arn"]).pop(): name
+        for name, rule in rules.items()
+        for target in rule["Properties"]["Targets"]
+    }
 
-    assert [r["Properties"]["ScheduleExpression"] for r in rules.values()] == ["rate(1 minute)"]
-    (rule_name, rule), *_ = rules.items()
-    assert [t["Arn"] for t in rule["Properties"]["Targets"]] == [
-        {"Fn::GetAtt": ["TickerFunction", "Arn"]}
+    assert [r["Properties"]["ScheduleExpression"] for r in rules.values()] == [
+        "rate(1 minute)",
+        "rate(1 minute)",
     ]
+    assert all(len(r["Properties"]["Targets"]) == 1 for r in rules.values())
+    assert set(by_target) == {"TickerFunction", WORKFLOW_CONTROLLER}
     permissions = [
         p["Properties"]
         for p in _resources_of_type(translated, "AWS::Lambda::Permission").values()
         if p["Properties"]["Principal"] == "events.amazonaws.com"
     ]
-    assert permissions == [
+    # Each rule may invoke its own function and nothing else.
+    assert sorted(permissions, key=lambda p: p["FunctionName"]["Ref"]) == [
         {
             "Action": "lambda:InvokeFunction",
-            "FunctionName": {"Ref": "TickerFunction"},
+            "FunctionName": {"Ref": function},
             "Principal": "events.amazonaws.com",
-            "SourceArn": {"Fn::GetAtt": [rule_name, "Arn"]},
+            "SourceArn": {"Fn::GetAtt": [by_target[function], "Arn"]},
         }
+        for function in sorted(by_target)
     ]
 
 
@@ -643,6 +785,16 @@ def test_each_worker_has_its_class_timeout_and_no_reserved_concurrency(
 
     assert (props["Timeout"], props["MemorySize"]) == (timeout, memory)
     # Concurrency is capped per class by the event source mapping, not reserved.
+    assert "ReservedConcurrentExecutions" not in props
+
+
+def test_workflow_controller_has_time_for_a_large_run_and_no_reserved_concurrency(
+    translated: dict[str, Any],
+) -> None:
+    props = translated["Resources"][WORKFLOW_CONTROLLER]["Properties"]
+
+    assert (props["Timeout"], props["MemorySize"]) == (WORKFLOW_TIMEOUT, 1024)
+    # Concurrency is capped by its event source mapping.
     assert "ReservedConcurrentExecutions" not in props
 
 
@@ -665,8 +817,8 @@ def test_each_queue_reader_is_fed_by_exactly_one_mapping_on_its_own_queue(
     }
     queues = [_referenced(m["Properties"]["EventSourceArn"]).pop() for m in mappings.values()]
 
-    # One mapping per worker and one for the long runner, none elsewhere.
-    assert len(mappings) == len(EVENT_SOURCE_MAPPINGS) == 4
+    # One mapping per worker, one for the long runner and one for the workflow controller.
+    assert len(mappings) == len(EVENT_SOURCE_MAPPINGS) == 5
     assert by_function == EVENT_SOURCE_MAPPINGS
     # No two share a queue.
     assert len(set(queues)) == len(queues)
@@ -803,8 +955,8 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
     [
         (
             "ApiFunction",
-            {"SchedulesTable", "OccurrencesTable", "IdempotencyTable"},
-            {"DefaultQueue", "ShortQueue", "LongQueue"},
+            {"SchedulesTable", "OccurrencesTable", "IdempotencyTable", "WorkflowsTable"},
+            {"DefaultQueue", "ShortQueue", "LongQueue", "WorkflowQueue"},
         ),
         (
             "TickerFunction",
@@ -815,15 +967,27 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
         *(
             (
                 worker,
-                {"SchedulesTable", "OccurrencesTable", "SlotsTable"},
-                {"DefaultQueue", "ShortQueue", "LongQueue"},
+                {"SchedulesTable", "OccurrencesTable", "SlotsTable", "WorkflowsTable"},
+                {"DefaultQueue", "ShortQueue", "LongQueue", "WorkflowQueue"},
             )
             for worker in ("DefaultWorkerFunction", "ShortWorkerFunction")
         ),
-        # Retries and deferrals go back to its own class's queue only.
-        ("LongWorkerFunction", {"SchedulesTable", "OccurrencesTable", "SlotsTable"}, {"LongQueue"}),
-        # Sends only to tenant targets (on "*": see the wildcard grants).
-        (LONG_RUNNER, {"SchedulesTable", "OccurrencesTable"}, set()),
+        # Retries and deferrals go back to its own class's queue only; a node's completion
+        # goes to the controller.
+        (
+            "LongWorkerFunction",
+            {"SchedulesTable", "OccurrencesTable", "SlotsTable", "WorkflowsTable"},
+            {"LongQueue", "WorkflowQueue"},
+        ),
+        # Sends to tenant targets (on "*": see the wildcard grants) and, for a workflow
+        # target, the run's start to the controller.
+        (LONG_RUNNER, {"SchedulesTable", "OccurrencesTable", "WorkflowsTable"}, {"WorkflowQueue"}),
+        # Nodes become occurrences on their class's queue; continuations go to its own.
+        (
+            WORKFLOW_CONTROLLER,
+            {"WorkflowsTable", "OccurrencesTable"},
+            {"DefaultQueue", "ShortQueue", "LongQueue", "WorkflowQueue"},
+        ),
     ],
 )
 def test_each_function_reaches_only_its_tables_and_queues(
@@ -843,6 +1007,8 @@ def test_each_function_reaches_only_its_tables_and_queues(
     [
         ("AuthorizerFunction", "ApiKeysTable"),
         *((function, "SchedulesTable") for function in sorted(JOB_CLASSES)),
+        # Looks nodes up before starting them; runs no target that could start a run.
+        ("LongWorkerFunction", "WorkflowsTable"),
     ],
 )
 def test_read_only_grants_cannot_write(
@@ -852,6 +1018,51 @@ def test_read_only_grants_cannot_write(
 
     assert "dynamodb:GetItem" in grants[table]
     assert grants[table] & DYNAMODB_WRITES == set()
+
+
+@pytest.mark.parametrize("function", TARGET_RUNNERS)
+def test_target_runners_may_only_read_workflows_and_create_runs(
+    translated: dict[str, Any], function: str
+) -> None:
+    # A schedule whose target is a workflow starts a run (a conditional PutItem); nodes
+    # are otherwise moved by the controller alone.
+    grants = _grants(translated["Resources"][f"{function}Role"], "dynamodb")
+
+    assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"} <= grants[
+        "WorkflowsTable"
+    ]
+    assert grants["WorkflowsTable"] & DYNAMODB_WRITES == {"dynamodb:PutItem"}
+    assert "dynamodb:BatchWriteItem" not in grants["WorkflowsTable"]
+
+
+@pytest.mark.parametrize(
+    ("function", "crud"),
+    [
+        # Registers definitions (puts documents) and reads what a client uploaded.
+        ("ApiFunction", True),
+        # Reads definitions to run their nodes.
+        (WORKFLOW_CONTROLLER, False),
+        ("DefaultWorkerFunction", False),
+        ("ShortWorkerFunction", False),
+        ("LongWorkerFunction", False),
+        (LONG_RUNNER, False),
+        # Nothing else touches the bucket.
+        ("AuthorizerFunction", None),
+        ("TickerFunction", None),
+    ],
+)
+def test_only_the_api_writes_definitions_and_the_workflow_functions_read_them(
+    translated: dict[str, Any], function: str, crud: bool | None
+) -> None:
+    grants = _grants(translated["Resources"][f"{function}Role"], "s3")
+
+    if crud is None:
+        assert grants == {}
+        return
+    assert set(grants) == {"DefinitionsBucket"}
+    actions = grants["DefinitionsBucket"]
+    assert "s3:GetObject" in actions
+    assert ("s3:PutObject" in actions, "s3:DeleteObject" in actions) == (crud, crud)
 
 
 @pytest.mark.parametrize("function", sorted(HANDLERS))
@@ -905,6 +1116,7 @@ def test_there_is_one_alarm_for_lag_one_for_a_stalled_ticker_and_one_per_dlq(
         "DefaultDeadLetterAlarm",
         "ShortDeadLetterAlarm",
         "LongDeadLetterAlarm",
+        "WorkflowDeadLetterAlarm",
     }
     assert [
         name for name, a in alarms.items() if a["Properties"]["AlarmActions"] != ALARM_ACTIONS
@@ -948,12 +1160,22 @@ def test_stalled_ticker_alarm_treats_silence_as_failure(translated: dict[str, An
     ) == ("Sum", 60, 3, "LessThanThreshold", 1, "breaching")
 
 
-@pytest.mark.parametrize("job_class", sorted(QUEUE_CLASSES))
+@pytest.mark.parametrize(
+    ("alarm", "dlq_name"),
+    [
+        *(
+            (f"{job_class.title()}DeadLetterAlarm", dlq_name)
+            for job_class, (_, dlq_name, _) in sorted(QUEUE_CLASSES.items())
+        ),
+        # A controller event that failed five times: the reconcile repairs the run, but
+        # something keeps failing.
+        ("WorkflowDeadLetterAlarm", "WorkflowDeadLetterQueue"),
+    ],
+)
 def test_each_dead_letter_queue_alarms_on_its_first_message(
-    translated: dict[str, Any], job_class: str
+    translated: dict[str, Any], alarm: str, dlq_name: str
 ) -> None:
-    _, dlq_name, _ = QUEUE_CLASSES[job_class]
-    props = translated["Resources"][f"{job_class.title()}DeadLetterAlarm"]["Properties"]
+    props = translated["Resources"][alarm]["Properties"]
 
     assert (props["Namespace"], props["MetricName"]) == (
         "AWS/SQS",
@@ -968,17 +1190,19 @@ def test_each_dead_letter_queue_alarms_on_its_first_message(
 # ---------------------------------------------------------------- outputs and packaging
 
 
-def test_outputs_name_the_api_the_state_machine_every_table_and_every_queue(
+def test_outputs_name_the_api_the_state_machine_every_table_bucket_and_queue(
     translated: dict[str, Any],
 ) -> None:
     outputs = translated["Outputs"]
     tables = _resources_of_type(translated, "AWS::DynamoDB::Table")
+    buckets = _resources_of_type(translated, "AWS::S3::Bucket")
     queues = _resources_of_type(translated, "AWS::SQS::Queue")
-    named = {f"{t}Name" for t in tables} | {f"{q}Url" for q in queues}
+    named = {f"{t}Name" for t in [*tables, *buckets]} | {f"{q}Url" for q in queues}
 
+    assert {"WorkflowsTableName", "DefinitionsBucketName", "WorkflowQueueUrl"} <= named
     assert set(outputs) == {"ApiUrl", "LongJobStateMachineArn"} | named
     assert outputs["LongJobStateMachineArn"]["Value"] == {"Ref": "LongJobStateMachine"}
-    assert all(outputs[f"{t}Name"]["Value"] == {"Ref": t} for t in tables)
+    assert all(outputs[f"{t}Name"]["Value"] == {"Ref": t} for t in [*tables, *buckets])
     assert all(outputs[f"{q}Url"]["Value"] == {"Ref": q} for q in queues)
     assert _referenced(outputs["ApiUrl"]["Value"]) == {"FirelineApi", "StageName"}
     assert outputs["ApiUrl"]["Value"] == {

@@ -1,0 +1,608 @@
+"""DynamoDB implementation of the WorkflowStore port: one table, one sparse index.
+
+Items of the workflows table (see infra/template.yaml, WorkflowsTable):
+
+- definition index: pk = ``T#{tenant}#W#{workflow}``, sk = ``v#{version:08d}``; the latest
+  version is the first item of a descending Query. The document itself is in S3.
+- run: pk = ``R#{run_id}``, sk = ``run``. While the run is running it carries
+  ``state_key = "active-runs"``, which puts it in the ``by_state`` index (the periodic
+  reconcile's list); any other state removes it.
+- node: pk = ``R#{run_id}``, sk = ``N#{node_id}``, with state, pending (unfinished parents),
+  generation, fanout (fan-out transactions applied) and ``state_key = "{run_id}#{state}"``:
+  the index partition of a run's nodes in one state, ordered by node id.
+
+Every node move is a conditional write on the state read. A node's success decrements its
+children in transactions of at most 99 children plus the parent's own fan-out cursor,
+which is the transaction's condition: a repeated chunk fails whole and decrements nothing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from botocore.exceptions import ClientError
+
+from fireline import ports
+from fireline.adapters.dynamodb import (
+    _code,
+    _decode,
+    _decode_cursor,
+    _encode,
+    _encode_cursor,
+    _translated,
+)
+from fireline.domain import dag, errors, workflow
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import (
+        TransactWriteItemTypeDef,
+        UpdateTypeDef,
+        WriteRequestOutputTypeDef,
+        WriteRequestTypeDef,
+    )
+else:
+    DynamoDBClient = TransactWriteItemTypeDef = WriteRequestTypeDef = Any
+    UpdateTypeDef = WriteRequestOutputTypeDef = Any
+
+STATE_INDEX = "by_state"
+ACTIVE_RUNS = "active-runs"  # the index partition of running runs
+RUN_SK = "run"
+NODE_PREFIX = "N#"
+VERSION_PREFIX = "v#"
+BATCH_WRITE_MAX = 25
+BATCH_GET_MAX = 100
+MAX_VERSION = 10**8 - 1  # sk holds the version in 8 digits, so that it sorts
+# Unprocessed batch items and transaction conflicts are retried this many times, with
+# exponential backoff from BACKOFF_SECONDS, before the call gives up (errors.Unavailable).
+ATTEMPTS = 6
+BACKOFF_SECONDS = 0.05
+INDEX_KEYS = ("pk", "sk", "state_key")
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat()
+
+
+def _opt_iso(moment: datetime | None) -> str | None:
+    return None if moment is None else _iso(moment)
+
+
+def _from_iso(value: Any) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(str(value))
+
+
+def definition_pk(tenant_id: str, workflow_id: str) -> str:
+    return f"T#{tenant_id}#W#{workflow_id}"
+
+
+def definition_sk(version: int) -> str:
+    if not 1 <= version <= MAX_VERSION:
+        raise errors.ValidationError(f"must be between 1 and {MAX_VERSION}", field="version")
+    return f"{VERSION_PREFIX}{version:08d}"
+
+
+def run_pk(run_id: str) -> str:
+    return f"R#{run_id}"
+
+
+def node_sk(node_id: str) -> str:
+    return f"{NODE_PREFIX}{node_id}"
+
+
+def node_state_key(run_id: str, state: dag.NodeState) -> str:
+    # Node states hold no "#", so two runs' keys never meet.
+    return f"{run_id}#{state.value}"
+
+
+def _definition_to_item(meta: workflow.DefinitionMeta) -> dict[str, Any]:
+    return {
+        "pk": definition_pk(meta.tenant_id, meta.workflow_id),
+        "sk": definition_sk(meta.version),
+        "tenant_id": meta.tenant_id,
+        "workflow_id": meta.workflow_id,
+        "version": meta.version,
+        "nodes": meta.nodes,
+        "edges": meta.edges,
+        "created_at": _iso(meta.created_at),
+    }
+
+
+def _definition_from_item(record: dict[str, Any]) -> workflow.DefinitionMeta:
+    created = _from_iso(record["created_at"])
+    assert created is not None
+    return workflow.DefinitionMeta(
+        tenant_id=record["tenant_id"],
+        workflow_id=record["workflow_id"],
+        version=int(record["version"]),
+        nodes=int(record["nodes"]),
+        edges=int(record["edges"]),
+        created_at=created,
+    )
+
+
+def _run_to_item(run: workflow.Run) -> dict[str, Any]:
+    return {
+        "pk": run_pk(run.run_id),
+        "sk": RUN_SK,
+        "tenant_id": run.tenant_id,
+        "run_id": run.run_id,
+        "workflow_id": run.workflow_id,
+        "version": run.version,
+        "total": run.total,
+        "state": run.state.value,
+        "created_at": _opt_iso(run.created_at),
+        "finished_at": _opt_iso(run.finished_at),
+        "generation": run.generation,
+        "materialized": run.materialized,
+        "source": run.source,
+        "has_failures": run.has_failures,
+        "resetting": run.resetting,
+        # Sparse: only a running run is in the index the periodic reconcile lists.
+        "state_key": ACTIVE_RUNS if run.state is workflow.RunState.RUNNING else None,
+    }
+
+
+def _run_from_item(record: dict[str, Any]) -> workflow.Run:
+    return workflow.Run(
+        tenant_id=record["tenant_id"],
+        run_id=record["run_id"],
+        workflow_id=record["workflow_id"],
+        version=int(record["version"]),
+        total=int(record["total"]),
+        state=workflow.RunState(record["state"]),
+        created_at=_from_iso(record.get("created_at")),
+        finished_at=_from_iso(record.get("finished_at")),
+        generation=int(record["generation"]),
+        materialized=int(record["materialized"]),
+        source=record.get("source"),
+        has_failures=bool(record.get("has_failures", False)),
+        resetting=bool(record.get("resetting", False)),
+    )
+
+
+def _node_to_item(run_id: str, node: workflow.RunNode) -> dict[str, Any]:
+    return {
+        "pk": run_pk(run_id),
+        "sk": node_sk(node.node_id),
+        "state": node.state.value,
+        "pending": node.pending,
+        "generation": node.generation,
+        "fanout": node.fanout,
+        "state_key": node_state_key(run_id, node.state),
+    }
+
+
+def _node_from_item(record: dict[str, Any]) -> workflow.RunNode:
+    return workflow.RunNode(
+        node_id=str(record["sk"])[len(NODE_PREFIX) :],
+        state=dag.NodeState(record["state"]),
+        pending=int(record["pending"]),
+        generation=int(record["generation"]),
+        fanout=int(record["fanout"]),
+    )
+
+
+class DynamoWorkflowStore:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._client = client
+        self._table = table_name
+        self._sleep = sleep
+
+    def _backoff(self, attempt: int) -> None:
+        self._sleep(min(BACKOFF_SECONDS * 2**attempt, 1.0))
+
+    # --- definitions ---------------------------------------------------------------------
+
+    def put_definition(self, meta: workflow.DefinitionMeta) -> bool:
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(_definition_to_item(meta)),
+                    # Two registrations that read the same latest version race for the next
+                    # one: one indexes it, the other is told to retry.
+                    ConditionExpression="attribute_not_exists(#pk)",
+                    ExpressionAttributeNames={"#pk": "pk"},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def latest_definition(self, tenant_id: str, workflow_id: str) -> workflow.DefinitionMeta | None:
+        with _translated():
+            response = self._client.query(
+                TableName=self._table,
+                KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
+                ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+                ExpressionAttributeValues={
+                    ":pk": {"S": definition_pk(tenant_id, workflow_id)},
+                    ":prefix": {"S": VERSION_PREFIX},
+                },
+                ScanIndexForward=False,
+                Limit=1,
+                ConsistentRead=True,
+            )
+        for raw in response.get("Items", []):
+            meta = _definition_from_item(_decode(raw))
+            if (meta.tenant_id, meta.workflow_id) == (tenant_id, workflow_id):
+                return meta
+        return None
+
+    def get_definition(
+        self, tenant_id: str, workflow_id: str, version: int
+    ) -> workflow.DefinitionMeta | None:
+        if not 1 <= version <= MAX_VERSION:
+            return None
+        with _translated():
+            response = self._client.get_item(
+                TableName=self._table,
+                Key=_encode(
+                    {"pk": definition_pk(tenant_id, workflow_id), "sk": definition_sk(version)}
+                ),
+                ConsistentRead=True,
+            )
+        record = response.get("Item")
+        if not record:
+            return None
+        meta = _definition_from_item(_decode(record))
+        return meta if (meta.tenant_id, meta.workflow_id) == (tenant_id, workflow_id) else None
+
+    # --- runs ----------------------------------------------------------------------------
+
+    def create_run(self, run: workflow.Run) -> bool:
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(_run_to_item(run)),
+                    # A repeated start (a redelivered request, a retried schedule fire)
+                    # converges on the run that exists.
+                    ConditionExpression="attribute_not_exists(#pk)",
+                    ExpressionAttributeNames={"#pk": "pk"},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def get_run(self, run_id: str) -> workflow.Run | None:
+        with _translated():
+            response = self._client.get_item(
+                TableName=self._table,
+                Key=_encode({"pk": run_pk(run_id), "sk": RUN_SK}),
+                ConsistentRead=True,
+            )
+        record = response.get("Item")
+        return _run_from_item(_decode(record)) if record else None
+
+    def update_run(
+        self,
+        run: workflow.Run,
+        *,
+        expected_state: workflow.RunState,
+        expected_generation: int,
+        expected_materialized: int | None = None,
+    ) -> bool:
+        condition = "#state = :state AND #gen = :gen"
+        names = {"#state": "state", "#gen": "generation"}
+        values: dict[str, Any] = {
+            ":state": {"S": expected_state.value},
+            ":gen": {"N": str(expected_generation)},
+        }
+        if expected_materialized is not None:
+            condition += " AND #mat = :mat"
+            names["#mat"] = "materialized"
+            values[":mat"] = {"N": str(expected_materialized)}
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(_run_to_item(run)),
+                    # The whole run is rewritten from what was read: a completion lands
+                    # once, a writer that read an older state, generation ("retry failed"
+                    # moved on) or materialized count (another start wrote more rows) loses.
+                    # (A missing run fails too: its state is no value.)
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def active_runs(self, *, limit: int, cursor: str | None = None) -> ports.Page[str]:
+        records, next_cursor = self._index_page(ACTIVE_RUNS, limit=limit, cursor=cursor)
+        ids = [str(r["pk"])[len("R#") :] for r in records]
+        return ports.Page(ids, next_cursor)
+
+    # --- nodes ---------------------------------------------------------------------------
+
+    def put_nodes(self, run_id: str, nodes: Sequence[workflow.RunNode]) -> None:
+        # One request per 25 rows; a row given twice keeps its last version (a batch may
+        # not name one key twice).
+        rows = list({n.node_id: n for n in nodes}.values())
+        for start in range(0, len(rows), BATCH_WRITE_MAX):
+            pending: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
+                {"PutRequest": {"Item": _encode(_node_to_item(run_id, n))}}
+                for n in rows[start : start + BATCH_WRITE_MAX]
+            ]
+            for attempt in range(ATTEMPTS + 1):
+                with _translated():
+                    response = self._client.batch_write_item(RequestItems={self._table: pending})
+                # Throttled rows come back unprocessed; write just those again, later.
+                pending = response.get("UnprocessedItems", {}).get(self._table, [])
+                if not pending:
+                    break
+                if attempt == ATTEMPTS:
+                    raise errors.Unavailable(f"DynamoDB left {len(pending)} node rows unwritten")
+                self._backoff(attempt)
+
+    def get_nodes(self, run_id: str, node_ids: Sequence[str]) -> dict[str, workflow.RunNode]:
+        found: dict[str, workflow.RunNode] = {}
+        unique = list(dict.fromkeys(node_ids))
+        for start in range(0, len(unique), BATCH_GET_MAX):
+            keys: list[dict[str, Any]] = [
+                _encode({"pk": run_pk(run_id), "sk": node_sk(n)})
+                for n in unique[start : start + BATCH_GET_MAX]
+            ]
+            for attempt in range(ATTEMPTS + 1):
+                with _translated():
+                    response = self._client.batch_get_item(
+                        RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}}
+                    )
+                for raw in response.get("Responses", {}).get(self._table, []):
+                    node = _node_from_item(_decode(raw))
+                    found[node.node_id] = node
+                unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys", {}))
+                keys = list(unprocessed.get(self._table, {}).get("Keys", []))
+                if not keys:
+                    break
+                if attempt == ATTEMPTS:
+                    raise errors.Unavailable(f"DynamoDB left {len(keys)} node rows unread")
+                self._backoff(attempt)
+        return found
+
+    def all_nodes(self, run_id: str) -> builtins.list[workflow.RunNode]:
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
+            "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+            "ExpressionAttributeValues": {
+                ":pk": {"S": run_pk(run_id)},
+                ":prefix": {"S": NODE_PREFIX},
+            },
+            "ConsistentRead": True,
+        }
+        nodes: list[workflow.RunNode] = []
+        while True:
+            with _translated():
+                response = self._client.query(**kwargs)
+            nodes += [_node_from_item(_decode(r)) for r in response.get("Items", [])]
+            if "LastEvaluatedKey" not in response:
+                return nodes
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def nodes_in_state(
+        self, run_id: str, state: dag.NodeState, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.RunNode]:
+        records, next_cursor = self._index_page(
+            node_state_key(run_id, state), limit=limit, cursor=cursor
+        )
+        return ports.Page([_node_from_item(r) for r in records], next_cursor)
+
+    def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
+        counts = dict.fromkeys(dag.NodeState, 0)
+        for state in dag.NodeState:
+            kwargs: dict[str, Any] = {
+                "TableName": self._table,
+                "IndexName": STATE_INDEX,
+                "KeyConditionExpression": "#key = :key",
+                "ExpressionAttributeNames": {"#key": "state_key"},
+                "ExpressionAttributeValues": {":key": {"S": node_state_key(run_id, state)}},
+                "Select": "COUNT",
+            }
+            while True:
+                with _translated():
+                    response = self._client.query(**kwargs)
+                counts[state] += int(response.get("Count", 0))
+                if "LastEvaluatedKey" not in response:
+                    break
+                kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return counts
+
+    def move_node(
+        self,
+        run_id: str,
+        node_id: str,
+        *,
+        expected: dag.NodeState,
+        to: dag.NodeState,
+        ready_only: bool = False,
+        generation: int | None = None,
+        pending: int | None = None,
+    ) -> bool:
+        update = "SET #state = :to, #key = :key"
+        condition = "#state = :expected"
+        names = {"#state": "state", "#key": "state_key"}
+        values: dict[str, Any] = {
+            ":to": {"S": to.value},
+            ":key": {"S": node_state_key(run_id, to)},
+            ":expected": {"S": expected.value},
+        }
+        if generation is not None:
+            update += ", #gen = :gen"
+            names["#gen"] = "generation"
+            values[":gen"] = {"N": str(generation)}
+        if pending is not None or ready_only:
+            names["#pending"] = "pending"
+            values[":zero"] = {"N": "0"}
+        if pending is not None:
+            update += ", #pending = :pending, #fanout = :zero"
+            names["#fanout"] = "fanout"
+            values[":pending"] = {"N": str(pending)}
+        if ready_only:
+            # Every parent finished: a dispatch racing the last decrement waits for it.
+            condition += " AND #pending <= :zero"
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=_encode({"pk": run_pk(run_id), "sk": node_sk(node_id)}),
+                    UpdateExpression=update,
+                    # Of two controllers that read the same state, one moves the node; the
+                    # other sees False. (A missing row has no state: it fails too.)
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def succeed_node(
+        self, run_id: str, node_id: str, *, chunk: int, children: Sequence[str]
+    ) -> bool:
+        if len(children) > workflow.FANOUT_CHUNK:
+            raise errors.ValidationError(
+                f"at most {workflow.FANOUT_CHUNK} children per transaction", field="children"
+            )
+        if chunk < 0:
+            raise errors.ValidationError("must be 0 or more", field="chunk")
+        names = {"#state": "state", "#fanout": "fanout"}
+        values: dict[str, Any] = {
+            ":succeeded": {"S": dag.NodeState.SUCCEEDED.value},
+            ":next": {"N": str(chunk + 1 if children else 0)},
+        }
+        if chunk == 0:
+            # The node's success itself: only a dispatched node succeeds, once.
+            update = "SET #state = :succeeded, #key = :key, #fanout = :next"
+            condition = "#state = :dispatched"
+            names["#key"] = "state_key"
+            values[":key"] = {"S": node_state_key(run_id, dag.NodeState.SUCCEEDED)}
+            values[":dispatched"] = {"S": dag.NodeState.DISPATCHED.value}
+        else:
+            # A continuation: the fan-out cursor says which chunk is next, so a chunk
+            # applied already (a redelivered continuation) fails.
+            update = "SET #fanout = :next"
+            condition = "#state = :succeeded AND #fanout = :chunk"
+            values[":chunk"] = {"N": str(chunk)}
+        parent: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": _encode({"pk": run_pk(run_id), "sk": node_sk(node_id)}),
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        if not children:
+            # A leaf: one conditional write, at half a transaction's cost.
+            try:
+                with _translated():
+                    self._client.update_item(**parent)
+            except ClientError as exc:
+                if _code(exc) == "ConditionalCheckFailedException":
+                    return False
+                raise
+            return True
+        items: list[TransactWriteItemTypeDef] = [{"Update": cast("UpdateTypeDef", parent)}]
+        items += [
+            {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": _encode({"pk": run_pk(run_id), "sk": node_sk(child)}),
+                    "UpdateExpression": "SET #pending = #pending - :one",
+                    # An update on a missing key would create a stray row: the child must
+                    # exist (the run's rows are all written before anything is dispatched).
+                    "ConditionExpression": "attribute_exists(#pk)",
+                    "ExpressionAttributeNames": {"#pending": "pending", "#pk": "pk"},
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            }
+            for child in children
+        ]
+        for attempt in range(ATTEMPTS + 1):
+            try:
+                with _translated():
+                    # No ClientRequestToken: a repeat within its 10 minutes would succeed
+                    # again without applying, and the caller must learn it was applied
+                    # already.
+                    self._client.transact_write_items(TransactItems=items)
+            except ClientError as exc:
+                if _code(exc) != "TransactionCanceledException":
+                    raise
+                reasons = [
+                    str(r.get("Code") or "None")
+                    for r in exc.response.get("CancellationReasons", [])
+                ]
+                if "ConditionalCheckFailed" in reasons:
+                    # On the parent: this chunk was applied already (or the node is not
+                    # dispatched). On a child: its row is missing. Nothing changed.
+                    return False
+                if all(r in ("None", "TransactionConflict") for r in reasons) and (
+                    "TransactionConflict" in reasons
+                ):
+                    if attempt == ATTEMPTS:
+                        raise errors.Unavailable(
+                            "DynamoDB transaction kept conflicting (TransactionConflict)"
+                        ) from exc
+                    self._backoff(attempt)
+                    continue
+                raise errors.Unavailable(
+                    f"DynamoDB cancelled the transaction ({', '.join(reasons)})"
+                ) from exc
+            return True
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # --- the state index -----------------------------------------------------------------
+
+    def _index_page(
+        self, state_key: str, *, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of the ``by_state`` index's ``state_key`` partition, in sk order.
+
+        One item more than asked is read, so a page that ends the listing says so (cursor
+        None) as the memory store does, rather than handing out a cursor to an empty page.
+        A cursor is a client's input: it must carry the index's keys and this partition.
+        """
+        if limit < 1:
+            raise errors.ValidationError("must be at least 1", field="limit")
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": STATE_INDEX,
+            "KeyConditionExpression": "#key = :key",
+            "ExpressionAttributeNames": {"#key": "state_key"},
+            "ExpressionAttributeValues": {":key": {"S": state_key}},
+            "Limit": limit + 1,
+        }
+        start = _decode_cursor(cursor, keys=INDEX_KEYS)
+        if start is not None:
+            if start["state_key"] != state_key:
+                raise errors.ValidationError("belongs to another listing", field="cursor")
+            kwargs["ExclusiveStartKey"] = _encode(start)
+        with _translated():
+            response = self._client.query(**kwargs)
+        records = [_decode(r) for r in response.get("Items", [])]
+        if len(records) > limit:
+            records = records[:limit]
+            return records, _encode_cursor({k: records[-1][k] for k in INDEX_KEYS})
+        last = response.get("LastEvaluatedKey")
+        # Fewer than asked with a LastEvaluatedKey: the 1 MB page limit cut the read short.
+        return records, _encode_cursor(_decode(last)) if last else None
