@@ -285,7 +285,15 @@ def api() -> APIGatewayRestResolver:
 
 @functools.cache
 def s3_client() -> Any:
-    return _client("s3")
+    # Signature v4 for presigned upload URLs too (botocore would sign them with v2, which
+    # S3 refuses in newer regions and for newer buckets).
+    s = settings()
+    return boto3.session.Session().client(
+        "s3",
+        region_name=s.region,
+        endpoint_url=s.endpoint_url,
+        config=BOTO_CONFIG.merge(Config(signature_version="s3v4")),
+    )
 
 
 @functools.cache

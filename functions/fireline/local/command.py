@@ -106,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"played locally: {', '.join(sorted(cloud.deployed.set_aside))}")
     if not args.no_examples:
         made = examples.register(cloud.api_url, key)
-        console.print(f"registered {sum('id' in m for m in made)} example schedules and jobs")
+        count = sum("id" in m or "workflow_id" in m for m in made)
+        console.print(f"registered {count} example schedules, jobs and workflows")
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

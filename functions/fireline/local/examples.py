@@ -1,4 +1,5 @@
-"""Example schedules the local cloud registers at start, through its own HTTP API."""
+"""Example schedules, jobs and a workflow the local cloud registers at start, through its
+own HTTP API."""
 
 from __future__ import annotations
 
@@ -6,6 +7,31 @@ import json
 import urllib.error
 import urllib.request
 from typing import Any
+
+_STEP = {"type": "python", "handler": "echo"}
+# The classic ETL DAG: cleanup waits for every other node.
+ETL_NODES = ["source", "extract", "validate", "transform", "load", "audit", "cleanup"]
+ETL_EDGES = [
+    ["source", "extract"],
+    ["source", "validate"],
+    ["extract", "transform"],
+    ["validate", "transform"],
+    ["transform", "load"],
+    ["load", "audit"],
+    *[[node, "cleanup"] for node in ETL_NODES[:-1]],
+]
+WORKFLOWS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "/workflows/example-etl",
+        {
+            "nodes": [
+                {"id": n, "target": _STEP, "job_class": "short", "payload": {"step": n}}
+                for n in ETL_NODES
+            ],
+            "edges": ETL_EDGES,
+        },
+    )
+]
 
 EXAMPLES: list[tuple[str, dict[str, Any]]] = [
     (
@@ -60,21 +86,32 @@ EXAMPLES: list[tuple[str, dict[str, Any]]] = [
             "retry": {"max_attempts": 2, "base_seconds": 2, "cap_seconds": 5},
         },
     ),
+    (
+        "/schedules",
+        {
+            "spec": "rate(2 minutes)",
+            "target": {"type": "workflow", "workflow_id": "example-etl"},
+            "payload": {"example": "a workflow run (the ETL DAG) every 2 minutes"},
+        },
+    ),
 ]
 
 
 def register(api_url: str, api_key: str) -> list[dict[str, Any]]:
-    """Create the examples (idempotently: a restart does not create them twice)."""
+    """Create the examples (idempotently: a restart does not create them twice). The
+    workflow comes first: a schedule below starts it."""
     created = []
-    for number, (path, body) in enumerate(EXAMPLES):
+    calls = [("PUT", path, body, f"local-workflow-{n}") for n, (path, body) in enumerate(WORKFLOWS)]
+    calls += [("POST", path, body, f"local-example-{n}") for n, (path, body) in enumerate(EXAMPLES)]
+    for method, path, body, idempotency_key in calls:
         request = urllib.request.Request(
             api_url + path,
             data=json.dumps(body).encode(),
-            method="POST",
+            method=method,
             headers={
                 "Content-Type": "application/json",
                 "x-api-key": api_key,
-                "Idempotency-Key": f"local-example-{number}",
+                "Idempotency-Key": idempotency_key,
             },
         )
         try:
