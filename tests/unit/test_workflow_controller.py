@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from fireline.domain import dag, model, retry, schedule, workflow
-from fireline.services import dispatch, targets
+from fireline.domain import dag, errors, model, retry, schedule, workflow
+from fireline.services import dispatch, targets, workflows
 from helpers.flows import (
     DIAMOND,
     ETL_EDGES,
@@ -232,3 +232,19 @@ def test_a_schedule_whose_target_is_a_workflow_starts_one_run_per_fire() -> None
     assert flow.store.get_run(run_id).state is workflow.RunState.SUCCEEDED  # type: ignore[union-attr]
     assert dict(flow.ledger.effects) == dict.fromkeys(DIAMOND[0], 1)
     assert flow.store.active_runs(limit=10).items == []
+
+
+def test_a_registration_that_lost_the_race_for_a_version_changes_nothing() -> None:
+    flow = Flow.on_memory()
+    first = flow.register([node(n) for n in DIAMOND[0]], DIAMOND[1])
+    # A second registration read "no version yet" before the first was indexed: it
+    # computes version 1 too, with another graph.
+    stale = flow.store.latest_definition
+    flow.store.latest_definition = lambda *_: None  # type: ignore[method-assign]
+    with pytest.raises(errors.ConflictError, match="registered meanwhile"):
+        flow.register([node(n) for n in "xy"], [("x", "y")])
+    flow.store.latest_definition = stale  # type: ignore[method-assign]
+    # The winner's index entry still points at the winner's document.
+    fresh = workflows.Definitions(flow.store, flow.documents)
+    assert fresh.get("tenant-a", "wf", 1).graph.nodes == tuple(DIAMOND[0])
+    assert first.document_key in set(flow.documents.keys())  # type: ignore[attr-defined]

@@ -625,6 +625,10 @@ class MemoryDocumentStore:
     def upload_url(self, key: str, *, expires_seconds: int) -> str:
         return f"memory://{key}?expires={expires_seconds}"
 
+    def keys(self) -> list[str]:
+        with self._lock:
+            return sorted(self._docs)
+
 
 class MemoryWorkflowStore:
     """Definitions' index, runs and nodes with the DynamoDB adapter's conditions.

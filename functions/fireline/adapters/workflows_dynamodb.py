@@ -109,6 +109,7 @@ def _definition_to_item(meta: workflow.DefinitionMeta) -> dict[str, Any]:
         "nodes": meta.nodes,
         "edges": meta.edges,
         "created_at": _iso(meta.created_at),
+        "digest": meta.digest,
     }
 
 
@@ -122,6 +123,7 @@ def _definition_from_item(record: dict[str, Any]) -> workflow.DefinitionMeta:
         nodes=int(record["nodes"]),
         edges=int(record["edges"]),
         created_at=created,
+        digest=record.get("digest", ""),
     )
 
 

@@ -158,14 +158,19 @@ class DefinitionMeta:
     nodes: int
     edges: int
     created_at: datetime
+    # SHA-256 of the document (first 16 hex digits), part of its key: two registrations
+    # racing for the same version write different objects, so the loser's document can
+    # never replace the one the winner's index entry points at.
+    digest: str = ""
 
     @property
     def document_key(self) -> str:
-        return definition_key(self.tenant_id, self.workflow_id, self.version)
+        return definition_key(self.tenant_id, self.workflow_id, self.version, self.digest)
 
 
-def definition_key(tenant_id: str, workflow_id: str, version: int) -> str:
-    return f"definitions/{tenant_id}/{workflow_id}/{version:08d}.json"
+def definition_key(tenant_id: str, workflow_id: str, version: int, digest: str = "") -> str:
+    suffix = f"-{digest}" if digest else ""
+    return f"definitions/{tenant_id}/{workflow_id}/{version:08d}{suffix}.json"
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ list of parents.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
 from collections import OrderedDict
@@ -84,7 +85,8 @@ class Definitions:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        raw = self.documents.get(workflow.definition_key(tenant_id, workflow_id, version))
+        meta = self.store.get_definition(tenant_id, workflow_id, version)
+        raw = self.documents.get(meta.document_key) if meta is not None else None
         if raw is None:
             raise errors.NotFound(f"workflow {workflow_id!r} version {version} has no document")
         found = workflow.Definition.from_document(tenant_id, workflow_id, version, raw)
@@ -655,6 +657,7 @@ class WorkflowService:
         latest = self.store.latest_definition(tenant_id, workflow_id)
         version = (latest.version if latest else 0) + 1
         definition = workflow.Definition.build(tenant_id, workflow_id, version, specs, edges)
+        document = definition.to_document()
         meta = workflow.DefinitionMeta(
             tenant_id=tenant_id,
             workflow_id=workflow_id,
@@ -662,9 +665,10 @@ class WorkflowService:
             nodes=len(definition.graph.nodes),
             edges=definition.graph.edge_count,
             created_at=self.clock.now(),
+            digest=hashlib.sha256(document).hexdigest()[:16],
         )
         # The document first: an index entry never points at a missing document.
-        self.documents.put(meta.document_key, definition.to_document())
+        self.documents.put(meta.document_key, document)
         if not self.store.put_definition(meta):
             raise errors.ConflictError(
                 f"workflow {workflow_id!r} version {version} was registered meanwhile; retry"
