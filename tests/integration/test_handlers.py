@@ -10,6 +10,7 @@ import pytest
 from moto import mock_aws
 
 from fireline import wiring
+from fireline.domain import dag
 from fireline.services.schedules import JobDraft
 from helpers import events
 from helpers.aws import Stack
@@ -211,3 +212,49 @@ def test_worker_handler_fixture_batch_reports_the_keyless_record(
     # the first names an occurrence that does not exist (expired): acknowledged, nothing run;
     # the second has no key: reported failed, so SQS redelivers it and redrive catches it
     assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][1]["messageId"]}]}
+
+
+def test_workflow_handler_applies_events_and_reports_bad_ones(deployed: Stack) -> None:
+    # GIVEN a registered diamond and a started run (its "start" event is in the batch)
+    from fireline.domain import workflow
+    from fireline.handlers import workflow as handler
+
+    service = wiring.workflow_service()
+    spec = {"type": "python", "handler": "noop"}
+    service.register(
+        "tenant-a",
+        "diamond",
+        [workflow.NodeSpec(n, spec) for n in "abcd"],
+        [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")],
+    )
+    run = service.start("tenant-a", "diamond")
+    event = events.load("workflow", "events_batch")
+    event["Records"][0]["body"] = event["Records"][0]["body"].replace("RUN_ID", run.run_id)
+    # WHEN the controller function gets it with a malformed second record
+    result = handler.handler(event, events.LambdaContext())
+    # THEN the run's rows exist and its root went to the default queue; the bad record is
+    # reported for redelivery, the good one is not
+    assert result == {"batchItemFailures": [{"itemIdentifier": event["Records"][1]["messageId"]}]}
+    view = service.view("tenant-a", run.run_id)
+    assert view.counts[dag.NodeState.DISPATCHED] == 1 and view.counts[dag.NodeState.WAITING] == 3
+    sent = wiring.work_queue().receive("default", max_messages=10)
+    assert [m.body["schedule_id"] for m in sent] == [workflow.node_schedule_id(run.run_id, "a")]
+
+
+def test_workflow_handler_reconciles_running_runs_on_its_schedule(deployed: Stack) -> None:
+    # GIVEN a run whose start event was lost (never delivered)
+    from fireline.domain import workflow
+    from fireline.handlers import workflow as handler
+
+    service = wiring.workflow_service()
+    spec = {"type": "python", "handler": "noop"}
+    service.register("tenant-a", "pair", [workflow.NodeSpec(n, spec) for n in "ab"], [("a", "b")])
+    run = service.start("tenant-a", "pair")
+    # WHEN the periodic rule invokes the function
+    result = handler.handler(
+        events.load("workflow", "reconcile_scheduled"), events.LambdaContext(timeout_ms=300_000)
+    )
+    # THEN it reconciled the running run: the rows are written and the root dispatched
+    assert result == {"reconciled": 1}
+    view = service.view("tenant-a", run.run_id)
+    assert view.counts[dag.NodeState.DISPATCHED] == 1
