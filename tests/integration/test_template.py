@@ -541,8 +541,7 @@ def test_workflows_table_holds_definitions_runs_and_nodes_with_the_sparse_state_
                 {"AttributeName": "sk", "KeyType": "RANGE"},
             ],
             "Projection": {
-                "ProjectionType": "INCLUDE",
-                "NonKeyAttributes": ["state", "pending", "generation", "fanout"],
+                "ProjectionType": "KEYS_ONLY",
             },
         }
     ]

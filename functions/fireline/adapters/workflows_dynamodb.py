@@ -406,7 +406,13 @@ class DynamoWorkflowStore:
         records, next_cursor = self._index_page(
             node_state_key(run_id, state), limit=limit, cursor=cursor
         )
-        return ports.Page([_node_from_item(r) for r in records], next_cursor)
+        # The index holds keys only: read the rows back (consistently) and keep those still
+        # in the state; one the index listed a moment before it moved on is left out.
+        ids = [r["sk"].removeprefix(NODE_PREFIX) for r in records]
+        rows = self.get_nodes(run_id, ids)
+        return ports.Page(
+            [rows[n] for n in ids if n in rows and rows[n].state is state], next_cursor
+        )
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
         counts = dict.fromkeys(dag.NodeState, 0)
