@@ -1,0 +1,198 @@
+"""Workflow runs on moto: the template's WorkflowsTable, DefinitionsBucket, class queues
+and WorkflowQueue, the DynamoDB and S3 adapters, the controller and the real worker.
+
+What is counted here comes from the request log (what AWS would bill), not guessed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import boto3
+import pytest
+
+from fireline.adapters import s3, sqs, workflows_dynamodb
+from fireline.domain import dag, errors, model, retry, workflow
+from helpers.aws import REGION
+from helpers.flows import (
+    DIAMOND,
+    ETL_EDGES,
+    ETL_NODES,
+    Flow,
+    assert_dependency_order,
+    node,
+    run_with_crash_points,
+    wide_dag,
+)
+from helpers.system import System, moto_system
+from helpers.transactions import item_scoped_transactions
+
+NodeState = dag.NodeState
+NO_WAIT = retry.RetryPolicy(max_attempts=3, base_seconds=1, cap_seconds=1)
+
+
+def flow_on(system: System) -> Flow:
+    stack = system.stack
+    s3_client = boto3.client("s3", region_name=REGION)
+    system.log.attach(s3_client)
+    urls = {c: stack.queues[f"{c.capitalize()}Queue"] for c in model.JOB_CLASSES}
+    urls[workflow.CONTROL_QUEUE] = stack.queues["WorkflowQueue"]
+    return Flow(
+        store=workflows_dynamodb.DynamoWorkflowStore(system.ddb, stack.tables["WorkflowsTable"]),
+        documents=s3.S3DocumentStore(s3_client, stack.buckets["DefinitionsBucket"]),
+        occurrences=system.occurrences,
+        queue=sqs.SqsWorkQueue(system.sqs_client, urls),
+        slots=system.slots,
+        schedules=system.schedules,
+        clock=system.clock,
+    )
+
+
+@contextlib.contextmanager
+def moto_flow() -> Iterator[tuple[System, Flow]]:
+    with moto_system() as system, item_scoped_transactions():
+        yield system, flow_on(system)
+
+
+def test_item_scoped_transactions_keep_all_or_nothing() -> None:
+    with moto_system() as system, item_scoped_transactions():
+        table = system.stack.tables["WorkflowsTable"]
+        put = {"pk": {"S": "R#x"}, "sk": {"S": "N#a"}, "pending": {"N": "2"}}
+        system.ddb.put_item(TableName=table, Item=put)
+        decrement = {
+            "TableName": table,
+            "Key": {"pk": {"S": "R#x"}, "sk": {"S": "N#a"}},
+            "UpdateExpression": "SET #p = #p - :one",
+            "ExpressionAttributeNames": {"#p": "pending"},
+            "ExpressionAttributeValues": {":one": {"N": "1"}},
+        }
+        refused = {
+            "TableName": table,
+            "Item": {"pk": {"S": "R#x"}, "sk": {"S": "N#a"}},
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+        new = {"TableName": table, "Item": {"pk": {"S": "R#x"}, "sk": {"S": "N#b"}}}
+        system.ddb.put_item(TableName=table, Item={**put, "sk": {"S": "N#c"}})
+        with pytest.raises(system.ddb.exceptions.TransactionCanceledException):
+            # the third item's condition fails after the first two were applied
+            system.ddb.transact_write_items(
+                TransactItems=[
+                    {"Update": decrement},
+                    {"Put": new},
+                    {"Put": {**refused, "Item": {**refused["Item"], "sk": {"S": "N#c"}}}},
+                ]
+            )
+        key = {"pk": {"S": "R#x"}, "sk": {"S": "N#a"}}
+        assert system.ddb.get_item(TableName=table, Key=key)["Item"]["pending"] == {"N": "2"}
+        assert "Item" not in system.ddb.get_item(
+            TableName=table, Key={"pk": {"S": "R#x"}, "sk": {"S": "N#b"}}
+        )
+        system.ddb.transact_write_items(TransactItems=[{"Update": decrement}, {"Put": new}])
+        assert system.ddb.get_item(TableName=table, Key=key)["Item"]["pending"] == {"N": "1"}
+
+
+def test_the_diamond_and_the_etl_dag_run_in_dependency_order_on_moto() -> None:
+    with moto_flow() as (_, flow):
+        flow.register([node(n) for n in DIAMOND[0]], DIAMOND[1], name="diamond")
+        flow.register([node(n) for n in ETL_NODES], ETL_EDGES, name="etl")
+        diamond = flow.start("diamond")
+        etl = flow.start("etl")
+        flow.drain()
+        assert flow.run_state(diamond) is workflow.RunState.SUCCEEDED
+        assert flow.run_state(etl) is workflow.RunState.SUCCEEDED
+        assert_dependency_order(flow.ledger.order, DIAMOND[1] + ETL_EDGES)
+        assert flow.ledger.order.index("cleanup") == len(flow.ledger.order) - 1 or (
+            flow.ledger.order.index("cleanup")
+            > max(flow.ledger.order.index(n) for n in ETL_NODES[:-1])
+        )
+        assert set(flow.ledger.effects.values()) == {1}
+        view = flow.service.view("tenant-a", etl.run_id)
+        assert view.counts[NodeState.SUCCEEDED] == 7 and view.progress == 1.0
+
+
+def test_a_cycle_is_rejected_at_registration_with_the_cycle_named() -> None:
+    with moto_flow() as (system, flow):
+        with pytest.raises(errors.ValidationError) as caught:
+            flow.register(
+                [node(n) for n in "abcd"], [("a", "b"), ("b", "c"), ("c", "d"), ("d", "b")]
+            )
+        assert caught.value.field == "edges"
+        assert "b -> c -> d -> b" in str(caught.value)
+        assert flow.store.latest_definition("tenant-a", "wf") is None  # nothing stored
+        assert system.log.requests.get("PutObject", 0) == 0
+
+
+def test_a_failing_node_of_1000_retries_and_no_other_effect_repeats() -> None:
+    with moto_flow() as (_, flow):
+        names, edges = wide_dag(1000)
+        flow.ledger.failing["n00500"] = 2
+        flow.register([node(n, retry=NO_WAIT) for n in names], edges)
+        run = flow.start()
+        flow.drain()
+        assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+        assert flow.ledger.attempts["n00500"] == 3
+        assert len(flow.ledger.effects) == 1000 and set(flow.ledger.effects.values()) == {1}
+        assert_dependency_order(flow.ledger.order, edges)
+
+
+def test_a_permanent_failure_of_1000_blocks_descendants_and_retry_failed_finishes() -> None:
+    with moto_flow() as (_, flow):
+        names, edges = wide_dag(1000)
+        doomed = dag.descendants(dag.validate(names, edges), "n00500")
+        flow.ledger.failing["n00500"] = 3
+        flow.register([node(n, retry=NO_WAIT) for n in names], edges)
+        run = flow.start()
+        flow.drain()
+        view = flow.service.view("tenant-a", run.run_id)
+        assert view.run.state is workflow.RunState.FAILED
+        assert view.failed_nodes == ["n00500"]
+        assert view.counts[NodeState.BLOCKED] == len(doomed)
+        assert view.counts[NodeState.SUCCEEDED] == 999 - len(doomed)
+        blocked = flow.service.nodes("tenant-a", run.run_id, NodeState.BLOCKED, limit=1000)
+        assert {n.node_id for n in blocked.items} == doomed
+
+        succeeded_before = set(flow.ledger.effects)
+        flow.service.retry_failed("tenant-a", run.run_id)
+        flow.drain()
+        assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+        assert len(flow.ledger.effects) == 1000 and set(flow.ledger.effects.values()) == {1}
+        assert all(flow.ledger.attempts[n] == 1 for n in succeeded_before)
+
+
+def test_crash_points_on_moto_then_reconcile() -> None:
+    with moto_system() as system, item_scoped_transactions():
+        # Every write of the diamond's run in turn (a new workflow and run each time).
+        crashes = run_with_crash_points(lambda: flow_on(system), DIAMOND)
+        assert crashes >= 15
+
+
+def test_a_2000_node_workflow_completes_on_moto_with_writes_counted() -> None:
+    with moto_flow() as (system, flow):
+        names, edges = wide_dag(2000)
+        flow.register([node(n, job_class="short") for n in names], edges)
+        run = flow.start()
+        flow.drain()
+        assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+        assert len(flow.ledger.effects) == 2000 and set(flow.ledger.effects.values()) == {1}
+        table = system.stack.tables["WorkflowsTable"]
+        node_writes = system.log.item_writes.get(table, 0)
+        # Per node: its row, its dispatch, its success, and one decrement per edge (the
+        # wide DAG has about 2 parents per node): a bounded handful, not O(nodes).
+        per_node = node_writes / 2000
+        assert per_node <= 3 + len(edges) / 2000 + 0.1, per_node
+        # One success transaction per node (every node here has fewer than 99 children),
+        # the node rows in batches of 25, and no Scan anywhere.
+        requests = system.log.requests
+        assert requests["TransactWriteItems"] <= 2000
+        assert requests["BatchWriteItem"] == 2000 // 25
+        assert requests.get("Scan", 0) == 0
+        controller_and_worker = {
+            op: round(n / 2000, 2)
+            for op, n in sorted(requests.items())
+            if op not in ("ReceiveMessage", "DeleteMessage")  # the test's queue polling
+        }
+        print(
+            f"\n2,000 nodes, {len(edges)} edges on moto: {per_node:.2f} WorkflowsTable item "
+            f"writes per node; requests per node: {controller_and_worker}"
+        )
