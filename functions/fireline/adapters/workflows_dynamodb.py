@@ -207,13 +207,17 @@ class DynamoWorkflowStore:
     # --- definitions ---------------------------------------------------------------------
 
     def put_definition(self, meta: workflow.DefinitionMeta) -> bool:
+        # Two registrations that read the same latest version race for the next one: one
+        # indexes it, the other is told to retry.
+        return self._put_if_absent(_definition_to_item(meta))
+
+    def _put_if_absent(self, item: dict[str, Any]) -> bool:
+        """Put an item unless its key exists; False when it does."""
         try:
             with _translated():
                 self._client.put_item(
                     TableName=self._table,
-                    Item=_encode(_definition_to_item(meta)),
-                    # Two registrations that read the same latest version race for the next
-                    # one: one indexes it, the other is told to retry.
+                    Item=_encode(item),
                     ConditionExpression="attribute_not_exists(#pk)",
                     ExpressionAttributeNames={"#pk": "pk"},
                 )
@@ -265,21 +269,9 @@ class DynamoWorkflowStore:
     # --- runs ----------------------------------------------------------------------------
 
     def create_run(self, run: workflow.Run) -> bool:
-        try:
-            with _translated():
-                self._client.put_item(
-                    TableName=self._table,
-                    Item=_encode(_run_to_item(run)),
-                    # A repeated start (a redelivered request, a retried schedule fire)
-                    # converges on the run that exists.
-                    ConditionExpression="attribute_not_exists(#pk)",
-                    ExpressionAttributeNames={"#pk": "pk"},
-                )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        # A repeated start (a redelivered request, a retried schedule fire) converges on
+        # the run that exists.
+        return self._put_if_absent(_run_to_item(run))
 
     def get_run(self, run_id: str) -> workflow.Run | None:
         with _translated():

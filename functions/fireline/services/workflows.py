@@ -772,12 +772,7 @@ class WorkflowService:
         cancelled = replace(
             current, state=workflow.RunState.CANCELLED, finished_at=self.clock.now()
         )
-        if not self.store.update_run(
-            cancelled, expected_state=current.state, expected_generation=current.generation
-        ):
-            raise errors.ConflictError(f"run {run_id} changed meanwhile; retry")
-        send_events(self.queue, [event("cancel", cancelled)])
-        return cancelled
+        return self._move(current, cancelled, "cancel")
 
     def retry_failed(self, tenant_id: str, run_id: str) -> workflow.Run:
         """Re-run the failed and blocked nodes (each as a new generation, a new
@@ -796,12 +791,17 @@ class WorkflowService:
             resetting=True,
             finished_at=None,
         )
+        return self._move(current, resumed, "retry")
+
+    def _move(self, current: workflow.Run, changed: workflow.Run, then: str) -> workflow.Run:
+        """Store the run's new state if nobody moved it meanwhile, then hand the rest to
+        the controller (an event named ``then``)."""
         if not self.store.update_run(
-            resumed, expected_state=current.state, expected_generation=current.generation
+            changed, expected_state=current.state, expected_generation=current.generation
         ):
-            raise errors.ConflictError(f"run {run_id} changed meanwhile; retry")
-        send_events(self.queue, [event("retry", resumed)])
-        return resumed
+            raise errors.ConflictError(f"run {current.run_id} changed meanwhile; retry")
+        send_events(self.queue, [event(then, changed)])
+        return changed
 
     def reconcile(self, tenant_id: str, run_id: str) -> workflow.Run:
         found = self.run(tenant_id, run_id)
