@@ -31,10 +31,13 @@ processor = BatchProcessor(event_type=EventType.SQS)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     controller = wiring.controller()
     if event.get("source") == "aws.events" or "Records" not in event:
-        return {"reconciled": controller.reconcile_active()}
+        reconciled = controller.reconcile_active()
+        metrics.add_metric("WorkflowRunsReconciled", "Count", reconciled)
+        return {"reconciled": reconciled}
 
     def record_handler(record: SQSRecord) -> None:
         controller.handle(json.loads(record.body))
+        metrics.add_metric("WorkflowEvents", "Count", 1)
 
     response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
