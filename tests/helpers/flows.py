@@ -121,7 +121,7 @@ class Flow:
         self.nodes = workflows.NodeJobs(
             store=self.store, definitions=self.definitions, queue=self.queue
         )
-        runner = targets.TargetRunner(
+        runner = self.runner = targets.TargetRunner(
             registry=self.registry,
             signing_secret=SIGNING_SECRET,
             lambda_client=lambda: None,

@@ -7,6 +7,8 @@ What is counted here comes from the request log (what AWS would bill), not guess
 from __future__ import annotations
 
 import contextlib
+import json
+import time
 from collections.abc import Iterator
 
 import boto3
@@ -14,6 +16,7 @@ import pytest
 
 from fireline.adapters import s3, sqs, workflows_dynamodb
 from fireline.domain import dag, errors, model, retry, workflow
+from fireline.services import worker as worker_service
 from helpers.aws import REGION
 from helpers.flows import (
     DIAMOND,
@@ -196,3 +199,46 @@ def test_a_2000_node_workflow_completes_on_moto_with_writes_counted() -> None:
             f"\n2,000 nodes, {len(edges)} edges on moto: {per_node:.2f} WorkflowsTable item "
             f"writes per node; requests per node: {controller_and_worker}"
         )
+
+
+def test_a_long_class_node_runs_under_the_state_machine_between_its_neighbours() -> None:
+    # GIVEN a -> b -> c where b is a long job (moto runs the real state machine, in real
+    # time) and the long worker and its runner know workflow nodes
+    with moto_system() as system, item_scoped_transactions():
+        flow = flow_on(system)
+        supervised = system.long_jobs(heartbeat_seconds=2)
+        supervised.runner, supervised.nodes = flow.runner, flow.nodes
+        flow.workers["long"] = worker_service.Worker(
+            schedules=flow.schedules,
+            occurrences=flow.occurrences,
+            queue=flow.queue,
+            slots=flow.slots,
+            clock=flow.clock,
+            runner=flow.runner,
+            config=worker_service.WorkerConfig(job_class="long", tenant_limit=0),
+            long_jobs=supervised,
+            nodes=flow.nodes,
+        )
+        flow.register([node("a"), node("b", job_class="long"), node("c")], [("a", "b"), ("b", "c")])
+        run = flow.start()
+        # WHEN the queues and the long task queue are played until the run ends
+        task_queue = system.stack.queues["LongTaskQueue"]
+        deadline = time.monotonic() + 60
+        while flow.run_state(run) is workflow.RunState.RUNNING:
+            assert time.monotonic() < deadline, "the run did not finish"
+            flow.step()
+            answer = system.sqs_client.receive_message(QueueUrl=task_queue, MaxNumberOfMessages=10)
+            for raw in answer.get("Messages", []):
+                system.sqs_client.delete_message(
+                    QueueUrl=task_queue, ReceiptHandle=raw["ReceiptHandle"]
+                )
+                supervised.run_task(json.loads(raw["Body"]), remaining_ms=lambda: 900_000)
+            time.sleep(0.1)
+        # THEN it succeeded in order, b under its own execution
+        assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+        assert flow.ledger.order == ["a", "b", "c"]
+        stored = flow.store.get_run(run.run_id)
+        assert stored is not None
+        b = flow.store.get_nodes(run.run_id, ["b"])["b"]
+        row = flow.occurrences.get(workflow.node_occurrence_key(stored, b))
+        assert row is not None and row.execution and row.state.value == "succeeded"
