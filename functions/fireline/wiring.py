@@ -338,6 +338,7 @@ def controller() -> workflows.Controller:
         clock=clock(),
         metrics=metrics(),
         definitions=definitions(),
+        long_jobs=long_jobs() if settings().long_job_state_machine_arn else None,
     )
 
 

@@ -151,6 +151,8 @@ WILDCARD_ACTIONS = {
     LONG_RUNNER: TENANT_TARGET_ACTIONS,
     # A tenant's heartbeat goes to the task token; cancel stops the execution.
     "ApiFunction": {"states:SendTaskHeartbeat", "states:StopExecution"},
+    # Cancelling a workflow run stops its running long nodes' executions.
+    "WorkflowFunction": {"states:StopExecution"},
 }
 # function -> Step Functions actions its role allows on the named state machine; any
 # function not named here has none.

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -206,34 +208,11 @@ def test_a_long_class_node_runs_under_the_state_machine_between_its_neighbours()
     # time) and the long worker and its runner know workflow nodes
     with moto_system() as system, item_scoped_transactions():
         flow = flow_on(system)
-        supervised = system.long_jobs(heartbeat_seconds=2)
-        supervised.runner, supervised.nodes = flow.runner, flow.nodes
-        flow.workers["long"] = worker_service.Worker(
-            schedules=flow.schedules,
-            occurrences=flow.occurrences,
-            queue=flow.queue,
-            slots=flow.slots,
-            clock=flow.clock,
-            runner=flow.runner,
-            config=worker_service.WorkerConfig(job_class="long", tenant_limit=0),
-            long_jobs=supervised,
-            nodes=flow.nodes,
-        )
+        supervised = with_long_worker(system, flow)
         flow.register([node("a"), node("b", job_class="long"), node("c")], [("a", "b"), ("b", "c")])
         run = flow.start()
         # WHEN the queues and the long task queue are played until the run ends
-        task_queue = system.stack.queues["LongTaskQueue"]
-        deadline = time.monotonic() + 60
-        while flow.run_state(run) is workflow.RunState.RUNNING:
-            assert time.monotonic() < deadline, "the run did not finish"
-            flow.step()
-            answer = system.sqs_client.receive_message(QueueUrl=task_queue, MaxNumberOfMessages=10)
-            for raw in answer.get("Messages", []):
-                system.sqs_client.delete_message(
-                    QueueUrl=task_queue, ReceiptHandle=raw["ReceiptHandle"]
-                )
-                supervised.run_task(json.loads(raw["Body"]), remaining_ms=lambda: 900_000)
-            time.sleep(0.1)
+        play_until(system, flow, supervised, lambda: flow.run_state(run) is not RUNNING)
         # THEN it succeeded in order, b under its own execution
         assert flow.run_state(run) is workflow.RunState.SUCCEEDED
         assert flow.ledger.order == ["a", "b", "c"]
@@ -242,3 +221,109 @@ def test_a_long_class_node_runs_under_the_state_machine_between_its_neighbours()
         b = flow.store.get_nodes(run.run_id, ["b"])["b"]
         row = flow.occurrences.get(workflow.node_occurrence_key(stored, b))
         assert row is not None and row.execution and row.state.value == "succeeded"
+
+
+def test_cancelling_a_run_stops_its_running_long_node() -> None:
+    # GIVEN a -> b where b is a long job that runs until told otherwise
+    with moto_system() as system, item_scoped_transactions():
+        flow = flow_on(system)
+        supervised = with_long_worker(system, flow)
+        release = threading.Event()
+        flow.registry.register("slow")(lambda context: release.wait(30))
+        slow = workflow.NodeSpec("b", {"type": "python", "handler": "slow"}, job_class="long")
+        flow.register([slow, node("a")], [("b", "a")])
+        run = flow.start()
+        key = None
+
+        def b_running() -> bool:
+            nonlocal key
+            stored = flow.store.get_run(run.run_id)
+            b = flow.store.get_nodes(run.run_id, ["b"]).get("b")
+            if stored is None or b is None or b.state is not dag.NodeState.DISPATCHED:
+                return False
+            key = workflow.node_occurrence_key(stored, b)
+            row = flow.occurrences.get(key)
+            return row is not None and row.execution is not None and bool(row.task_token)
+
+        play_until(system, flow, supervised, b_running, in_threads=True)
+        # WHEN the run is cancelled while b runs
+        flow.service.cancel("tenant-a", run.run_id)
+        play_until(system, flow, supervised, lambda: flow.step() == 0)
+        # THEN b's execution was stopped and b recorded cancelled; a never ran
+        assert key is not None
+        row = flow.occurrences.get(key)
+        assert row is not None and row.state.value == "cancelled" and row.execution
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        for _ in range(50):  # the interpreter stops the execution on its own thread
+            if sfn.describe_execution(executionArn=row.execution)["status"] != "RUNNING":
+                break
+            time.sleep(0.1)
+        # AWS reports a stopped execution as ABORTED; moto's interpreter as FAILED.
+        assert sfn.describe_execution(executionArn=row.execution)["status"] in ("ABORTED", "FAILED")
+        release.set()
+        for thread in TASK_THREADS:
+            thread.join(timeout=30)  # before moto goes away under its heartbeats
+        view = flow.service.view("tenant-a", run.run_id)
+        assert view.run.state is workflow.RunState.CANCELLED
+        assert view.counts[dag.NodeState.CANCELLED] == 2 and "a" not in flow.ledger.effects
+
+
+RUNNING = workflow.RunState.RUNNING
+TASK_THREADS: list[threading.Thread] = []
+
+
+def with_long_worker(system: System, flow: Flow) -> Any:
+    """A long-class worker and runner that know workflow nodes, on the flow's queues; the
+    controller gets the supervisor too (cancel stops executions)."""
+    supervised = system.long_jobs(heartbeat_seconds=2)
+    supervised.runner, supervised.nodes = flow.runner, flow.nodes
+    flow.workers["long"] = worker_service.Worker(
+        schedules=flow.schedules,
+        occurrences=flow.occurrences,
+        queue=flow.queue,
+        slots=flow.slots,
+        clock=flow.clock,
+        runner=flow.runner,
+        config=worker_service.WorkerConfig(job_class="long", tenant_limit=0),
+        long_jobs=supervised,
+        nodes=flow.nodes,
+    )
+    flow.controller.long_jobs = supervised
+    return supervised
+
+
+def play_until(
+    system: System,
+    flow: Flow,
+    supervised: Any,
+    done: Callable[[], bool],
+    *,
+    in_threads: bool = False,
+    timeout: float = 60,
+) -> None:
+    """Play the flow's queues and the long task queue (moto runs the state machine in
+    real time) until ``done``; task attempts run in threads when asked, as each would be
+    its own Lambda."""
+    task_queue = system.stack.queues["LongTaskQueue"]
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        flow.step()
+        answer = system.sqs_client.receive_message(QueueUrl=task_queue, MaxNumberOfMessages=10)
+        for raw in answer.get("Messages", []):
+            system.sqs_client.delete_message(
+                QueueUrl=task_queue, ReceiptHandle=raw["ReceiptHandle"]
+            )
+            task = json.loads(raw["Body"])
+            if in_threads:
+                thread = threading.Thread(
+                    target=supervised.run_task,
+                    args=(task,),
+                    kwargs={"remaining_ms": lambda: 900_000},
+                    daemon=True,
+                )
+                thread.start()
+                TASK_THREADS.append(thread)
+            else:
+                supervised.run_task(task, remaining_ms=lambda: 900_000)
+        time.sleep(0.1)

@@ -41,13 +41,16 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
 from fireline import ports
 from fireline.domain import dag, errors, model, occurrence, workflow
 from fireline.services import dispatch
+
+if TYPE_CHECKING:  # long_jobs imports this module (NodeJobs)
+    from fireline.services import long_jobs as long_jobs_service
 
 logger = Logger(service="fireline", child=True)
 
@@ -146,8 +149,10 @@ class Controller:
         start_slice: int = START_SLICE,
         fanout_budget: int = FANOUT_BUDGET,
         reset_budget: int = RESET_BUDGET,
+        long_jobs: long_jobs_service.LongJobs | None = None,
     ) -> None:
         self.reset_budget = reset_budget
+        self.long_jobs = long_jobs
         self.store = store
         self.occurrences = occurrences
         self.queue = queue
@@ -242,23 +247,37 @@ class Controller:
         return report
 
     def cancel_nodes(self, run_id: str) -> Report:
-        """A cancelled run's waiting nodes become cancelled; dispatched ones are skipped
-        by the worker (it checks the run) or finish the attempt they are in."""
+        """A cancelled run's waiting nodes become cancelled, and its running long nodes'
+        executions are stopped. Queued ones are skipped by the worker when their message
+        arrives (it checks the run); a short job already running finishes its attempt."""
         report = Report()
         run = self.store.get_run(run_id)
         if run is None or run.state is not workflow.RunState.CANCELLED:
             return report
-        cursor = None
-        while True:
-            page = self.store.nodes_in_state(run_id, NodeState.WAITING, limit=1000, cursor=cursor)
-            for node in page.items:
-                if self.store.move_node(
-                    run_id, node.node_id, expected=NodeState.WAITING, to=NodeState.CANCELLED
-                ):
-                    report.cancelled.append(node.node_id)
-            if page.cursor is None:
-                return report
-            cursor = page.cursor
+        for state in (NodeState.WAITING, NodeState.DISPATCHED):
+            cursor = None
+            while True:
+                page = self.store.nodes_in_state(run_id, state, limit=1000, cursor=cursor)
+                for node in page.items:
+                    if state is NodeState.DISPATCHED and not self._stop_long(run, node):
+                        continue
+                    if self.store.move_node(
+                        run_id, node.node_id, expected=state, to=NodeState.CANCELLED
+                    ):
+                        report.cancelled.append(node.node_id)
+                if page.cursor is None:
+                    break
+                cursor = page.cursor
+        return report
+
+    def _stop_long(self, run: workflow.Run, node: workflow.RunNode) -> bool:
+        """Stop a dispatched node's long-job execution; True when it was stopped here."""
+        if self.long_jobs is None:
+            return False
+        row = self.occurrences.get(workflow.node_occurrence_key(run, node))
+        if row is None or row.state is not occurrence.State.RUNNING or not row.execution:
+            return False
+        return self.long_jobs.cancel(row)
 
     def reset_failed(self, run_id: str) -> Report:
         """ "Retry failed", the controller's half: failed and blocked nodes wait again (a
