@@ -348,7 +348,9 @@ class WorkflowStore(Protocol):
     def nodes_in_state(
         self, run_id: str, state: dag.NodeState, *, limit: int, cursor: str | None = None
     ) -> Page[workflow.RunNode]:
-        """A run's nodes in one state, by node id. May lag a just-made move by a moment."""
+        """A run's nodes in one state, by node id. The rows returned are read consistently
+        and are in that state; a node that has just moved into it may be missing for a
+        moment (the index lags), and a page may hold fewer than ``limit`` rows."""
         ...
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]: ...

@@ -19,7 +19,7 @@ from typing import Any
 
 from fireline import ports
 from fireline.adapters import memory
-from fireline.domain import model, workflow
+from fireline.domain import workflow
 from fireline.services import targets, workflows
 from fireline.services import worker as worker_service
 
@@ -211,10 +211,6 @@ class Flow:
         found = self.store.get_run(run.run_id)
         assert found is not None
         return found.state
-
-
-def job_classes() -> tuple[str, ...]:
-    return model.JOB_CLASSES
 
 
 # --- crash points ------------------------------------------------------------------------

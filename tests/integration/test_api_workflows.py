@@ -776,3 +776,17 @@ def test_a_schedule_may_target_a_workflow_but_a_node_may_not(api: Api) -> None:
     status, out = api.call("PUT", "/workflows/recursive", body)
     assert status == 422 and out["error"]["field"].startswith("nodes.0.target")
     assert api.call("GET", "/workflows/recursive")[0] == 404
+
+
+def test_an_upload_over_the_document_limit_is_refused_before_any_node_is_read(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The limit is 64 MiB; a smaller one here keeps the test cheap.
+    monkeypatch.setattr(models, "MAX_UPLOAD_BYTES", 1024)
+    raw = json.dumps({"nodes": [{"id": f"n{i}", "target": PYTHON} for i in range(40)], "edges": []})
+    assert len(raw) > 1024
+    upload_id = put_upload(api, raw.encode())
+    status, out = api.call("PUT", "/workflows/wf", {"upload_id": upload_id})
+    assert (status, out["error"]["field"]) == (400, "upload_id")
+    assert "the limit is 1024" in out["error"]["message"]
+    assert api.versions() == 0

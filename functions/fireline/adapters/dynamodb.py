@@ -20,7 +20,7 @@ import base64
 import builtins
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
@@ -155,6 +155,18 @@ def _translated() -> Iterator[None]:
         if code == "ResourceNotFoundException":
             raise errors.Unavailable(f"DynamoDB table missing ({exc})") from exc
         raise
+
+
+def _applied(write: Callable[[], object]) -> bool:
+    """Run a conditional write: False when its condition failed (nothing was written)."""
+    try:
+        with _translated():
+            write()
+    except ClientError as exc:
+        if _code(exc) == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
 
 
 # --- schedules ---------------------------------------------------------------------------

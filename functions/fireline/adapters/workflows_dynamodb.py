@@ -28,6 +28,7 @@ from botocore.exceptions import ClientError
 
 from fireline import ports
 from fireline.adapters.dynamodb import (
+    _applied,
     _code,
     _decode,
     _decode_cursor,
@@ -213,19 +214,14 @@ class DynamoWorkflowStore:
 
     def _put_if_absent(self, item: dict[str, Any]) -> bool:
         """Put an item unless its key exists; False when it does."""
-        try:
-            with _translated():
-                self._client.put_item(
-                    TableName=self._table,
-                    Item=_encode(item),
-                    ConditionExpression="attribute_not_exists(#pk)",
-                    ExpressionAttributeNames={"#pk": "pk"},
-                )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return _applied(
+            lambda: self._client.put_item(
+                TableName=self._table,
+                Item=_encode(item),
+                ConditionExpression="attribute_not_exists(#pk)",
+                ExpressionAttributeNames={"#pk": "pk"},
+            )
+        )
 
     def latest_definition(self, tenant_id: str, workflow_id: str) -> workflow.DefinitionMeta | None:
         with _translated():
@@ -301,24 +297,19 @@ class DynamoWorkflowStore:
             condition += " AND #mat = :mat"
             names["#mat"] = "materialized"
             values[":mat"] = {"N": str(expected_materialized)}
-        try:
-            with _translated():
-                self._client.put_item(
-                    TableName=self._table,
-                    Item=_encode(_run_to_item(run)),
-                    # The whole run is rewritten from what was read: a completion lands
-                    # once, a writer that read an older state, generation ("retry failed"
-                    # moved on) or materialized count (another start wrote more rows) loses.
-                    # (A missing run fails too: its state is no value.)
-                    ConditionExpression=condition,
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues=values,
-                )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        # The whole run is rewritten from what was read: a completion lands once, a writer
+        # that read an older state, generation ("retry failed" moved on) or materialized
+        # count (another start wrote more rows) loses. (A missing run fails too: its state
+        # is no value.)
+        return _applied(
+            lambda: self._client.put_item(
+                TableName=self._table,
+                Item=_encode(_run_to_item(run)),
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        )
 
     def active_runs(self, *, limit: int, cursor: str | None = None) -> ports.Page[str]:
         records, next_cursor = self._index_page(ACTIVE_RUNS, limit=limit, cursor=cursor)
@@ -459,23 +450,18 @@ class DynamoWorkflowStore:
         if ready_only:
             # Every parent finished: a dispatch racing the last decrement waits for it.
             condition += " AND #pending <= :zero"
-        try:
-            with _translated():
-                self._client.update_item(
-                    TableName=self._table,
-                    Key=_encode({"pk": run_pk(run_id), "sk": node_sk(node_id)}),
-                    UpdateExpression=update,
-                    # Of two controllers that read the same state, one moves the node; the
-                    # other sees False. (A missing row has no state: it fails too.)
-                    ConditionExpression=condition,
-                    ExpressionAttributeNames=names,
-                    ExpressionAttributeValues=values,
-                )
-        except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        # Of two controllers that read the same state, one moves the node; the other sees
+        # False. (A missing row has no state: it fails too.)
+        return _applied(
+            lambda: self._client.update_item(
+                TableName=self._table,
+                Key=_encode({"pk": run_pk(run_id), "sk": node_sk(node_id)}),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        )
 
     def succeed_node(
         self, run_id: str, node_id: str, *, chunk: int, children: Sequence[str]
@@ -514,14 +500,7 @@ class DynamoWorkflowStore:
         }
         if not children:
             # A leaf: one conditional write, at half a transaction's cost.
-            try:
-                with _translated():
-                    self._client.update_item(**parent)
-            except ClientError as exc:
-                if _code(exc) == "ConditionalCheckFailedException":
-                    return False
-                raise
-            return True
+            return _applied(lambda: self._client.update_item(**parent))
         items: list[TransactWriteItemTypeDef] = [{"Update": cast("UpdateTypeDef", parent)}]
         items += [
             {

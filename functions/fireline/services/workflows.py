@@ -596,17 +596,13 @@ class Controller:
     def _finish_if_done(self, run: workflow.Run, report: Report) -> None:
         """Record the run's end once, if no node is waiting or dispatched.
 
-        The state index may lag a just-made move, so each node it lists as unfinished
-        is read again consistently; a page that is full means unfinished for sure.
+        The listing reads its rows back consistently, so a node it returns is still
+        unfinished; a full page (a cursor) means unfinished for sure.
         """
         for state in (NodeState.DISPATCHED, NodeState.WAITING):
             page = self.store.nodes_in_state(run.run_id, state, limit=CONFIRM_PAGE)
-            if page.cursor is not None:
+            if page.items or page.cursor is not None:
                 return
-            if page.items:
-                rows = self.store.get_nodes(run.run_id, [n.node_id for n in page.items])
-                if any(r.state in (NodeState.DISPATCHED, NodeState.WAITING) for r in rows.values()):
-                    return
         current = self.store.get_run(run.run_id)
         if current is None or current.state is not workflow.RunState.RUNNING:
             return
