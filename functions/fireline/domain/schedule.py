@@ -27,7 +27,6 @@ DST rules for cron and local ``at`` specs:
 
 from __future__ import annotations
 
-import copy
 import enum
 import functools
 import re
@@ -39,15 +38,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cron_descriptor import Options, get_description
 from croniter import croniter
-from croniter.croniter import CroniterBadDateError, CroniterError
+from croniter.croniter import CroniterError
 
-from fireline.domain import errors
+from fireline.domain import cron, errors
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
-# How far ahead a spec is searched for its next fire. croniter gives up on its own after
-# this many years between matches, which is how "0 0 30 2 *" is found to never fire.
-MAX_YEARS_BETWEEN_FIRES = 30
+# How far ahead a spec is searched for its next fire: after this many years without a
+# match, "0 0 30 2 *" is found to never fire.
+MAX_YEARS_BETWEEN_FIRES = cron.MAX_YEARS_BETWEEN_FIRES
 
 
 class GapPolicy(enum.StrEnum):
@@ -157,6 +156,13 @@ def parse_spec(text: str) -> Spec:
     """
     if not isinstance(text, str) or not text.strip():
         raise errors.ScheduleSyntaxError("is empty", suggestion="rate(5 minutes)")
+    return _parse_spec(text)
+
+
+@functools.lru_cache(maxsize=16384)
+def _parse_spec(text: str) -> Spec:
+    """Specs are immutable and every stored schedule is parsed again on each read (the
+    ticker reads thousands a second): the same text is parsed once per container."""
     stripped = text.strip()
     match = re.fullmatch(r"(?i)(cron|rate|at)\s*\((.*)\)", stripped)
     if match is None:
@@ -300,14 +306,22 @@ def parse_at(body: str) -> AtSpec:
 
 def zone(name: str) -> ZoneInfo:
     """The IANA zone called ``name``; raises :class:`errors.UnknownTimeZone`."""
+    if isinstance(name, str) and name in _KNOWN_ZONES:
+        return _KNOWN_ZONES[name]
     if not isinstance(name, str) or not name or name != name.strip() or ".." in name:
         raise errors.UnknownTimeZone(f"{name!r} is not an IANA time zone", field="timezone")
     try:
-        return ZoneInfo(name)
+        found = ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise errors.UnknownTimeZone(
             f"{name!r} is not an IANA time zone (for example Europe/Paris)", field="timezone"
         ) from exc
+    _KNOWN_ZONES[name] = found
+    return found
+
+
+# Zones already checked: every Timing asks for its zone on each next fire.
+_KNOWN_ZONES: dict[str, ZoneInfo] = {}
 
 
 def wall_to_instants(wall: datetime, tz: ZoneInfo, policy: DstPolicy) -> list[datetime]:
@@ -458,42 +472,26 @@ def _next_at(spec: AtSpec, timing: Timing, after: datetime) -> datetime | None:
     return next((i for i in instants if i > after), None)
 
 
-@functools.lru_cache(maxsize=4096)
-def _expanded(expression: str) -> croniter[datetime]:
-    """A parsed expression, kept: parsing costs more than finding the next match."""
-    return croniter(
-        expression,
-        datetime(2000, 1, 1),  # noqa: DTZ001 - wall-clock iteration (see _next_cron)
-        ret_type=datetime,
-        second_at_beginning=True,
-        max_years_between_matches=MAX_YEARS_BETWEEN_FIRES,
-    )
-
-
-def _walls_from(spec: CronSpec, start_wall: datetime) -> croniter[datetime]:
-    """An iterator over the wall times after ``start_wall``: a copy of the cached parse
-    (the copy shares the read-only expansion), so callers never share a position."""
-    walls = copy.copy(_expanded(_croniter_expression(spec)))
-    walls.set_current(start_wall, force=True)
-    return walls
-
-
 def _next_cron(spec: CronSpec, timing: Timing, after: datetime) -> datetime | None:
+    compiled = cron.compile_cron(_croniter_expression(spec))
     tz = timing.tz
+    if tz.key in _UTC_ZONES:
+        # No offset and no transitions: the wall clock is the instant.
+        wall = compiled.next_after(after.replace(tzinfo=None, microsecond=0))
+        return None if wall is None else wall.replace(tzinfo=UTC)
     policy = ELAPSED if spec.follows_elapsed_time else timing.dst
     # The offsets in force around `after` bound which wall times can map past it: a wall
     # time W maps to W - offset, so only W > after + (smallest offset) can fire after it.
     offsets = [(after + timedelta(days=d)).astimezone(tz).utcoffset() for d in (-1, 0, 1)]
     low = min(o for o in offsets if o is not None)
     high = max(o for o in offsets if o is not None)
-    start_wall = (after + low).replace(tzinfo=None, microsecond=0)
-    walls = _walls_from(spec, start_wall)
+    wall = (after + low).replace(tzinfo=None, microsecond=0)
     best: datetime | None = None
     while True:
-        try:
-            wall = walls.get_next(datetime)
-        except CroniterBadDateError:
+        found = compiled.next_after(wall)
+        if found is None:
             return best
+        wall = found
         # Every instant of `wall` is at least wall - high: once that passes the best found,
         # no later wall time can beat it. (Under "both" instants of successive wall times
         # interleave inside a repeated hour, which is why we cannot stop at the first.)
@@ -504,6 +502,30 @@ def _next_cron(spec: CronSpec, timing: Timing, after: datetime) -> datetime | No
         for instant in wall_to_instants(wall, tz, policy):
             if instant > after and (best is None or instant < best):
                 best = instant
+
+
+_UTC_ZONES = frozenset(
+    {
+        "UTC",
+        "Etc/UTC",
+        "Etc/UCT",
+        "Etc/Universal",
+        "Etc/Zulu",
+        "UCT",
+        "Zulu",
+        "Universal",
+        "Etc/GMT",
+        "GMT",
+        "Etc/GMT0",
+        "Etc/GMT+0",
+        "Etc/GMT-0",
+        "Etc/Greenwich",
+        "Greenwich",
+        "GMT0",
+        "GMT+0",
+        "GMT-0",
+    }
+)
 
 
 # --- jitter and description --------------------------------------------------------------
