@@ -13,7 +13,7 @@ read, and lease calls on owner and fencing token.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -76,8 +76,14 @@ class ScheduleStore(Protocol):
         """Remove a schedule; False when there was none."""
         ...
 
-    def due(self, shard: int, *, until: datetime, limit: int) -> builtins.list[DueEntry]:
-        """Active schedules of ``shard`` with next fire <= until, earliest first."""
+    def due(
+        self, shard: int, *, until: datetime, limit: int, cursor: str | None = None
+    ) -> Page[DueEntry]:
+        """Active schedules of ``shard`` with next fire <= until, earliest first, a page
+        of at most ``limit`` at a time. Pass the cursor back (with the same ``until``) for
+        the entries after the page; None means the page reached the end (a cursor may
+        still lead to an empty page). Read from an index that lags the table: an entry
+        may show a next fire the schedule has already left."""
         ...
 
     def advance(
@@ -131,11 +137,19 @@ class OccurrenceStore(Protocol):
         ...
 
     def claim(
-        self, key: str, *, now: datetime, until: datetime
+        self,
+        key: str,
+        *,
+        now: datetime,
+        until: datetime,
+        intent: occurrence.Occurrence | None = None,
     ) -> tuple[bool, occurrence.Occurrence | None]:
         """Take an occurrence to run it: queued or failed (or running past its
         ``in_progress_until``, its holder gone) -> running, attempts + 1, held until
-        ``until``. One conditional write: of two deliveries, one claims it.
+        ``until``. With ``intent`` (the row a fire's message stands for), a row that does
+        not exist yet is created running: the ticker sends fires without writing their
+        rows, and the first delivery's claim writes it. One conditional write: of two
+        deliveries, one claims it.
 
         Returns (True, the claimed row) or (False, the row as it stands, None if absent).
         """
@@ -224,6 +238,21 @@ class LeaseStore(Protocol):
         ...
 
     def get(self, name: str) -> lease.Lease | None: ...
+
+
+R = TypeVar("R")
+
+
+class Parallel(Protocol):
+    """Bounded concurrency for independent I/O (boto3 clients are thread-safe).
+
+    Threads in Lambda (a pool per invocation), simulated threads in the latency model.
+    """
+
+    def run(self, calls: Sequence[Callable[[], R]]) -> builtins.list[R | Exception]:
+        """Run every call, at most a fixed number at once; each one's result or the
+        Exception it raised, in the order given. Returns when all have finished."""
+        ...
 
 
 class Metrics(Protocol):

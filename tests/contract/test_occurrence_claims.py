@@ -191,6 +191,76 @@ def test_given_no_such_occurrence_when_claimed_then_refused_with_no_row(
     assert occurrence_store.get(missing.key) is None
 
 
+def test_given_a_fire_without_a_row_when_claimed_with_its_intent_then_the_row_is_written_running(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN a fire whose message was sent without a row (the ticker writes none)
+    intent = an_occurrence("nightly", START + MINUTE, payload={"n": 1})
+    # WHEN its first delivery claims it
+    claimed, row = occurrence_store.claim(
+        intent.key, now=CLAIMED_AT, until=CLAIMED_AT + HOLD, intent=intent
+    )
+    # THEN the row exists, running its first attempt, with the fire's identity
+    assert claimed and row is not None
+    stored = occurrence_store.get(intent.key)
+    assert stored == row
+    assert (stored.state, stored.attempts, stored.started_at) == (State.RUNNING, 1, CLAIMED_AT)
+    assert (stored.tenant_id, stored.schedule_id, stored.version, stored.fire_time) == (
+        intent.tenant_id,
+        intent.schedule_id,
+        intent.version,
+        intent.fire_time,
+    )
+    assert stored.created_at == CLAIMED_AT
+    # AND it is in the schedule's history
+    assert [o.key for o in occurrence_store.history(TENANT, "nightly", limit=5).items] == [
+        intent.key
+    ]
+
+
+@pytest.mark.parametrize("state", [State.SKIPPED, State.CANCELLED, State.SUCCEEDED])
+def test_given_a_settled_row_when_claimed_with_an_intent_then_nothing_changes(
+    occurrence_store: ports.OccurrenceStore, state: State
+) -> None:
+    # GIVEN a row that already has its outcome (a cancel or a misfire skip came first)
+    item = in_state(occurrence_store, state)
+    before = occurrence_store.get(item.key)
+    # WHEN a late delivery claims it with its intent
+    claimed, row = occurrence_store.claim(
+        item.key, now=CLAIMED_AT + MINUTE, until=CLAIMED_AT + HOLD, intent=item
+    )
+    # THEN it is refused and the row stands as it was
+    assert claimed is False and row == before
+    assert occurrence_store.get(item.key) == before
+
+
+def test_given_deliveries_racing_to_write_a_fires_row_then_exactly_one_claims_it(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN eight deliveries of a fire that has no row yet
+    intent = an_occurrence("nightly", START + 2 * MINUTE)
+    start = threading.Barrier(8)
+    results: dict[int, tuple[bool, Occurrence | None]] = {}
+
+    def delivery(n: int) -> None:
+        start.wait()
+        now = CLAIMED_AT + timedelta(seconds=n)
+        results[n] = occurrence_store.claim(intent.key, now=now, until=now + HOLD, intent=intent)
+
+    # WHEN they claim at once
+    threads = [threading.Thread(target=delivery, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # THEN one claim wrote the row and won; the others saw it running
+    winners = [n for n, (claimed, _) in results.items() if claimed]
+    assert len(winners) == 1
+    stored = occurrence_store.get(intent.key)
+    assert stored is not None and stored.attempts == 1 and stored.state is State.RUNNING
+    assert all(row is not None and row.state is State.RUNNING for _, row in results.values())
+
+
 def test_given_deliveries_racing_to_claim_one_occurrence_then_exactly_one_runs_it(
     occurrence_store: ports.OccurrenceStore,
 ) -> None:

@@ -30,7 +30,7 @@ LATER = START + 5 * MINUTE
 def due_ids(
     store: ports.ScheduleStore, shard: int, until: datetime, limit: int = 100
 ) -> list[tuple[str, datetime]]:
-    return [(e.schedule_id, e.next_fire) for e in store.due(shard, until=until, limit=limit)]
+    return [(e.schedule_id, e.next_fire) for e in store.due(shard, until=until, limit=limit).items]
 
 
 def walk(store: ports.ScheduleStore, tenant_id: str, limit: int) -> list[list[str]]:
@@ -243,10 +243,36 @@ def test_given_more_due_than_the_limit_then_the_earliest_are_returned(
     for n, schedule_id in enumerate(ids):
         schedule_store.create(a_schedule(schedule_id, next_fire=START + (6 - n) * MINUTE))
     found = schedule_store.due(5, until=LATER + 5 * MINUTE, limit=2)
-    assert [(e.tenant_id, e.schedule_id, e.next_fire) for e in found] == [
+    assert [(e.tenant_id, e.schedule_id, e.next_fire) for e in found.items] == [
         (TENANT, ids[5], START + 1 * MINUTE),
         (TENANT, ids[4], START + 2 * MINUTE),
     ]
+    assert found.cursor is not None
+
+
+def test_given_a_cursor_then_due_pages_continue_after_it_to_the_end(
+    schedule_store: ports.ScheduleStore,
+) -> None:
+    # GIVEN seven due in one shard, three of them at the same instant, one past `until`
+    ids = ids_in_shard(5, 8)
+    fires = [1, 2, 2, 2, 3, 4, 5, 9]
+    for schedule_id, minute in zip(ids, fires, strict=True):
+        schedule_store.create(a_schedule(schedule_id, next_fire=START + minute * MINUTE))
+    # WHEN read two at a time, following the cursor
+    seen: list[tuple[str, datetime]] = []
+    cursor: str | None = None
+    for _ in range(10):
+        page = schedule_store.due(5, until=START + 5 * MINUTE, limit=2, cursor=cursor)
+        seen += [(e.schedule_id, e.next_fire) for e in page.items]
+        cursor = page.cursor
+        if cursor is None:
+            break
+    # THEN each entry up to `until` comes once, earliest first, and the walk ends
+    assert cursor is None
+    assert sorted(seen, key=lambda s: s[1]) == seen
+    assert sorted(seen) == sorted(
+        (i, START + m * MINUTE) for i, m in zip(ids, fires, strict=True) if m <= 5
+    )
 
 
 def test_given_paused_schedules_then_they_are_not_due(

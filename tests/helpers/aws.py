@@ -183,15 +183,26 @@ def _resolve(value: Any, refs: dict[str, str]) -> str:
 
 @contextlib.contextmanager
 def serialized_item_writes() -> Iterator[None]:
-    """DynamoDB applies each item write atomically (condition check and write together);
-    moto has no lock, so threads racing in-process could both pass a condition. One lock
-    around moto's write calls gives the tests DynamoDB's guarantee."""
+    """DynamoDB applies each item write atomically (condition check and write together)
+    and a read sees an item before or after a write, never half of one; moto has no
+    lock, so threads racing in-process could both pass a condition, or read an item an
+    update is still filling in. One lock around moto's item calls gives the tests
+    DynamoDB's guarantee."""
     lock = threading.RLock()
     backend = "moto.dynamodb.models.DynamoDBBackend"
     from moto.dynamodb.models import DynamoDBBackend
 
     with contextlib.ExitStack() as patches:
-        for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        for name in (
+            "put_item",
+            "update_item",
+            "delete_item",
+            "transact_write_items",
+            "get_item",
+            "query",
+            "scan",
+            "batch_get_item",
+        ):
             original = getattr(DynamoDBBackend, name)
 
             def locked(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
@@ -261,6 +272,9 @@ class RequestLog:
     index_write_units: float = 0.0
     scanned: int = 0  # items read by Query/Scan (ScannedCount)
     writes: Counter[str] = field(default_factory=Counter)  # single-item writes per table
+    # Occurrence keys of the messages sent (SendMessageBatch entries), with their delays.
+    sent: Counter[str] = field(default_factory=Counter)
+    delays: dict[str, int] = field(default_factory=dict)
     # Every item written per table: single-item writes, BatchWriteItem's processed items
     # and each Put/Update/Delete of a TransactWriteItems that went through.
     item_writes: Counter[str] = field(default_factory=Counter)
@@ -282,6 +296,8 @@ class RequestLog:
         self.scanned = 0
         self.writes.clear()
         self.item_writes.clear()
+        self.sent.clear()
+        self.delays.clear()
 
     def count(self, *operations: str) -> int:
         return sum(self.requests[o] for o in operations)
@@ -312,6 +328,13 @@ class RequestLog:
             context["request_log_items"] = Counter(
                 {table: len(items) for table, items in params["RequestItems"].items()}
             )
+        elif name == "SendMessageBatch":
+            with self._lock:
+                for entry in params["Entries"]:
+                    key = json.loads(entry["MessageBody"]).get("occurrence_key")
+                    if key:
+                        self.sent[key] += 1
+                        self.delays[key] = int(entry.get("DelaySeconds", 0))
         elif name == "TransactWriteItems":
             context["request_log_items"] = Counter(
                 item[kind]["TableName"]

@@ -1,8 +1,9 @@
 """What a fire costs the ticker in AWS requests and DynamoDB write units, counted on moto.
 
 The figures are printed (they are the point); the assertions hold the design's ratios,
-which are deterministic: one occurrence put per fire, one SQS request per ten fires, and
-one schedule advance (with its two index writes) per several fires of a frequent schedule.
+which are deterministic: no row written by the ticker (the message is the hand-off, the
+worker's claim writes the row), one SQS request per ten fires, and one schedule advance
+(with its two index writes) per several fires of a frequent schedule.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ def test_requests_and_write_units_per_materialized_fire(
     system.log.reset()
     # WHEN the ticker ticks once a second for five minutes
     ticks = 300
-    created = 0
+    sent = 0
     sent_per_tick: list[int] = []
     for _ in range(ticks):
         report = tk.tick()
-        created += report.dispatched.created
+        sent += report.dispatched.sent
         sent_per_tick.append(report.dispatched.sent)
         system.clock.advance(1)
     log = system.log
@@ -45,36 +46,33 @@ def test_requests_and_write_units_per_materialized_fire(
     occurrence_writes = log.writes[tables["OccurrencesTable"]]
     advances = log.writes[tables["SchedulesTable"]]
     per_fire = {
-        "DynamoDB write units (base tables)": log.write_units / created,
-        "DynamoDB index write units": log.index_write_units / created,
-        "occurrence puts": occurrence_writes / created,
-        "schedule advances": advances / created,
-        "SQS SendMessageBatch": log.requests["SendMessageBatch"] / created,
-        "DynamoDB BatchGetItem": log.requests["BatchGetItem"] / created,
+        "DynamoDB write units (base tables)": log.write_units / sent,
+        "DynamoDB index write units": log.index_write_units / sent,
+        "occurrence rows written": occurrence_writes / sent,
+        "schedule advances": advances / sent,
+        "SQS SendMessageBatch": log.requests["SendMessageBatch"] / sent,
+        "DynamoDB BatchGetItem": log.requests["BatchGetItem"] / sent,
     }
     with capsys.disabled():
-        print(f"\nticker cost over {ticks} ticks, {created} fires materialized:")
+        print(f"\nticker cost over {ticks} ticks, {sent} fires materialized:")
         for name, value in per_fire.items():
             print(f"  {name:38s} {value:8.4f} per fire")
         queries = log.requests["Query"] / ticks
         print(f"  {'DynamoDB Query (one per shard)':38s} {queries:8.1f} per tick")
-    # THEN every fire was put once and sent once
-    assert created == sum(sent_per_tick)
-    assert occurrence_writes == created
+    # THEN every fire was sent once, and no row was written for it
+    assert sent == len(log.sent) and set(log.sent.values()) == {1}
+    assert occurrence_writes == 0
     # AND messages went out ten to a request: one SendMessageBatch per started ten per tick
     # (one class here, and one round per tick as no shard has a full page)
     assert log.requests["SendMessageBatch"] == sum(math.ceil(n / 10) for n in sent_per_tick)
-    # AND a minutely schedule advanced once per three fires (the 180 s horizon), a
-    # per-second one once per sixty (the pickup cap): never once per fire
-    minutes = ticks // 60
-    assert advances <= len(minutely) * (math.ceil(minutes / 3) + 1) + len(secondly) * (
-        ticks // 60 + 1
-    )
-    assert advances < created / 2.5
+    # AND a minutely schedule advanced once per its quarter hour of fires (the 900 s
+    # horizon), a per-second one once per sixty (the pickup cap): never once per fire
+    assert advances <= len(minutely) + len(secondly) * (ticks // 60 + 11)
+    assert advances < sent / 10
     # AND each advance rewrote the index entry once (delete + put), nothing more
     assert log.index_write_units == 2 * advances
-    # AND the base-table units are the occurrence put plus a share of the advance
-    assert log.write_units == pytest.approx(occurrence_writes + advances, abs=advances * 0.01)
+    # AND the base-table units are the advances alone
+    assert log.write_units == pytest.approx(advances, abs=advances * 0.01)
 
 
 @pytest.mark.parametrize("tenant_limit", [50, 0], ids=["tenant-limit", "unlimited"])
@@ -103,13 +101,14 @@ def test_requests_and_write_units_per_fire_end_to_end(
     # WHEN the ticker ticks for five minutes while the worker keeps up
     ticks = 300
     for _ in range(ticks):
-        created += tk.tick().dispatched.created
+        created += tk.tick().dispatched.sent
         deliver()
         system.clock.advance(1)
-    # ...and then every fire materialized ahead comes due and runs
-    system.clock.advance(200)
+    # ...and then every fire materialized ahead (up to the 900 s horizon) comes due and runs
+    system.clock.advance(900)
     deliver()
     log = system.log
+    advances = log.writes[system.stack.tables["SchedulesTable"]]
     # The event source mapping deletes a batch in one DeleteMessageBatch and long-polls
     # (its empty receives are a fixed cost per queue, not per fire).
     sqs = log.requests["SendMessageBatch"] + 2 * batches
@@ -130,11 +129,12 @@ def test_requests_and_write_units_per_fire_end_to_end(
         for name, value in figures.items():
             print(f"  {name:52s} {value:7.3f} per fire")
         print(f"  {'DynamoDB ticker queries (one per shard)':52s} {16:7d} per tick")
+        print(f"  {'schedule advances':52s} {advances / succeeded:7.3f} per fire")
     # THEN every fire materialized ran once, to success
     assert succeeded == created >= 50 * 5
-    # AND the writes are the occurrence put, the claim, the completion, a share of the
-    # schedule advance (one per three fires: the 180 s horizon), and with a tenant limit
-    # the slot's take and give-back
-    expected = 3 + 1 / 3 + (2 if tenant_limit else 0)
-    assert log.write_units / succeeded == pytest.approx(expected, abs=0.1)
-    assert log.index_write_units / succeeded == pytest.approx(2 / 3, abs=0.1)
+    # AND the writes are the claim (which writes the row), the completion, the schedule
+    # advances, and with a tenant limit the slot's take and give-back
+    per_fire = 2 + (2 if tenant_limit else 0)
+    assert log.write_units == pytest.approx(per_fire * succeeded + advances, abs=0.5)
+    assert log.index_write_units == 2 * advances
+    assert advances <= 50 * 2

@@ -80,9 +80,10 @@ def long_job(system: System, handler: str, **fields: Any) -> tuple[str, str]:
         ),
     )
     system.ticker(use_lease=False).tick()
-    row = system.service.get_job("tenant-a", view.job.schedule_id).occurrence
-    assert row is not None
-    return row.key, view.job.schedule_id
+    assert view.job.next_fire is not None
+    key = occurrence.occurrence_key(view.job.schedule_id, view.job.version, view.job.next_fire)
+    assert system.log.sent[key] >= 1  # its message is on its way (its row comes with the run)
+    return key, view.job.schedule_id
 
 
 def state_of(system: System, key: str) -> occurrence.State:

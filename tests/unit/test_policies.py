@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -147,7 +148,7 @@ def test_given_a_per_second_cron_down_for_an_hour_then_every_missed_fire_is_coun
     listed_from = last - fired - 99
     assert plan.skipped == tuple(T0 + n * SECOND for n in range(listed_from, last - fired + 1))
     assert plan.skipped_summary == policies.SkippedSummary(
-        count=listed_from, first=T0, last=T0 + (listed_from - 1) * SECOND, exact=True
+        count=listed_from, first=T0, last=T0 + (listed_from - 1) * SECOND
     )
     assert plan.resume_after == T0 + last * SECOND
 
@@ -204,14 +205,16 @@ def test_given_any_outage_then_each_missed_fire_is_fired_listed_or_counted_exact
     assert list(plan.skipped) == listed
     if counted:
         assert plan.skipped_summary == policies.SkippedSummary(
-            count=len(counted), first=counted[0], last=counted[-1], exact=True
+            count=len(counted), first=counted[0], last=counted[-1]
         )
     else:
         assert plan.skipped_summary is None
     assert plan.resume_after == (missed[-1] if missed else None)
 
 
-def test_given_an_outage_longer_than_the_scan_limit_then_the_count_says_it_is_not_exact() -> None:
+def test_given_an_outage_longer_than_the_scan_limit_then_the_oldest_are_skipped_in_a_chunk() -> (
+    None
+):
     # GIVEN a per-second rate down for 1,000 s but a scan limit of 300 fires
     misfire = policies.Misfire(policy=MisfirePolicy.SKIP, grace_seconds=0)
     now = T0 + timedelta(seconds=1_000)
@@ -219,12 +222,81 @@ def test_given_an_outage_longer_than_the_scan_limit_then_the_count_says_it_is_no
     plan = policies.plan_misfires(
         timing("rate(1 second)"), misfire, T0, now, record_cap=10, scan_limit=300
     )
-    # THEN the 300 scanned are accounted for, the summary admits more may lie beyond, and the
-    # schedule resumes at the cutoff rather than scanning the same fires again
-    assert plan.missed == 300
-    assert plan.skipped_summary is not None and plan.skipped_summary.exact is False
-    assert plan.resume_after is not None
-    assert schedule.next_fire(timing("rate(1 second)"), plan.resume_after) == now
+    # THEN the 300 oldest are counted exactly, nothing runs, and the schedule resumes right
+    # after them (still due: the next plan takes the next chunk)
+    assert plan.complete is False
+    assert plan.fire == () and plan.skipped == ()
+    assert plan.skipped_summary == policies.SkippedSummary(300, T0, T0 + 299 * SECOND)
+    assert plan.resume_after == T0 + 299 * SECOND
+
+
+def chunked_catch_up(
+    spec: str, misfire: policies.Misfire, due: datetime, now: datetime, scan_limit: int
+) -> tuple[list[policies.MisfirePlan], int]:
+    """Plan chunk after chunk, as successive ticks do, until a plan is complete; also
+    return the most fires any one plan looked at."""
+    plans: list[policies.MisfirePlan] = []
+    looked_at = 0
+    original = schedule.next_fire
+    calls = 0
+
+    def counted(*args: object, **kwargs: object) -> datetime | None:
+        nonlocal calls
+        calls += 1
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    schedule.next_fire = counted  # type: ignore[assignment]
+    try:
+        while True:
+            calls = 0
+            plan = policies.plan_misfires(timing(spec), misfire, due, now, scan_limit=scan_limit)
+            looked_at = max(looked_at, calls)
+            plans.append(plan)
+            if plan.complete:
+                return plans, looked_at
+            assert plan.resume_after is not None
+            found = schedule.next_fire(timing(spec), plan.resume_after)
+            assert found is not None
+            due = found
+    finally:
+        schedule.next_fire = original  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("policy", list(MisfirePolicy))
+def test_given_a_two_second_cron_paused_three_days_then_each_plan_is_bounded_and_exact(
+    policy: MisfirePolicy,
+) -> None:
+    # GIVEN cron(*/2 * * * * *) last due three days ago: 129,600 fires passed, the last 30
+    # inside the 60 s grace
+    misfire = policies.Misfire(policy=policy, catch_up_max=10)
+    now = T0 + timedelta(days=3)
+    total = 3 * 86_400 // 2 - 30
+    # WHEN successive ticks plan it until the plan is complete
+    plans, looked_at = chunked_catch_up("*/2 * * * * *", misfire, T0, now, scan_limit=5_000)
+    # THEN no plan looks at more than the scan limit (plus the one fire that says "more")
+    assert looked_at <= 5_001
+    # AND every missed fire is run, listed or counted exactly once, in order, with no gap
+    covered: list[tuple[datetime, datetime, int]] = []
+    for plan in plans:
+        if plan.skipped_summary is not None:
+            s = plan.skipped_summary
+            covered.append((s.first, s.last, s.count))
+        covered += [(f, f, 1) for f in (*plan.skipped, *plan.fire)]
+    covered.sort()
+    assert sum(count for _, _, count in covered) == total
+    for (_, last, _), (first, _, _) in itertools.pairwise(covered):
+        assert first == last + 2 * SECOND
+    assert covered[0][0] == T0 and covered[-1][1] == T0 + (total - 1) * 2 * SECOND
+    # AND the runs are the policy's choice among the latest fires
+    final = plans[-1]
+    latest = T0 + (total - 1) * 2 * SECOND
+    expected = {
+        MisfirePolicy.SKIP: (),
+        MisfirePolicy.FIRE_ONCE: (latest,),
+        MisfirePolicy.FIRE_ALL: tuple(latest - n * 2 * SECOND for n in reversed(range(10))),
+    }[policy]
+    assert final.fire == expected
+    assert all(p.fire == () for p in plans[:-1])
 
 
 # --- overlap ------------------------------------------------------------------------------

@@ -22,13 +22,14 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from aws_lambda_powertools import Logger
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as NetworkError
 
 from fireline import ports
 from fireline.domain import errors, lease, model, occurrence, policies, quota, retry, schedule
@@ -138,9 +139,13 @@ def _code(exc: ClientError) -> str:
 
 @contextmanager
 def _translated() -> Iterator[None]:
-    """Turn throttling and service faults into ``errors.Unavailable`` (retryable)."""
+    """Turn throttling, service faults and network failures into ``errors.Unavailable``
+    (retryable). A read timeout or a reset connection leaves a write's fate unknown: it
+    may have been applied, so callers retry with the same conditions, which converge."""
     try:
         yield
+    except (NetworkError, HTTPClientError) as exc:
+        raise errors.Unavailable(f"DynamoDB did not answer ({type(exc).__name__})") from exc
     except ClientError as exc:
         code = _code(exc)
         if code in (
@@ -354,7 +359,13 @@ class DynamoScheduleStore:
             )
         return "Attributes" in response
 
-    def due(self, shard: int, *, until: datetime, limit: int) -> builtins.list[ports.DueEntry]:
+    def due(
+        self, shard: int, *, until: datetime, limit: int, cursor: str | None = None
+    ) -> ports.Page[ports.DueEntry]:
+        kwargs: dict[str, Any] = {}
+        if cursor is not None:
+            # Our own cursor (the ticker's, never a client's): the index key it stopped at.
+            kwargs["ExclusiveStartKey"] = _encode(json.loads(cursor))
         with _translated():
             response = self._client.query(
                 TableName=self._table,
@@ -366,12 +377,17 @@ class DynamoScheduleStore:
                     ":until": {"N": str(_ms(until))},
                 },
                 Limit=limit,
+                **kwargs,
             )
         entries = [_decode(r) for r in response.get("Items", [])]
-        return [
-            ports.DueEntry(e["tenant_id"], e["schedule_id"], _from_ms(e["next_fire_ms"]))
-            for e in entries
-        ]
+        last = response.get("LastEvaluatedKey")
+        return ports.Page(
+            [
+                ports.DueEntry(e["tenant_id"], e["schedule_id"], _from_ms(e["next_fire_ms"]))
+                for e in entries
+            ],
+            json.dumps(_decode(last), default=int) if last else None,
+        )
 
     def advance(
         self,
@@ -448,6 +464,20 @@ def occurrence_to_item(item: occurrence.Occurrence, expires_at: int | None) -> d
         "generation": item.generation or None,
         "expires_at": expires_at,
     }
+
+
+# What a claim that creates a fire's row writes besides the claim itself.
+_IDENTITY = (
+    "occurrence_key",
+    "tenant_id",
+    "version",
+    "fire_time_ms",
+    "job_class",
+    "created_at_ms",
+    "payload",
+    "generation",
+    "expires_at",
+)
 
 
 def occurrence_from_item(record: dict[str, Any]) -> occurrence.Occurrence:
@@ -564,41 +594,58 @@ class DynamoOccurrenceStore:
         return ports.Page([occurrence_from_item(r) for r in items], next_cursor)
 
     def claim(
-        self, key: str, *, now: datetime, until: datetime
+        self,
+        key: str,
+        *,
+        now: datetime,
+        until: datetime,
+        intent: occurrence.Occurrence | None = None,
     ) -> tuple[bool, occurrence.Occurrence | None]:
+        names = {
+            "#sk": "occurrence_sk",
+            "#state": "state",
+            "#started": "started_at_ms",
+            "#until": "in_progress_until_ms",
+            "#finished": "finished_at_ms",
+            "#reason": "exit_reason",
+            "#attempts": "attempts",
+        }
+        values: dict[str, Any] = {
+            ":running": {"S": occurrence.State.RUNNING.value},
+            ":queued": {"S": occurrence.State.QUEUED.value},
+            ":failed": {"S": occurrence.State.FAILED.value},
+            ":now": {"N": str(_ms(now))},
+            ":until": {"N": str(_ms(until))},
+            ":one": {"N": "1"},
+        }
+        update = "SET #state = :running, #started = :now, #until = :until"
+        # The claim is the idempotency record's put: of two deliveries of one message only
+        # one moves the row to running. A running row whose holder's invocation ended
+        # (in_progress_until passed) may be claimed again.
+        condition = "(#state IN (:queued, :failed) OR (#state = :running AND #until < :now))"
+        if intent is not None and intent.key == key:
+            # The first delivery of a fire writes its row: the identity attributes are set
+            # only where absent, and the condition admits a row that does not exist yet
+            # (an update of a missing item creates it).
+            created = occurrence_to_item(replace(intent, created_at=now), self._expires_at(intent))
+            for n, name in enumerate(_IDENTITY):
+                if created.get(name) is None:
+                    continue
+                names[f"#i{n}"] = name
+                values[f":i{n}"] = _serializer.serialize(created[name])
+                update += f", #i{n} = if_not_exists(#i{n}, :i{n})"
+            condition = f"attribute_not_exists(#sk) OR {condition}"
+        else:
+            condition = f"attribute_exists(#sk) AND {condition}"
         try:
             with _translated():
                 response = self._client.update_item(
                     TableName=self._table,
                     Key=self._key(key),
-                    UpdateExpression=(
-                        "SET #state = :running, #started = :now, #until = :until "
-                        "REMOVE #finished, #reason ADD #attempts :one"
-                    ),
-                    # The claim is the idempotency record's put: of two deliveries of one
-                    # message only one moves the row to running. A running row whose holder's
-                    # invocation ended (in_progress_until passed) may be claimed again.
-                    ConditionExpression=(
-                        "attribute_exists(#sk) AND (#state IN (:queued, :failed) "
-                        "OR (#state = :running AND #until < :now))"
-                    ),
-                    ExpressionAttributeNames={
-                        "#sk": "occurrence_sk",
-                        "#state": "state",
-                        "#started": "started_at_ms",
-                        "#until": "in_progress_until_ms",
-                        "#finished": "finished_at_ms",
-                        "#reason": "exit_reason",
-                        "#attempts": "attempts",
-                    },
-                    ExpressionAttributeValues={
-                        ":running": {"S": occurrence.State.RUNNING.value},
-                        ":queued": {"S": occurrence.State.QUEUED.value},
-                        ":failed": {"S": occurrence.State.FAILED.value},
-                        ":now": {"N": str(_ms(now))},
-                        ":until": {"N": str(_ms(until))},
-                        ":one": {"N": "1"},
-                    },
+                    UpdateExpression=f"{update} REMOVE #finished, #reason ADD #attempts :one",
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
                     ReturnValues="ALL_NEW",
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )

@@ -52,12 +52,17 @@ class OccurrenceIdempotency(BasePersistenceLayer):
         self._occurrences = occurrences
         self._clock = clock
         self._remaining_ms: Callable[[], int] | None = None
+        self._intent: occurrence.Occurrence | None = None
         #: The row as the last successful claim left it (its attempt number).
         self.claimed: occurrence.Occurrence | None = None
 
-    def bind(self, remaining_ms: Callable[[], int] | None) -> None:
-        """The current invocation's remaining time: a claim lasts as long as it does."""
+    def bind(
+        self, remaining_ms: Callable[[], int] | None, intent: occurrence.Occurrence | None = None
+    ) -> None:
+        """The current invocation's remaining time (a claim lasts as long as it does), and
+        the row the message stands for, which the claim writes if it does not exist yet."""
         self._remaining_ms = remaining_ms
+        self._intent = intent
 
     def _get_hashed_idempotency_key(self, data: dict[str, Any]) -> str | None:
         key = data.get("occurrence_key") if isinstance(data, dict) else None
@@ -82,7 +87,7 @@ class OccurrenceIdempotency(BasePersistenceLayer):
             else DEFAULT_HOLD
         )
         claimed, row = self._occurrences.claim(
-            data_record.idempotency_key, now=now, until=now + hold
+            data_record.idempotency_key, now=now, until=now + hold, intent=self._intent
         )
         if claimed:
             self.claimed = row

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import builtins
 import hashlib
+import heapq
 import itertools
 import json
 import threading
@@ -130,13 +131,20 @@ class MemoryScheduleStore:
             self._unindex(current)
             return True
 
-    def due(self, shard: int, *, until: datetime, limit: int) -> builtins.list[ports.DueEntry]:
+    def due(
+        self, shard: int, *, until: datetime, limit: int, cursor: str | None = None
+    ) -> ports.Page[ports.DueEntry]:
         with self._lock:
             entries = self._index.get(shard, [])
+            start = 0 if cursor is None else bisect.bisect_right(entries, _due_position(cursor))
             end = bisect.bisect_right(entries, (until, "\U0010ffff", "\U0010ffff"))
-            chosen = entries[: min(end, limit)]
+            chosen = entries[start : min(end, start + limit)]
             self.index_reads += len(chosen)
-            return [ports.DueEntry(tid, sid, fire) for fire, tid, sid in chosen]
+            more = start + len(chosen) < end and bool(chosen)
+            return ports.Page(
+                [ports.DueEntry(tid, sid, fire) for fire, tid, sid in chosen],
+                json.dumps([chosen[-1][0].isoformat(), *chosen[-1][1:]]) if more else None,
+            )
 
     def advance(
         self,
@@ -177,6 +185,11 @@ class MemoryScheduleStore:
         at = bisect.bisect_left(entries, entry)
         if at < len(entries) and entries[at] == entry:
             del entries[at]
+
+
+def _due_position(cursor: str) -> tuple[datetime, str, str]:
+    fire, tenant_id, schedule_id = json.loads(cursor)
+    return datetime.fromisoformat(fire), tenant_id, schedule_id
 
 
 class MemoryOccurrenceStore:
@@ -242,10 +255,18 @@ class MemoryOccurrenceStore:
             return ports.Page(chosen, chosen[-1].key if more and chosen else None)
 
     def claim(
-        self, key: str, *, now: datetime, until: datetime
+        self,
+        key: str,
+        *,
+        now: datetime,
+        until: datetime,
+        intent: occurrence.Occurrence | None = None,
     ) -> tuple[bool, occurrence.Occurrence | None]:
         with self._lock:
             current = self._items.get(key)
+            if current is None and intent is not None and intent.key == key:
+                self.put_new(replace(intent, state=occurrence.State.QUEUED, created_at=now))
+                current = self._items[key]
             if current is None:
                 return False, None
             abandoned = (
@@ -339,12 +360,28 @@ class _Message:
     visible_at: datetime
     receive_count: int = 0
     receipt: str | None = None
+    seq: int = 0  # order of arrival; ties in visibility go first come, first served
 
 
 @dataclass(frozen=True)
 class QueueConfig:
     visibility_timeout: int = 30
     max_receive_count: int = 5  # the redrive policy: then the dead-letter queue
+
+
+class _Queue:
+    """One queue: messages by id, and a heap of (visible at, arrival, id) to find the
+    visible ones without walking the whole queue (simulations hold hundreds of
+    thousands of delayed messages). Heap entries whose message was deleted or whose
+    visibility changed since are skipped when they come up."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, _Message] = {}
+        self.heap: list[tuple[datetime, int, str]] = []
+        self.dead: list[_Message] = []
+
+    def push(self, message: _Message) -> None:
+        heapq.heappush(self.heap, (message.visible_at, message.seq, message.message_id))
 
 
 class MemoryWorkQueue:
@@ -355,8 +392,8 @@ class MemoryWorkQueue:
         self._configs = configs or {
             name: QueueConfig() for name in (*model.JOB_CLASSES, workflow.CONTROL_QUEUE)
         }
-        self._queues: dict[str, list[_Message]] = {name: [] for name in self._configs}
-        self._dead: dict[str, list[_Message]] = {name: [] for name in self._configs}
+        self._queues: dict[str, _Queue] = {name: _Queue() for name in self._configs}
+        self._receipts: dict[str, tuple[str, str]] = {}  # receipt -> (queue, message id)
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         #: Requests made, by name, so cost per job can be counted on the memory path too.
@@ -381,14 +418,17 @@ class MemoryWorkQueue:
         now = self._clock.now()
         with self._lock:
             self.requests["SendMessageBatch"] += 1
+            queue = self._queues[job_class]
             for message, body in zip(messages, bodies, strict=True):
-                self._queues[job_class].append(
-                    _Message(
-                        message_id=f"m-{next(self._ids)}",
-                        body=body,
-                        visible_at=now + timedelta(seconds=message.delay_seconds),
-                    )
+                number = next(self._ids)
+                stored = _Message(
+                    message_id=f"m-{number}",
+                    body=body,
+                    visible_at=now + timedelta(seconds=message.delay_seconds),
+                    seq=number,
                 )
+                queue.messages[stored.message_id] = stored
+                queue.push(stored)
         return []
 
     def receive(
@@ -399,54 +439,64 @@ class MemoryWorkQueue:
         timeout = config.visibility_timeout if visibility_timeout is None else visibility_timeout
         now = self._clock.now()
         received: list[ports.ReceivedMessage] = []
+        taken: list[_Message] = []
         with self._lock:
             self.requests["ReceiveMessage"] += 1
             queue = self._queues[job_class]
-            for message in list(queue):
-                if len(received) >= max_messages:
-                    break
-                if message.visible_at > now:
-                    continue
+            while queue.heap and len(received) < max_messages and queue.heap[0][0] <= now:
+                visible_at, _, message_id = heapq.heappop(queue.heap)
+                message = queue.messages.get(message_id)
+                if message is None or message.visible_at != visible_at:
+                    continue  # deleted, or its visibility moved since this entry
                 if message.receive_count >= config.max_receive_count:
                     # SQS moves a message past maxReceiveCount on the receive that would
                     # exceed it, not when the last attempt failed.
-                    queue.remove(message)
-                    self._dead[job_class].append(message)
+                    del queue.messages[message_id]
+                    queue.dead.append(message)
                     continue
                 message.receive_count += 1
+                if message.receipt is not None:
+                    self._receipts.pop(message.receipt, None)
                 message.receipt = f"r-{next(self._ids)}"
+                self._receipts[message.receipt] = (job_class, message_id)
                 message.visible_at = now + timedelta(seconds=timeout)
+                taken.append(message)
                 received.append(self._received(message))
+            for message in taken:  # back on the heap only now: never twice in one receive
+                queue.push(message)
         return received
 
     def delete(self, job_class: str, receipt: str) -> None:
         with self._lock:
             self.requests["DeleteMessage"] += 1
-            queue = self._queues[job_class]
-            for message in queue:
-                if message.receipt == receipt:
-                    queue.remove(message)
-                    return
+            found = self._receipts.get(receipt)
+            if found is None or found[0] != job_class:
+                return
+            del self._receipts[receipt]
+            self._queues[job_class].messages.pop(found[1], None)
 
     def change_visibility(self, job_class: str, receipt: str, seconds: int) -> None:
         now = self._clock.now()
         with self._lock:
             self.requests["ChangeMessageVisibility"] += 1
-            for message in self._queues[job_class]:
-                if message.receipt == receipt:
-                    message.visible_at = now + timedelta(seconds=seconds)
-                    return
+            found = self._receipts.get(receipt)
+            queue = self._queues[job_class]
+            message = queue.messages.get(found[1]) if found and found[0] == job_class else None
+            if message is not None:
+                message.visible_at = now + timedelta(seconds=seconds)
+                queue.push(message)
+                return
         raise errors.NotFound("the receipt is stale: the message was received again or deleted")
 
     def dead_letters(
         self, job_class: str, *, max_messages: int = 10
     ) -> list[ports.ReceivedMessage]:
         with self._lock:
-            return [self._received(m) for m in self._dead[job_class][:max_messages]]
+            return [self._received(m) for m in self._queues[job_class].dead[:max_messages]]
 
     def depth(self, job_class: str) -> int:
         with self._lock:
-            return len(self._queues[job_class])
+            return len(self._queues[job_class].messages)
 
     def _check_class(self, job_class: str) -> None:
         if job_class not in self._configs:

@@ -6,7 +6,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as NetworkError
 
 from fireline import ports
 from fireline.domain import errors
@@ -73,6 +74,10 @@ class SqsWorkQueue:
             if _code(exc) in _RETRYABLE:
                 raise errors.Unavailable(f"SQS is unavailable ({_code(exc)})") from exc
             raise
+        except (NetworkError, HTTPClientError) as exc:
+            # The batch may or may not have gone in: resending it duplicates at most
+            # messages, which the worker's claim absorbs.
+            raise errors.Unavailable(f"SQS did not answer ({type(exc).__name__})") from exc
         return [failure["Id"] for failure in response.get("Failed", [])]
 
     def receive(

@@ -42,6 +42,11 @@ class Misfire:
         for name in ("grace_seconds", "catch_up_window_seconds", "catch_up_max"):
             if getattr(self, name) < 0:
                 raise errors.ValidationError("must not be negative", field=f"misfire.{name}")
+        if self.catch_up_max > MAX_CATCH_UP:
+            # A plan decides at most SCAN_LIMIT fires and must leave this many undecided.
+            raise errors.ValidationError(
+                f"must be at most {MAX_CATCH_UP}", field="misfire.catch_up_max"
+            )
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,6 @@ class SkippedSummary:
     count: int
     first: datetime
     last: datetime
-    exact: bool  # False when the scan limit stopped counting
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,9 @@ class MisfirePlan:
     skipped: tuple[datetime, ...]  # missed fires recorded one by one as skipped
     skipped_summary: SkippedSummary | None  # the rest, when there are more than the cap
     resume_after: datetime | None  # where the schedule continues (next_fire after this)
+    # False when the outage was longer than one plan may look at: this plan only skips
+    # the oldest missed fires, and the schedule, still due, is planned again next tick.
+    complete: bool = True
 
     @property
     def missed(self) -> int:
@@ -67,10 +74,15 @@ class MisfirePlan:
         return len(self.fire) + len(self.skipped) + extra
 
 
+MAX_CATCH_UP = 1_000
 # Per-second schedules that were down for a day missed 86,400 fires: each is accounted for,
 # but only this many get a row of their own; the rest are one summary row.
 RECORD_CAP = 100
-SCAN_LIMIT = 100_000
+# Missed fires one plan looks at. The ticker plans every due schedule inside a lease of a
+# few seconds: a schedule paused for days (a per-second cron misses 86,400 fires a day)
+# must not cost the others their fires, so a longer outage is caught up in chunks, one
+# per tick, each an exact count.
+SCAN_LIMIT = 5_000
 
 
 def plan_misfires(
@@ -84,60 +96,48 @@ def plan_misfires(
 ) -> MisfirePlan:
     """Plan the fires from ``due`` (the stored next fire, inclusive) that are missed at ``now``.
 
-    Fires inside the grace period are not missed: the caller fires them normally.
+    Fires inside the grace period are not missed: the caller fires them normally. At most
+    ``scan_limit`` missed fires are looked at; when there are more, the plan is partial
+    (``complete`` False): it skips the oldest of them, which no policy would run, and
+    leaves the rest to the next plan.
     """
     cutoff = now - timedelta(seconds=misfire.grace_seconds)
-    missed: list[datetime] = []
-    overflow_count, overflow_first, overflow_last, exact = 0, None, None, True
-    # The tail must hold the fires that may still run *and* record_cap skipped ones after
-    # them; a tail of only max(record_cap, catch_up_max) listed fewer than record_cap
-    # skipped fires (and counted the rest) whenever a fold had just happened.
-    keep_tail = record_cap + max(misfire.catch_up_max, 1)
-    past_due = schedule.fires(timing, due - timedelta(microseconds=1), until=cutoff)
-    for scanned, fire_time in enumerate(past_due, 1):
-        if fire_time >= cutoff:
-            break
-        missed.append(fire_time)
-        if len(missed) > 2 * keep_tail:
-            # Keep memory bounded: fold the oldest into the summary as we go.
-            for old in missed[: len(missed) - keep_tail]:
-                overflow_count += 1
-                overflow_first = overflow_first or old
-                overflow_last = old
-            missed = missed[len(missed) - keep_tail :]
-        if scanned >= scan_limit:
-            exact = False
-            break
+    # FIRE_ALL may run the last catch_up_max missed fires: a partial plan cannot tell
+    # which those are, so it leaves that many undecided for the next chunk.
+    undecided = misfire.catch_up_max if misfire.policy is MisfirePolicy.FIRE_ALL else 0
+    if scan_limit <= undecided:
+        raise errors.ValidationError(
+            f"must exceed catch_up_max ({undecided})", field="misfire.scan_limit"
+        )
+    missed = list(
+        schedule.fires(timing, due - timedelta(microseconds=1), until=cutoff, limit=scan_limit + 1)
+    )
+    if missed and missed[-1] >= cutoff:
+        missed.pop()  # `until` is inclusive; a fire at the cutoff is late, not missed
     if not missed:
         return MisfirePlan((), (), None, None)
-    resume_after = missed[-1]
-    if not exact:
-        # The scan stopped early: whatever lies between the last scanned fire and the
-        # cutoff is accounted for by the summary's range, and the schedule resumes there.
-        resume_after = cutoff - timedelta(microseconds=1)
+    if len(missed) > scan_limit:
+        decided = missed[: scan_limit - undecided]
+        chunk = SkippedSummary(len(decided), decided[0], decided[-1])
+        return MisfirePlan((), (), chunk, decided[-1], complete=False)
 
     if misfire.policy is MisfirePolicy.FIRE_ALL:
         oldest_allowed = now - timedelta(seconds=misfire.catch_up_window_seconds)
-        eligible = [f for f in missed if f >= oldest_allowed][-misfire.catch_up_max :]
-        if misfire.catch_up_max == 0:
-            eligible = []
+        eligible = [f for f in missed if f >= oldest_allowed]
+        keep = min(len(eligible), misfire.catch_up_max)
+        eligible = eligible[len(eligible) - keep :]
     elif misfire.policy is MisfirePolicy.FIRE_ONCE:
         eligible = [missed[-1]]
     else:
         eligible = []
     chosen = set(eligible)
     skipped = [f for f in missed if f not in chosen]
+    summary: SkippedSummary | None = None
     if len(skipped) > record_cap:
         spill = skipped[: len(skipped) - record_cap]
-        overflow_count += len(spill)
-        overflow_first = overflow_first or spill[0]
-        overflow_last = spill[-1]
-        skipped = skipped[len(skipped) - record_cap :]
-    summary = None
-    if overflow_count:
-        assert overflow_first is not None and overflow_last is not None
-        summary = SkippedSummary(overflow_count, overflow_first, overflow_last, exact)
-    return MisfirePlan(tuple(eligible), tuple(skipped), summary, resume_after)
+        summary = SkippedSummary(len(spill), spill[0], spill[-1])
+        skipped = skipped[len(spill) :]
+    return MisfirePlan(tuple(eligible), tuple(skipped), summary, missed[-1])
 
 
 class OverlapPolicy(enum.StrEnum):

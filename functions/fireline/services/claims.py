@@ -10,12 +10,15 @@ move (queued or failed -> running): of two deliveries of one message, one claims
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from fireline import ports
 from fireline.domain import errors, model, occurrence
+
+# How long a claim made here holds the row (the worker holds it for its invocation).
+CLAIM_HOLD = timedelta(minutes=15)
 
 
 class Outcome(enum.StrEnum):
@@ -40,6 +43,29 @@ def occurrence_key_of(body: dict[str, Any]) -> str:
     return key
 
 
+def intent_of(body: dict[str, Any], key: str) -> occurrence.Occurrence:
+    """The row a fire's message stands for, before any delivery has written it.
+
+    Identity comes from the key (schedule, version, fire time), so a message cannot
+    point a row at a fire other than its own; tenant and class come from the body.
+    """
+    parsed = occurrence.parse_key(key)
+    tenant_id = body.get("tenant_id")
+    job_class = body.get("job_class", "default")
+    if not isinstance(tenant_id, str) or not tenant_id:
+        raise errors.ValidationError("is missing", field="tenant_id")
+    if not isinstance(job_class, str):
+        raise errors.ValidationError("must be a string", field="job_class")
+    return occurrence.Occurrence(
+        key=key,
+        tenant_id=tenant_id,
+        schedule_id=parsed.schedule_id,
+        version=parsed.version,
+        fire_time=parsed.fire_time,
+        job_class=job_class,
+    )
+
+
 def claim(
     body: dict[str, Any],
     *,
@@ -49,12 +75,13 @@ def claim(
 ) -> Claim:
     key = occurrence_key_of(body)
     row = occurrences.get(key)
+    stored = row is not None
     if row is None:
-        # Rows are written before their message is sent; none means it expired (TTL).
-        return Claim(Outcome.FINISHED, None, reason="no such occurrence")
-    if row.state in occurrence.TERMINAL or row.state is occurrence.State.DEAD:
+        # The ticker sends fires without rows: this delivery writes it.
+        row = intent_of(body, key)
+    elif row.state in occurrence.TERMINAL or row.state is occurrence.State.DEAD:
         return Claim(Outcome.FINISHED, row, reason=f"already {row.state.value}")
-    if row.state is occurrence.State.RUNNING:
+    elif row.state is occurrence.State.RUNNING:
         return Claim(Outcome.BUSY, row, reason="running elsewhere")
 
     item = schedules.get(row.tenant_id, row.schedule_id)
@@ -63,16 +90,20 @@ def claim(
         skipped = row.moved(
             occurrence.State.SKIPPED, finished_at=now, exit_reason=f"skipped: {why}"
         )
-        if occurrences.transition(skipped, expected_state=row.state):
+        if stored:
+            written = occurrences.transition(skipped, expected_state=row.state)
+        else:
+            written = occurrences.put_new(replace(skipped, created_at=now))
+        if written:
             return Claim(Outcome.SKIPPED, skipped, item, why)
         return Claim(Outcome.BUSY, row, item, "changed meanwhile")
 
-    running = row.moved(
-        occurrence.State.RUNNING, attempts=row.attempts + 1, started_at=now, finished_at=None
-    )
-    if occurrences.transition(running, expected_state=row.state):
-        return Claim(Outcome.CLAIMED, running, item)
-    return Claim(Outcome.BUSY, row, item, "claimed by another delivery")
+    claimed, current = occurrences.claim(key, now=now, until=now + CLAIM_HOLD, intent=row)
+    if claimed:
+        return Claim(Outcome.CLAIMED, current, item)
+    if current is not None and current.state in occurrence.SETTLED:
+        return Claim(Outcome.FINISHED, current, item, f"already {current.state.value}")
+    return Claim(Outcome.BUSY, current, item, "claimed by another delivery")
 
 
 def unwanted(item: model.Schedule | None, row: occurrence.Occurrence) -> str | None:

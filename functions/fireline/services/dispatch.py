@@ -1,61 +1,81 @@
-"""Turning fire times into durable occurrences and queue messages.
+"""Turning fire times into queue messages (and skipped fires into history rows).
 
-One path for every fire: the ticker's scheduled fires, catch-up fires and "trigger now"
-all come through :func:`dispatch`, so they share the key, the conditional put and the
-message shape.
+The message is the occurrence's hand-off: SQS keeps it durably until a worker deletes
+it, and the worker's claim creates the occurrence row (a conditional write on the
+occurrence key, so two deliveries of one fire make one row and one run). The ticker
+writes no row per fire: a write per fire would double the ticker's requests and the
+write units of every job, and the row it wrote only said "a message is on its way".
 
-Order of writes: occurrence rows first, then messages, then (in the caller) the schedule
-advance. A crash anywhere leaves the schedule un-advanced, so the next tick redoes the
-same fires: the puts find their keys taken, and a row still ``queued`` gets its message
-sent again because we cannot know whether the first send happened. A message sent twice
-is harmless (the worker's claim is conditional); a message never sent would be a lost
-fire. At-least-once, never zero.
+Order of writes: messages first, then (in the caller) the schedule advance. A crash in
+between leaves the schedule un-advanced, so the next tick sends the same fires again: a
+message sent twice is harmless (the second delivery finds the row claimed or settled); a
+message never sent would be a lost fire. At-least-once, never zero.
+
+Fires the misfire policy skips do get a row each (state ``skipped``, with the reason), so
+the history accounts for every fire; "trigger now" writes its row before its message so
+the API can answer with it at once.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from fireline import ports
 from fireline.domain import errors, model, occurrence, policies, schedule
 
 MESSAGE_VERSION = 1
 SEND_ATTEMPTS = 3
+SQS_BATCH = 10
 
 
 @dataclass
 class DispatchReport:
-    created: int = 0
-    duplicates: int = 0  # keys that existed already (a race or a redo after a crash)
-    resent: int = 0  # duplicates still queued, whose message went out again
+    created: int = 0  # rows written (skipped fires, trigger-now)
+    duplicates: int = 0  # rows that existed already (a race or a redo after a crash)
     sent: int = 0
-    skipped: int = 0  # rows recorded as skipped (misfire, overlap)
+    skipped: int = 0  # fires recorded as skipped (misfire)
+    failed: int = 0  # messages that could not be sent (their schedule is not advanced)
     keys: list[str] = field(default_factory=list)  # occurrences that were sent
 
     def add(self, other: DispatchReport) -> None:
         self.created += other.created
         self.duplicates += other.duplicates
-        self.resent += other.resent
         self.sent += other.sent
         self.skipped += other.skipped
+        self.failed += other.failed
         self.keys += other.keys
 
 
 def job_message(item: occurrence.Occurrence) -> dict[str, Any]:
     """The queue message: small, so the worker re-reads the schedule (and its version)."""
+    return _message(
+        item.key, item.tenant_id, item.schedule_id, item.version, item.fire_time, item.job_class
+    )
+
+
+def fire_message(item: model.Schedule, fire_time: datetime) -> dict[str, Any]:
+    """The message for one fire of ``item``: the same shape as :func:`job_message`."""
+    key = occurrence.occurrence_key(item.schedule_id, item.version, fire_time)
+    return _message(key, item.tenant_id, item.schedule_id, item.version, fire_time, item.job_class)
+
+
+def _message(
+    key: str, tenant_id: str, schedule_id: str, version: int, fire_time: datetime, job_class: str
+) -> dict[str, Any]:
     return {
         "v": MESSAGE_VERSION,
-        "occurrence_key": item.key,
-        "tenant_id": item.tenant_id,
-        "schedule_id": item.schedule_id,
-        "version": item.version,
-        "fire_time": occurrence.format_fire_time(item.fire_time),
-        "job_class": item.job_class,
+        "occurrence_key": key,
+        "tenant_id": tenant_id,
+        "schedule_id": schedule_id,
+        "version": version,
+        "fire_time": occurrence.format_fire_time(fire_time),
+        "job_class": job_class,
     }
 
 
@@ -72,6 +92,37 @@ class Outbound:
     job_class: str
     key: str
     message: ports.OutboundMessage
+    # When set, the delay is worked out again the moment the batch goes out: time spent
+    # between planning and sending (a long round) must not make the fire late.
+    deliver_at: datetime | None = None
+
+
+def row_for(
+    item: model.Schedule,
+    fire_time: datetime,
+    now: datetime,
+    *,
+    state: occurrence.State = occurrence.State.QUEUED,
+    exit_reason: str | None = None,
+) -> occurrence.Occurrence:
+    """The new row of one fire of ``item``, written at ``now``."""
+    return occurrence.new(
+        tenant_id=item.tenant_id,
+        schedule_id=item.schedule_id,
+        version=item.version,
+        fire_time=fire_time,
+        job_class=item.job_class,
+        created_at=now,
+        state=state,
+        exit_reason=exit_reason,
+    )
+
+
+def outbound(item: model.Schedule, fire_time: datetime, now: datetime) -> Outbound:
+    body = fire_message(item, fire_time)
+    deliver_at = deliver_time(item, fire_time)
+    message = ports.OutboundMessage(body=body, delay_seconds=delay_until(deliver_at, now))
+    return Outbound(item.job_class, body["occurrence_key"], message, deliver_at)
 
 
 def dispatch(
@@ -81,52 +132,13 @@ def dispatch(
     now: datetime,
     occurrences: ports.OccurrenceStore,
     queue: ports.WorkQueue,
-    skips: Sequence[Skip] = (),
-    summary: policies.SkippedSummary | None = None,
 ) -> DispatchReport:
-    """Record ``fires`` as queued occurrences and send them; record ``skips`` as skipped."""
+    """Record ``fires`` as queued rows, then send them ("trigger now": the caller answers
+    with the row at once). A row that exists and still waits gets its message again."""
     report = DispatchReport()
-    outbound = record(
-        item, fires, now=now, occurrences=occurrences, skips=skips, summary=summary, report=report
-    )
-    send(queue, outbound, report)
-    return report
-
-
-def record(
-    item: model.Schedule,
-    fires: Sequence[datetime],
-    *,
-    now: datetime,
-    occurrences: ports.OccurrenceStore,
-    report: DispatchReport,
-    skips: Sequence[Skip] = (),
-    summary: policies.SkippedSummary | None = None,
-) -> list[Outbound]:
-    """Put the occurrence rows; return the messages that must go out for them.
-
-    The caller sends them (batching across schedules) before it advances any schedule.
-    """
-    for skip in skips:
-        _record_skip(item, skip.fire_time, skip.reason, now, occurrences, report)
-    if summary is not None:
-        reason = (
-            f"skipped: misfire ({summary.count}{'' if summary.exact else '+'} fires from "
-            f"{occurrence.format_fire_time(summary.first)} to "
-            f"{occurrence.format_fire_time(summary.last)})"
-        )
-        _record_skip(item, summary.first, reason, now, occurrences, report)
-
-    outbound: list[Outbound] = []
+    pending: list[Outbound] = []
     for fire_time in fires:
-        row = occurrence.new(
-            tenant_id=item.tenant_id,
-            schedule_id=item.schedule_id,
-            version=item.version,
-            fire_time=fire_time,
-            job_class=item.job_class,
-            created_at=now,
-        )
+        row = row_for(item, fire_time, now)
         if occurrences.put_new(row):
             report.created += 1
         else:
@@ -134,25 +146,50 @@ def record(
             existing = occurrences.get(row.key)
             if existing is None or existing.state is not occurrence.State.QUEUED:
                 continue  # already running or finished: its message did its work
-            report.resent += 1
-        message = ports.OutboundMessage(
-            body=job_message(row), delay_seconds=_delay_seconds(item, fire_time, now)
+        pending.append(outbound(item, fire_time, now))
+    send(queue, pending, report)
+    return report
+
+
+def record_skips(
+    item: model.Schedule,
+    skips: Sequence[Skip],
+    summary: policies.SkippedSummary | None,
+    *,
+    now: datetime,
+    occurrences: ports.OccurrenceStore,
+    report: DispatchReport,
+) -> None:
+    """Give every fire the misfire plan skips its row (the summary one row for many)."""
+    for skip in skips:
+        _record_skip(item, skip.fire_time, skip.reason, now, occurrences, report)
+    if summary is not None:
+        _record_summary(item, summary, now, occurrences, report)
+
+
+def _record_summary(
+    item: model.Schedule,
+    summary: policies.SkippedSummary,
+    now: datetime,
+    occurrences: ports.OccurrenceStore,
+    report: DispatchReport,
+) -> None:
+    """The summary row is keyed by the first fire it counts. If that fire has a row of its
+    own already (an interrupted tick sent it and a worker ran it), the fire is not
+    skipped: the summary starts at the next fire in its range instead, so it never
+    counts a fire that ran, nor is it lost."""
+    first, count = summary.first, summary.count
+    while count > 0:
+        reason = (
+            f"skipped: misfire ({count} fires from {occurrence.format_fire_time(first)} to "
+            f"{occurrence.format_fire_time(summary.last)})"
         )
-        outbound.append(Outbound(item.job_class, row.key, message))
-    return outbound
-
-
-def send(queue: ports.WorkQueue, outbound: Sequence[Outbound], report: DispatchReport) -> None:
-    """Send in batches of ten per class (one SQS request per ten fires)."""
-    by_class: dict[str, list[Outbound]] = {}
-    for out in outbound:
-        by_class.setdefault(out.job_class, []).append(out)
-    for job_class, pending in by_class.items():
-        for start in range(0, len(pending), 10):
-            batch = pending[start : start + 10]
-            _send(queue, job_class, [out.message for out in batch])
-            report.sent += len(batch)
-            report.keys += [out.key for out in batch]
+        if _record_skip(item, first, reason, now, occurrences, report):
+            return
+        following = schedule.next_fire(item.timing, first)
+        if following is None or following > summary.last:
+            return
+        first, count = following, count - 1
 
 
 def _record_skip(
@@ -162,35 +199,128 @@ def _record_skip(
     now: datetime,
     occurrences: ports.OccurrenceStore,
     report: DispatchReport,
-) -> None:
-    row = occurrence.new(
-        tenant_id=item.tenant_id,
-        schedule_id=item.schedule_id,
-        version=item.version,
-        fire_time=fire_time,
-        job_class=item.job_class,
-        created_at=now,
-        state=occurrence.State.SKIPPED,
-        exit_reason=reason,
-    )
+) -> bool:
+    """True when the fire is now recorded as skipped; False when it ran (or runs)."""
+    row = row_for(item, fire_time, now, state=occurrence.State.SKIPPED, exit_reason=reason)
     if occurrences.put_new(row):
+        report.created += 1
         report.skipped += 1
-    else:
-        report.duplicates += 1
+        return True
+    report.duplicates += 1
+    existing = occurrences.get(row.key)
+    if existing is None:
+        return False
+    if existing.state is occurrence.State.SKIPPED:
+        return True  # a redo of this plan after a crash
+    if existing.state in occurrence.CLAIMABLE:
+        # A row waiting for a delivery (a trigger's, or a retry's) whose fire the plan
+        # now skips: settle it, or it would wait forever. The claim is conditional on
+        # the state, so a delivery racing this either runs it or finds it skipped.
+        moved = existing.moved(occurrence.State.SKIPPED, finished_at=now, exit_reason=reason)
+        if occurrences.transition(moved, expected_state=existing.state):
+            report.skipped += 1
+            return True
+    return False
 
 
-def _delay_seconds(item: model.Schedule, fire_time: datetime, now: datetime) -> int:
-    """SQS delay for an early pickup (lookahead), plus jitter: 0..900 seconds."""
-    deliver_at = fire_time
-    if item.jitter_seconds:
-        # Seeded by the occurrence key, so a redo after a crash picks the same delay.
-        rng = random.Random(occurrence.occurrence_key(item.schedule_id, item.version, fire_time))
-        deliver_at = schedule.jittered(fire_time, item.jitter, rng)
-    seconds = (deliver_at - now).total_seconds()
-    return max(0, min(900, math.ceil(seconds)))
+def send(queue: ports.WorkQueue, pending: Sequence[Outbound], report: DispatchReport) -> None:
+    """Send every message (batches of ten per class); Unavailable if any could not be."""
+    failed = send_batches(queue, pending, report)
+    if failed:
+        raise errors.Unavailable(f"{len(failed)} messages could not be sent")
 
 
-def _send(queue: ports.WorkQueue, job_class: str, batch: list[ports.OutboundMessage]) -> None:
+class Sender(Protocol):
+    """What sending needs of a queue (ports.WorkQueue, or a wrapper of one)."""
+
+    def send_batch(
+        self, job_class: str, messages: Sequence[ports.OutboundMessage]
+    ) -> list[str]: ...
+
+
+def send_batches(
+    queue: Sender,
+    pending: Sequence[Outbound],
+    report: DispatchReport,
+    parallel: ports.Parallel | None = None,
+    clock: ports.Clock | None = None,
+) -> set[str]:
+    """Send in batches of ten per class (one SQS request per ten fires), the batches side
+    by side when ``parallel`` is given, each delay taken from ``clock`` as its batch goes
+    out. Returns the keys whose message could not be sent (throttling, an unavailable
+    queue): their schedules must not advance."""
+    by_class: dict[str, list[Outbound]] = {}
+    for out in pending:
+        by_class.setdefault(out.job_class, []).append(out)
+    batches = [
+        (job_class, outs[start : start + SQS_BATCH])
+        for job_class, outs in by_class.items()
+        for start in range(0, len(outs), SQS_BATCH)
+    ]
+    calls: list[Callable[[], None]] = [
+        functools.partial(_send_now, queue, job_class, batch, clock) for job_class, batch in batches
+    ]
+    outcomes: list[Exception | None] = (
+        [_attempt(call) for call in calls] if parallel is None else parallel.run(calls)
+    )
+    failed: set[str] = set()
+    for (_, batch), outcome in zip(batches, outcomes, strict=True):
+        if isinstance(outcome, errors.Unavailable):
+            failed.update(out.key for out in batch)
+            report.failed += len(batch)
+        elif isinstance(outcome, Exception):
+            raise outcome
+        else:
+            report.sent += len(batch)
+            report.keys += [out.key for out in batch]
+    return failed
+
+
+def _send_now(
+    queue: Sender, job_class: str, batch: Sequence[Outbound], clock: ports.Clock | None
+) -> None:
+    now = clock.now() if clock is not None else None
+    _send(
+        queue,
+        job_class,
+        [
+            replace(out.message, delay_seconds=delay_until(out.deliver_at, now))
+            if out.deliver_at is not None and now is not None
+            else out.message
+            for out in batch
+        ],
+    )
+
+
+def _attempt(call: Callable[[], None]) -> Exception | None:
+    try:
+        call()
+    except errors.Unavailable as exc:
+        return exc
+    return None
+
+
+def deliver_time(item: model.Schedule, fire_time: datetime) -> datetime:
+    """When the fire's message should become visible: its fire time, plus jitter."""
+    if not item.jitter_seconds:
+        return fire_time
+    # Seeded by the occurrence key, so a redo after a crash picks the same delay.
+    rng = random.Random(occurrence.occurrence_key(item.schedule_id, item.version, fire_time))
+    return schedule.jittered(fire_time, item.jitter, rng)
+
+
+def delay_until(deliver_at: datetime, now: datetime) -> int:
+    """SQS delay (0..900 s) for a message to become visible at ``deliver_at``.
+
+    Rounded down, so the message is visible at that time or up to a second before it
+    (never after): the worker waits out the difference. SQS counts delays in whole
+    seconds; rounding up would make every early fire up to a second late.
+    """
+    seconds = (deliver_at - now) / timedelta(seconds=1)
+    return max(0, min(900, math.floor(seconds)))
+
+
+def _send(queue: Sender, job_class: str, batch: list[ports.OutboundMessage]) -> None:
     messages = {str(i): replace(m, id=str(i)) for i, m in enumerate(batch)}
     pending = list(messages.values())
     for _ in range(SEND_ATTEMPTS):

@@ -71,6 +71,9 @@ class JobView:
             return self.occurrence.state.value
         if self.job.state is model.ScheduleState.CANCELLED:
             return occurrence.State.CANCELLED.value
+        if self.job.state is model.ScheduleState.COMPLETED:
+            # Materialized: its message waits in the queue; the row comes with its run.
+            return occurrence.State.QUEUED.value
         return "scheduled"
 
 
@@ -246,6 +249,19 @@ class ScheduleService:
         view = self.get_job(tenant_id, job_id)
         now = self._now()
         row = view.occurrence
+        if row is None and view.job.state is model.ScheduleState.COMPLETED:
+            # Materialized, its message on its way, not yet claimed: a cancelled row makes
+            # the claim refuse it (the claim writes a row only where none exists).
+            job = view.job
+            fire_time = schedule.next_fire(job.timing, schedule.EPOCH)
+            assert fire_time is not None
+            cancelled_row = dispatch.row_for(job, fire_time, now).moved(
+                occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled"
+            )
+            if self.occurrences.put_new(cancelled_row):
+                return self.get_job(tenant_id, job_id)
+            view = self.get_job(tenant_id, job_id)  # a delivery claimed it meanwhile
+            row = view.occurrence
         if row is None:
             if view.job.state is model.ScheduleState.ACTIVE:
                 cancelled = replace(

@@ -1,27 +1,45 @@
-"""The ticker: turns due schedules into occurrences and queue messages, once a second.
+"""The ticker: turns due schedules into queue messages, minutes ahead of their fire time.
 
-One ticker holds the lease of its shard group (10 s TTL, renewed every 3 s). The lease
-only keeps two tickers from doing the same work; correctness comes from conditions on
-each item: the occurrence put on its key, the schedule advance on the next fire and
-version it read. A ticker that cannot renew stops at once, and also stops trusting its
-lease before the store would hand it to someone else (the safety margin), measured on the
-monotonic clock so a wall-clock jump cannot stretch it.
+Groups. The due index is split into shards (``DUE_SHARDS``); the shards are split over K
+ticker groups (shard % K == group). Each group has its own EventBridge rule, its own
+lease and its own Lambda, so throughput grows with K.
 
-Per tick and shard: one Query on the sparse due index for everything due up to now plus
-the lookahead (early pickups are delivered with SQS DelaySeconds, which spreads a
-top-of-the-hour burst over the seconds before it), one BatchGetItem for those schedules,
-then per schedule the misfire plan, the occurrence puts and
-messages, and one conditional advance. A schedule whose overlap policy is ``allow`` is
-materialized up to the horizon in one pickup, so a frequent schedule writes its index
-entry once per several fires; changes made after that are caught by the worker's version
-check.
+The lease (10 s TTL, renewed every 3 s) only keeps two invocations of a group from doing
+the same work; correctness comes from conditions on each item: the schedule advance on
+the next fire and version it read, the worker's claim on the occurrence key. A ticker
+that cannot renew stops at once, and stops trusting its lease before the store would hand
+it to someone else (the safety margin), on the monotonic clock so a wall-clock jump
+cannot stretch it. Every write checks that trust just before it is issued.
+
+Working ahead. Each pass sweeps the group's shards for schedules due up to now +
+``lookahead_seconds`` (10 minutes), earliest first, and each pickup materializes the
+schedule's fires up to now + ``horizon_seconds`` (15 minutes; SQS delays at most 900 s),
+delivered with DelaySeconds. So whatever capacity the ticker has left over goes into
+fires minutes ahead, and a burst known in advance (50,000 hourly jobs at the top of the
+hour) is spread over the ten minutes before it rather than the second it is due: no
+burst detector, no extra index state. A frequent schedule is picked up once per several
+fires (a minutely one every 5 minutes), which is one index write per several fires.
+
+Rounds. A pass is a sequence of bounded rounds: a page from each shard (following the
+index's cursor, never re-reading what this pass already handled), one BatchGetItem per
+hundred keys (the table, read consistently, is the authority: the index lags), the plans
+(CPU), then the round's messages in batches of ten, then the advances: messages before
+advances, so a crash in between repeats fires (harmless: the worker's claim is
+conditional) and never loses one. Calls within a phase go out side by side through a
+bounded pool. A round starts only while the invocation's remaining time and the lease
+allow it, and entries this invocation already advanced are recognised without a read
+when the lagging index shows them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import functools
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from aws_lambda_powertools import Logger
 
@@ -31,17 +49,29 @@ from fireline.services import dispatch
 
 logger = Logger(service="fireline", child=True)
 
+T = TypeVar("T")
+BATCH_GET_MAX = 100
+REMEMBER_ADVANCES_SECONDS = 60.0
+SKIP_WRITE_ATTEMPTS = 3
+
 
 @dataclass(frozen=True)
 class TickerConfig:
     shards: int = model.DEFAULT_SHARDS
-    lookahead_seconds: int = 10
-    horizon_seconds: int = 180
+    groups: int = 1
+    group: int = 0
+    # A schedule is picked up this long before its next fire, as capacity allows.
+    lookahead_seconds: int = 600
+    # One pickup materializes fires this far ahead of now (SQS delays at most 900 s).
+    horizon_seconds: int = 900
     max_fires_per_pickup: int = 60
-    due_page_size: int = 500
+    # Index entries handled per round, over all shards: bounds a round's duration.
+    round_entries: int = 400
     tick_seconds: float = 1.0
+    # A pass starts again from the top of the index after this long, so fires that
+    # became due meanwhile are not left behind the rest of a long pass.
+    pass_seconds: float = 5.0
     stop_before_end_ms: int = 5_000
-    lease_name: str = "ticker"
     lease_terms: lease.LeaseTerms = field(default_factory=lease.LeaseTerms)
 
     def __post_init__(self) -> None:
@@ -50,6 +80,22 @@ class TickerConfig:
             raise errors.ValidationError(
                 "need 0 <= lookahead <= horizon <= 900 seconds", field="horizon_seconds"
             )
+        if not 1 <= self.groups <= self.shards:
+            raise errors.ValidationError(
+                f"must be 1 to the number of shards ({self.shards})", field="groups"
+            )
+        if not 0 <= self.group < self.groups:
+            raise errors.ValidationError(f"must be 0 to {self.groups - 1}", field="group")
+
+    @property
+    def lease_name(self) -> str:
+        # The group count is in the name: after a change of K, old and new groups cover
+        # different shards and must not share a lease (their writes converge anyway).
+        return "ticker" if self.groups == 1 else f"ticker-{self.group}-of-{self.groups}"
+
+    @property
+    def my_shards(self) -> list[int]:
+        return [s for s in range(self.shards) if s % self.groups == self.group]
 
 
 @dataclass
@@ -57,17 +103,27 @@ class TickReport:
     due_read: int = 0  # index entries read
     backlog: int = 0  # entries already due (not just inside the lookahead)
     stale: int = 0  # entries whose schedule moved on since the index was written
+    remembered: int = 0  # stale entries recognised from this invocation's own advances
     advanced: int = 0
     conflicts: int = 0  # advances refused: another ticker or an update got there first
+    held_back: int = 0  # schedules not advanced because a write failed (retried next pass)
+    rounds: int = 0
+    drained: bool = True  # the pass reached the end of the window
+    out_of_time: bool = False  # stopped: no room for another round in this invocation
     dispatched: dispatch.DispatchReport = field(default_factory=dispatch.DispatchReport)
-    lags_ms: list[float] = field(default_factory=list)
+    lags_ms: list[float] = field(default_factory=list)  # pickup lateness of due fires
 
     def add(self, other: TickReport) -> None:
         self.due_read += other.due_read
         self.backlog += other.backlog
         self.stale += other.stale
+        self.remembered += other.remembered
         self.advanced += other.advanced
         self.conflicts += other.conflicts
+        self.held_back += other.held_back
+        self.rounds += other.rounds
+        self.drained = other.drained
+        self.out_of_time = other.out_of_time
         self.dispatched.add(other.dispatched)
         self.lags_ms += other.lags_ms
 
@@ -81,14 +137,6 @@ class RunReport:
     totals: TickReport = field(default_factory=TickReport)
 
 
-@dataclass
-class _Round:
-    """What one round of a tick put and must now send and advance."""
-
-    outbound: list[dispatch.Outbound] = field(default_factory=list)
-    picked: list[tuple[model.Schedule, datetime | None]] = field(default_factory=list)
-
-
 @dataclass(frozen=True)
 class _Plan:
     fires: list[datetime]
@@ -97,9 +145,31 @@ class _Plan:
     next_fire: datetime | None
 
 
+@dataclass
+class _Pickup:
+    """One due schedule in a round: what it sends and where it continues."""
+
+    item: model.Schedule
+    plan: _Plan
+    keys: list[str] = field(default_factory=list)
+
+
 class _NoMetrics:
     def add_metric(self, name: str, unit: str, value: float) -> None:
         return None
+
+
+class _Sequential:
+    """A Parallel that runs one call at a time (tests and tools that need no pool)."""
+
+    def run(self, calls: Sequence[Callable[[], T]]) -> list[T | Exception]:
+        results: list[T | Exception] = []
+        for call in calls:
+            try:
+                results.append(call())
+            except Exception as exc:  # handed back as the call's outcome
+                results.append(exc)
+        return results
 
 
 class Ticker:
@@ -116,6 +186,7 @@ class Ticker:
         metrics: ports.Metrics | None = None,
         use_lease: bool = True,
         after_tick: Callable[[], None] | None = None,
+        parallel: ports.Parallel | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -129,9 +200,14 @@ class Ticker:
         # Called after every tick: the Lambda handler flushes its metrics here, so lag
         # reaches CloudWatch within seconds rather than at the end of the invocation.
         self.after_tick = after_tick
+        self.parallel: ports.Parallel = parallel or _Sequential()
         self._held: lease.Lease | None = None
         self._renewed_at = 0.0  # monotonic
         self._trusted_until = 0.0  # monotonic
+        # (tenant, schedule, next fire) this invocation advanced away from, and when: the
+        # lagging index may list them again for a while, and they need no read to skip.
+        self._advanced_from: dict[tuple[str, str, datetime], float] = {}
+        self._slowest_round = 0.0  # monotonic seconds
 
     # --- the invocation loop ---------------------------------------------------------------
 
@@ -145,13 +221,18 @@ class Ticker:
         next_tick = self.clock.monotonic()
         try:
             while remaining_ms() > self.config.stop_before_end_ms:
+                drained = True
                 try:
-                    report.totals.add(self.tick())
+                    tick = self.tick(remaining_ms)
+                    drained = tick.drained
+                    report.totals.add(tick)
                     report.ticks += 1
                     self.metrics.add_metric("TicksCompleted", "Count", 1)
+                    if tick.out_of_time:
+                        break
                 except errors.Unavailable as exc:
-                    # Throttling or a service fault: this tick is lost, not the minute.
-                    # Whatever it had written is redone by the next tick (keys converge).
+                    # Throttling or a service fault on a read: this pass is lost, not the
+                    # minute. Whatever it had sent is sent again by the next (keys converge).
                     logger.warning(
                         "tick failed", extra={"action": "ticker.unavailable", "error": str(exc)}
                     )
@@ -160,9 +241,9 @@ class Ticker:
                     self.after_tick()
                 next_tick += self.config.tick_seconds
                 wait = next_tick - self.clock.monotonic()
-                if wait > 0:
+                if drained and wait > 0:
                     self.clock.sleep(wait)
-                else:
+                elif wait <= 0:
                     next_tick = self.clock.monotonic()  # behind: do not burst to catch up
         except errors.LeaseLost:
             report.stopped = "lease_lost"
@@ -177,15 +258,21 @@ class Ticker:
     def _release(self) -> None:
         """Hand the lease over now, so the next invocation need not wait for the TTL."""
         if self._held is not None:
-            self.leases.release(self._held)
-            self._held = None
+            held, self._held = self._held, None
+            with contextlib.suppress(errors.Unavailable):  # it expires within the TTL anyway
+                self.leases.release(held)
 
     def _acquire_within(self, remaining_ms: Callable[[], int]) -> bool:
         """Try for the lease until it is ours or this invocation's time is up: the
         previous minute's invocation may still be finishing its last seconds."""
         while True:
-            if self._acquire():
-                return True
+            try:
+                if self._acquire():
+                    return True
+            except errors.Unavailable as exc:
+                logger.warning(
+                    "lease read failed", extra={"action": "ticker.unavailable", "error": str(exc)}
+                )
             if remaining_ms() <= self.config.stop_before_end_ms + self.config.lease_terms.ttl_ms:
                 return False
             self.clock.sleep(1)
@@ -212,8 +299,8 @@ class Ticker:
     def keep_lease(self) -> None:
         """Renew when due; raise LeaseLost when the lease cannot be trusted any more.
 
-        Called before every schedule's writes, so a slow tick renews on time and a
-        ticker that lost its lease stops before its next write.
+        Called before every phase of a round (one thread), so a long pass renews on time
+        and a ticker that lost its lease starts nothing more.
         """
         if not self.use_lease:
             return
@@ -231,64 +318,111 @@ class Ticker:
         elif now >= self._trusted_until:
             raise errors.LeaseLost("lease no longer trusted")
 
+    def _guarded(self, write: Callable[[], T]) -> Callable[[], T]:
+        """A write that is issued only while the lease is trusted (checked at the moment
+        it starts, on whichever pool thread runs it)."""
+
+        def guarded() -> T:
+            if self.use_lease and (
+                self._held is None or self.clock.monotonic() >= self._trusted_until
+            ):
+                raise errors.LeaseLost("lease no longer trusted")
+            return write()
+
+        return guarded
+
     def _now_ms(self) -> int:
         return int(self.clock.now().timestamp() * 1000)
 
-    # --- one tick --------------------------------------------------------------------------
+    # --- one pass ----------------------------------------------------------------------------
 
-    def tick(self) -> TickReport:
+    def tick(self, remaining_ms: Callable[[], int] | None = None) -> TickReport:
+        """One pass over this group's shards, up to now + lookahead, in bounded rounds.
+
+        Stops early (``drained`` False) when the invocation's time or the pass's own
+        length runs out; the next pass starts again from the top of the index.
+        """
         report = TickReport()
-        now = self.clock.now()
-        until = now + timedelta(seconds=self.config.lookahead_seconds)
-        shards = list(range(self.config.shards))
-        while shards:
-            # One round: a page from every shard, then one send for all of them (ten
-            # messages to a request across schedules and shards), then the advances. A
-            # shard whose page came back full has more due: it goes again next round,
-            # once this round's schedules have left the index.
-            collected = _Round()
-            shards = [s for s in shards if self._collect(s, now, until, report, collected)]
-            self._flush(collected, now, report)
-        self.metrics.add_metric("Backlog", "Count", report.backlog)
-        for lag in report.lags_ms:
-            self.metrics.add_metric("ScheduleLag", "Milliseconds", lag)
-        if report.dispatched.sent:
-            self.metrics.add_metric("Fired", "Count", report.dispatched.sent)
-        if report.dispatched.skipped:
-            self.metrics.add_metric("Skipped", "Count", report.dispatched.skipped)
-        if report.dispatched.duplicates:
-            self.metrics.add_metric("DuplicateOccurrences", "Count", report.dispatched.duplicates)
-        if report.due_read:
-            logger.info(
-                "tick",
-                extra={
-                    "action": "ticker.tick",
-                    "due": report.due_read,
-                    "backlog": report.backlog,
-                    "sent": report.dispatched.sent,
-                    "skipped": report.dispatched.skipped,
-                    "duplicates": report.dispatched.duplicates,
-                    "conflicts": report.conflicts,
-                },
-            )
+        started = self.clock.monotonic()
+        until = self.clock.now() + timedelta(seconds=self.config.lookahead_seconds)
+        self._forget_old_advances(started)
+        cursors: dict[int, str | None] = dict.fromkeys(self.config.my_shards)
+        while cursors:
+            if self.clock.monotonic() - started >= self.config.pass_seconds:
+                report.drained = False
+                break
+            if not self._room_for_a_round(remaining_ms):
+                report.drained = False
+                report.out_of_time = True
+                break
+            round_started = self.clock.monotonic()
+            self._round(cursors, until, report)
+            report.rounds += 1
+            self._slowest_round = max(self._slowest_round, self.clock.monotonic() - round_started)
+        self._emit(report)
         return report
 
-    def _collect(
-        self, shard: int, now: datetime, until: datetime, report: TickReport, into: _Round
-    ) -> bool:
-        """Put the occurrences of one page of one shard; True when the page was full."""
-        limit = self.config.due_page_size
+    def _forget_old_advances(self, now: float) -> None:
+        """An index lagging longer than this is an outage, not lag: forget older entries
+        (a stale entry is then recognised by its read, as it would be anyway)."""
+        horizon = now - REMEMBER_ADVANCES_SECONDS
+        if self._advanced_from and min(self._advanced_from.values()) < horizon:
+            self._advanced_from = {k: t for k, t in self._advanced_from.items() if t >= horizon}
+
+    def _room_for_a_round(self, remaining_ms: Callable[[], int] | None) -> bool:
+        if remaining_ms is None:
+            return True
+        # A round must end before the invocation does: keep room for the slowest so far.
+        spare_ms = remaining_ms() - self.config.stop_before_end_ms
+        return spare_ms > 1.5 * self._slowest_round * 1000
+
+    def _round(self, cursors: dict[int, str | None], until: datetime, report: TickReport) -> None:
         self.keep_lease()
-        entries = self.schedules.due(shard, until=until, limit=limit)
+        shards = list(cursors)
+        page_size = max(10, math.ceil(self.config.round_entries / len(shards)))
+        pages = self._all(
+            [
+                functools.partial(
+                    self.schedules.due, s, until=until, limit=page_size, cursor=cursors[s]
+                )
+                for s in shards
+            ]
+        )
+        entries: list[ports.DueEntry] = []
+        for shard, page in zip(shards, pages, strict=True):
+            entries += page.items
+            if page.cursor is None:
+                del cursors[shard]
+            else:
+                cursors[shard] = page.cursor
+        now = self.clock.now()
         report.due_read += len(entries)
         report.backlog += sum(1 for e in entries if e.next_fire <= now)
-        if not entries:
-            return False
-        found = {
-            (s.tenant_id, s.schedule_id): s
-            for s in self.schedules.get_many([(e.tenant_id, e.schedule_id) for e in entries])
-        }
-        picked = 0
+        fresh = [
+            e
+            for e in entries
+            if (e.tenant_id, e.schedule_id, e.next_fire) not in self._advanced_from
+        ]
+        report.remembered += len(entries) - len(fresh)
+        report.stale += len(entries) - len(fresh)
+        if not fresh:
+            return
+        pickups = self._pick_up(fresh, now, report)
+        if not pickups:
+            return
+        self._send(pickups, now, report)
+        advanced = self._advance(pickups, now, report)
+        self._record_skips(advanced, now, report)
+
+    def _pick_up(
+        self, entries: list[ports.DueEntry], now: datetime, report: TickReport
+    ) -> list[_Pickup]:
+        keys = [(e.tenant_id, e.schedule_id) for e in entries]
+        chunks = [keys[i : i + BATCH_GET_MAX] for i in range(0, len(keys), BATCH_GET_MAX)]
+        found: dict[tuple[str, str], model.Schedule] = {}
+        for chunk in self._all([functools.partial(self.schedules.get_many, c) for c in chunks]):
+            found.update({(s.tenant_id, s.schedule_id): s for s in chunk})
+        pickups: list[_Pickup] = []
         for entry in entries:
             item = found.get((entry.tenant_id, entry.schedule_id))
             if item is None or item.next_fire != entry.next_fire:
@@ -296,7 +430,6 @@ class Ticker:
                 # was changed, paused or deleted since: nothing to do.
                 report.stale += 1
                 continue
-            self.keep_lease()
             try:
                 plan = self._plan(item, now)
             except (errors.ValidationError, ValueError, OverflowError) as exc:
@@ -311,40 +444,157 @@ class Ticker:
                 )
                 self.metrics.add_metric("BadSchedules", "Count", 1)
                 continue
-            into.outbound += dispatch.record(
-                item,
-                plan.fires,
-                now=now,
-                occurrences=self.occurrences,
-                report=report.dispatched,
-                skips=plan.skips,
-                summary=plan.summary,
-            )
-            report.lags_ms += [max(0.0, (now - f).total_seconds() * 1000) for f in plan.fires]
-            into.picked.append((item, plan.next_fire))
-            picked += 1
-        return len(entries) == limit and picked > 0
+            pickups.append(_Pickup(item, plan))
+        return pickups
 
-    def _flush(self, collected: _Round, now: datetime, report: TickReport) -> None:
-        """Send what the round put, then advance its schedules: never the other way
-        round, so a crash in between redoes the round instead of losing its fires."""
+    def _record_skips(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
+        """Rows for the fires a misfire plan skipped (rare: after an outage or a resume).
+
+        Written only once the schedule's advance succeeded, which proves this ticker's
+        view of it was current: a stale ticker (whose advance is refused) must not mark
+        as skipped a fire another ticker sent. A crash right after the advance leaves
+        those fires without their row; they were not going to run either way.
+        """
+        skipping = [p for p in pickups if p.plan.skips or p.plan.summary]
+        if not skipping:
+            return
+        reports = [dispatch.DispatchReport() for _ in skipping]
+        outcomes = self._outcomes(
+            [
+                self._guarded(
+                    functools.partial(
+                        _retried,
+                        functools.partial(
+                            dispatch.record_skips,
+                            p.item,
+                            p.plan.skips,
+                            p.plan.summary,
+                            now=now,
+                            occurrences=self.occurrences,
+                            report=r,
+                        ),
+                    )
+                )
+                for p, r in zip(skipping, reports, strict=True)
+            ]
+        )
+        for outcome, part in zip(outcomes, reports, strict=True):
+            report.dispatched.add(part)
+            if isinstance(outcome, errors.Unavailable):
+                logger.warning(
+                    "skipped fires not recorded",
+                    extra={"action": "ticker.skips_lost", "error": str(outcome)},
+                )
+                self.metrics.add_metric("SkipRecordsLost", "Count", 1)
+
+    def _send(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
+        pending: list[dispatch.Outbound] = []
+        for pickup in pickups:
+            for fire_time in pickup.plan.fires:
+                out = dispatch.outbound(pickup.item, fire_time, now)
+                pickup.keys.append(out.key)
+                pending.append(out)
+                if fire_time <= now:
+                    report.lags_ms.append((now - fire_time) / _MS)
+        if not pending:
+            return
         self.keep_lease()
-        dispatch.send(self.queue, collected.outbound, report.dispatched)
-        for item, next_fire in collected.picked:
-            self.keep_lease()
+        guarded = _GuardedQueue(self.queue, self._guarded)
+        failed = dispatch.send_batches(
+            guarded, pending, report.dispatched, self.parallel, self.clock
+        )
+        if guarded.lease_lost:
+            raise errors.LeaseLost("lease no longer trusted")
+        if failed:
+            kept = [p for p in pickups if not failed.intersection(p.keys)]
+            report.held_back += len(pickups) - len(kept)
+            pickups[:] = kept
+
+    def _advance(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> list[_Pickup]:
+        """Move each schedule past what it sent; the pickups whose advance went through."""
+        self.keep_lease()
+        calls = []
+        for pickup in pickups:
+            item = pickup.item
             assert item.next_fire is not None
-            advanced = self.schedules.advance(
-                item.tenant_id,
-                item.schedule_id,
-                expected_next_fire=item.next_fire,
-                expected_version=item.version,
-                next_fire=next_fire,
-                now=now,
+            calls.append(
+                self._guarded(
+                    functools.partial(
+                        self.schedules.advance,
+                        item.tenant_id,
+                        item.schedule_id,
+                        expected_next_fire=item.next_fire,
+                        expected_version=item.version,
+                        next_fire=pickup.plan.next_fire,
+                        now=now,
+                    )
+                )
             )
-            if advanced:
+        done: list[_Pickup] = []
+        for pickup, outcome in zip(pickups, self._outcomes(calls), strict=True):
+            if isinstance(outcome, errors.Unavailable):
+                report.held_back += 1
+            elif outcome:
                 report.advanced += 1
+                done.append(pickup)
+                item = pickup.item
+                assert item.next_fire is not None
+                self._advanced_from[(item.tenant_id, item.schedule_id, item.next_fire)] = (
+                    self.clock.monotonic()
+                )
             else:
                 report.conflicts += 1
+        return done
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _all(self, calls: Sequence[Callable[[], T]]) -> list[T]:
+        """Run reads side by side; any failure fails the round (nothing was written)."""
+        results = self.parallel.run(calls)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results  # type: ignore[return-value]
+
+    def _outcomes(self, calls: Sequence[Callable[[], T]]) -> list[T | Exception]:
+        """Run writes side by side. A write that is throttled or fails in transit is that
+        schedule's failure alone (retried next pass); a lost lease stops the ticker once
+        every write already started has finished; anything else is a bug and raises."""
+        results = self.parallel.run(calls)
+        lost = False
+        for result in results:
+            if isinstance(result, errors.LeaseLost):
+                lost = True
+            elif isinstance(result, Exception) and not isinstance(result, errors.Unavailable):
+                raise result
+        if lost:
+            raise errors.LeaseLost("lease no longer trusted")
+        return results
+
+    def _emit(self, report: TickReport) -> None:
+        self.metrics.add_metric("Backlog", "Count", report.backlog)
+        for lag in report.lags_ms:
+            self.metrics.add_metric("ScheduleLag", "Milliseconds", lag)
+        if report.dispatched.sent:
+            self.metrics.add_metric("Fired", "Count", report.dispatched.sent)
+        if report.dispatched.skipped:
+            self.metrics.add_metric("Skipped", "Count", report.dispatched.skipped)
+        if report.held_back:
+            self.metrics.add_metric("HeldBack", "Count", report.held_back)
+        if report.due_read:
+            logger.info(
+                "tick",
+                extra={
+                    "action": "ticker.tick",
+                    "due": report.due_read,
+                    "backlog": report.backlog,
+                    "sent": report.dispatched.sent,
+                    "skipped": report.dispatched.skipped,
+                    "conflicts": report.conflicts,
+                    "held_back": report.held_back,
+                    "rounds": report.rounds,
+                },
+            )
 
     def _plan(self, item: model.Schedule, now: datetime) -> _Plan:
         """Which fires of a due schedule to send, which to record as skipped, and where the
@@ -357,24 +607,61 @@ class Ticker:
         after = due - timedelta(microseconds=1)
         if due < now - timedelta(seconds=item.misfire.grace_seconds):
             plan = policies.plan_misfires(item.timing, item.misfire, due, now)
+            if not plan.complete:
+                # A long outage, caught up a chunk per pass: the schedule stays due.
+                assert plan.resume_after is not None
+                following = schedule.next_fire(item.timing, plan.resume_after)
+                return _Plan([], [], plan.skipped_summary, following)
             fires += plan.fire
             skips += [dispatch.Skip(f, "skipped: misfire") for f in plan.skipped]
             summary = plan.skipped_summary
             if plan.resume_after is not None:
                 after = plan.resume_after
 
-        # Overlap is decided by the worker when a fire is due (only then is it known
-        # whether the previous run is still running); such schedules are materialized
-        # only the lookahead ahead, so few rows wait on a decision.
-        allow = item.overlap is policies.OverlapPolicy.ALLOW
-        reach = self.config.horizon_seconds if allow else self.config.lookahead_seconds
         room = self.config.max_fires_per_pickup - len(fires)
         considered = [after, *fires, *(s.fire_time for s in skips)]
         if summary is not None:
             considered.append(summary.last)
         upcoming, following = schedule.fires_and_next(
-            item.timing, max(considered), until=now + timedelta(seconds=reach), limit=max(room, 0)
+            item.timing,
+            max(considered),
+            until=now + timedelta(seconds=self.config.horizon_seconds),
+            limit=max(room, 0),
         )
         # Every missed or skipped fire precedes the upcoming ones, so the fire after the
         # last upcoming one is where the schedule continues.
         return _Plan([*fires, *upcoming], skips, summary, following)
+
+
+_MS = timedelta(milliseconds=1)
+
+
+def _retried(write: Callable[[], None]) -> None:
+    """A write that must not be redone by a later pass: a few tries before giving up."""
+    for attempt in range(SKIP_WRITE_ATTEMPTS):
+        try:
+            write()
+            return
+        except errors.Unavailable:
+            if attempt == SKIP_WRITE_ATTEMPTS - 1:
+                raise
+
+
+class _GuardedQueue:
+    """The work queue, each send checked against the lease as it starts."""
+
+    def __init__(
+        self,
+        queue: ports.WorkQueue,
+        guard: Callable[[Callable[[], list[str]]], Callable[[], list[str]]],
+    ) -> None:
+        self._queue = queue
+        self._guard = guard
+        self.lease_lost = False
+
+    def send_batch(self, job_class: str, messages: Sequence[ports.OutboundMessage]) -> list[str]:
+        try:
+            return self._guard(lambda: self._queue.send_batch(job_class, messages))()
+        except errors.LeaseLost:
+            self.lease_lost = True
+            raise errors.Unavailable("lease no longer trusted") from None

@@ -25,7 +25,7 @@ import enum
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -136,7 +136,12 @@ class Worker:
         if body.get("type") == "outcome":
             return self._long_outcome(body)
         row = self.occurrences.get(key)
-        if row is None or row.state in occurrence.SETTLED:
+        stored = row is not None
+        if row is None:
+            # The ticker sends fires without writing their rows: this delivery's claim
+            # (or skip) writes it, conditional on the key, so two deliveries make one.
+            row = claims.intent_of(body, key)
+        elif row.state in occurrence.SETTLED:
             self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
             return Result.SETTLED
         now = self.clock.now()
@@ -146,12 +151,12 @@ class Worker:
             raise Busy(f"{key} is running elsewhere")
         item, why = self._job_for(row)
         if why is not None or item is None:
-            return self._skip(row, why or "schedule deleted", now)
+            return self._skip(row, why or "schedule deleted", now, stored=stored)
         overlap = self._overlap(item, row)
         if overlap == "skip":
-            return self._skip(row, "overlap", now)
+            return self._skip(row, "overlap", now, stored=stored)
         if overlap == "defer":
-            return self._defer(body, row, "overlap")
+            return self._defer(body, row, "overlap", stored=stored)
         deadline = item.deadline_seconds or DEFAULT_DEADLINES.get(item.job_class, 100)
         if self.long_jobs is None and remaining_ms() / 1000 - STOP_MARGIN_SECONDS < min(
             deadline, 5
@@ -161,11 +166,11 @@ class Worker:
             raise Busy(f"{key}: not enough time left in this invocation")
         slot = self._take_slot(item.tenant_id, key, deadline, now)
         if slot is None:
-            return self._defer(body, row, "tenant limit")
+            return self._defer(body, row, "tenant limit", stored=stored)
         if self.long_jobs is not None:
-            return self._start_long(item, key, slot, deadline, now)
+            return self._start_long(item, row, slot, deadline, now)
         try:
-            outcome = self._run_once(body, item, deadline, remaining_ms, lambda_context)
+            outcome = self._run_once(body, item, row, deadline, remaining_ms, lambda_context)
         finally:
             if slot is not quota.UNLIMITED_SLOT:
                 self.slots.give_back(item.tenant_id, slot, key)
@@ -183,13 +188,19 @@ class Worker:
     # --- long jobs --------------------------------------------------------------------------
 
     def _start_long(
-        self, item: model.Schedule, key: str, slot: int, deadline: int, now: datetime
+        self,
+        item: model.Schedule,
+        row: occurrence.Occurrence,
+        slot: int,
+        deadline: int,
+        now: datetime,
     ) -> Result:
         """Claim, then hand the run to its state machine; the slot stays held until the
         outcome message (or its expiry, should that never come)."""
         assert self.long_jobs is not None
+        key = row.key
         claimed, current = self.occurrences.claim(
-            key, now=now, until=now + long_jobs_service.START_MARGIN
+            key, now=now, until=now + long_jobs_service.START_MARGIN, intent=row
         )
         if not claimed:
             self._release_slot(item.tenant_id, key, slot)
@@ -234,11 +245,17 @@ class Worker:
 
     # --- steps -----------------------------------------------------------------------------
 
-    def _skip(self, row: occurrence.Occurrence, why: str, now: datetime) -> Result:
+    def _skip(
+        self, row: occurrence.Occurrence, why: str, now: datetime, *, stored: bool = True
+    ) -> Result:
         skipped = row.moved(
             occurrence.State.SKIPPED, finished_at=now, exit_reason=f"skipped: {why}"
         )
-        if not self.occurrences.transition(skipped, expected_state=row.state):
+        if stored:
+            written = self.occurrences.transition(skipped, expected_state=row.state)
+        else:
+            written = self.occurrences.put_new(replace(skipped, created_at=now))
+        if not written:
             raise Busy(f"{row.key} changed while being skipped")
         logger.info("skipped", extra={"action": "worker.skip", "key": row.key, "why": why})
         self.metrics.add_metric("Skipped", "Count", 1)
@@ -281,7 +298,14 @@ class Worker:
                 return number
         return None
 
-    def _defer(self, body: dict[str, Any], row: occurrence.Occurrence, why: str) -> Result:
+    def _defer(
+        self, body: dict[str, Any], row: occurrence.Occurrence, why: str, *, stored: bool = True
+    ) -> Result:
+        if not stored:
+            # A deferred fire gets its queued row now: the history shows it waiting, and
+            # buffer_one sees it holding the buffer. (If a racing delivery wrote it first,
+            # that row stands.)
+            self.occurrences.put_new(replace(row, created_at=self.clock.now()))
         delay = self.config.defer_seconds + self.rng.randint(0, self.config.defer_seconds)
         self._send_again(body, row.job_class, delay)
         logger.info("deferred", extra={"action": "worker.defer", "key": row.key, "why": why})
@@ -292,6 +316,7 @@ class Worker:
         self,
         body: dict[str, Any],
         item: model.Schedule,
+        row: occurrence.Occurrence,
         deadline: int,
         remaining_ms: Callable[[], int],
         lambda_context: Any,
@@ -302,7 +327,7 @@ class Worker:
         # Powertools reads the remaining time from a Lambda context; outside Lambda the
         # caller's remaining_ms plays that part.
         config.register_lambda_context(lambda_context or _Remaining(remaining_ms))  # type: ignore[arg-type]
-        self.idempotency.bind(remaining_ms)
+        self.idempotency.bind(remaining_ms, intent=row)
 
         def run_occurrence(message: dict[str, Any]) -> dict[str, Any]:
             claimed = self.idempotency.claimed
