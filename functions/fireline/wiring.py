@@ -19,7 +19,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from botocore.config import Config
 
-from fireline import jobs
+from fireline import jobs, ports
 from fireline.adapters import clock as clock_adapter
 from fireline.adapters import dynamodb, s3, sqs, stepfunctions, workflows_dynamodb
 from fireline.api import app as api_app
@@ -35,9 +35,16 @@ if TYPE_CHECKING:
 
 JOB_CLASSES = model.JOB_CLASSES
 # Short timeouts and standard retries: a Lambda should fail fast and let the platform retry.
+# Connections for every thread of the ticker's and workers' I/O pools (urllib3 would
+# otherwise open and drop extra connections past its default of 10).
 BOTO_CONFIG = Config(
-    retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2, read_timeout=5
+    retries={"max_attempts": 3, "mode": "standard"},
+    connect_timeout=2,
+    read_timeout=5,
+    max_pool_connections=64,
 )
+# Calls one ticker invocation keeps in flight at once (sends, advances, reads).
+TICKER_POOL_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -51,8 +58,9 @@ class Settings:
     queue_urls: dict[str, str]
     dead_letter_urls: dict[str, str]
     shards: int = model.DEFAULT_SHARDS
-    lookahead_seconds: int = 10
-    horizon_seconds: int = 180
+    ticker_groups: int = 1
+    lookahead_seconds: int = 600
+    horizon_seconds: int = 900
     tenant_limit: int = quota.DEFAULT_LIMIT
     job_class: str = "default"  # the worker's class (JOB_CLASS)
     signing_secret: str = ""
@@ -94,8 +102,9 @@ class Settings:
                 c: env.get(f"DEAD_LETTER_QUEUE_URL_{c.upper()}", "") for c in JOB_CLASSES
             },
             shards=number("DUE_SHARDS", model.DEFAULT_SHARDS),
-            lookahead_seconds=number("LOOKAHEAD_SECONDS", 10),
-            horizon_seconds=number("HORIZON_SECONDS", 180),
+            ticker_groups=number("TICKER_GROUPS", 1),
+            lookahead_seconds=number("LOOKAHEAD_SECONDS", 600),
+            horizon_seconds=number("HORIZON_SECONDS", 900),
             tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
             job_class=env.get("JOB_CLASS", "default"),
             signing_secret=env.get("WEBHOOK_SIGNING_SECRET", ""),
@@ -347,7 +356,9 @@ def node_jobs() -> workflows.NodeJobs:
     return workflows.NodeJobs(store=workflow_store(), definitions=definitions(), queue=work_queue())
 
 
-def ticker_for(owner: str) -> ticker.Ticker:
+def ticker_for(
+    owner: str, *, group: int = 0, parallel: ports.Parallel | None = None
+) -> ticker.Ticker:
     s = settings()
     return ticker.Ticker(
         schedules=schedule_store(),
@@ -358,10 +369,13 @@ def ticker_for(owner: str) -> ticker.Ticker:
         owner=owner,
         config=ticker.TickerConfig(
             shards=s.shards,
+            groups=s.ticker_groups,
+            group=group,
             lookahead_seconds=s.lookahead_seconds,
             horizon_seconds=s.horizon_seconds,
         ),
         metrics=metrics(),
+        parallel=parallel,
     )
 
 

@@ -95,6 +95,43 @@ def test_second_ticker_invocation_while_the_first_holds_the_lease_does_nothing(
     }
 
 
+def test_a_ticker_group_serves_only_its_shards_under_its_own_lease(
+    deployed: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fireline.domain import model
+    from fireline.handlers import ticker as handler
+
+    # GIVEN two ticker groups, and one due job in a shard of each
+    monkeypatch.setenv("TICKER_GROUPS", "2")
+    wiring.reset()
+    run_at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=2)
+    jobs = {}
+    while set(jobs) != {0, 1}:
+        view = wiring.schedule_service().create_job(
+            "tenant-a", JobDraft(run_at=run_at, target={"type": "python", "handler": "noop"})
+        )
+        jobs.setdefault(model.due_shard(view.job.schedule_id) % 2, view.job.schedule_id)
+    # WHEN group 1's rule invokes the ticker (its event fixture names the group)
+    result = handler.handler(events.load("ticker", "group"), events.LambdaContext(timeout_ms=6_000))
+    # THEN it held group 1's lease and sent group 1's job only
+    assert result["acquired"] is True and result["sent"] >= 1
+    assert wiring.lease_store().get("ticker-1-of-2") is not None
+    assert wiring.lease_store().get("ticker-0-of-2") is None
+    service = wiring.schedule_service()
+    assert service.get_job("tenant-a", jobs[1]).state == "queued"
+    assert service.get_job("tenant-a", jobs[0]).state == "scheduled"
+
+
+@pytest.mark.parametrize("event", [{"group": -1}, {"group": "1"}, {"group": True}])
+def test_a_ticker_event_naming_no_group_is_refused(event: dict[str, object]) -> None:
+    from fireline.domain import errors
+    from fireline.handlers import ticker as handler
+
+    with pytest.raises(errors.ValidationError) as refused:
+        handler.group_of(event)
+    assert refused.value.field == "group"
+
+
 def test_api_handler_serves_the_fixture_event(deployed: Stack) -> None:
     from fireline.handlers import api as handler
 

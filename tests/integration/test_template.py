@@ -57,6 +57,7 @@ ENVIRONMENT = {
     "DEAD_LETTER_QUEUE_URL_SHORT": {"Ref": "ShortDeadLetterQueue"},
     "DEAD_LETTER_QUEUE_URL_LONG": {"Ref": "LongDeadLetterQueue"},
     "DUE_SHARDS": {"Ref": "DueShards"},
+    "TICKER_GROUPS": {"Ref": "TickerGroups"},
     "LOOKAHEAD_SECONDS": {"Ref": "LookaheadSeconds"},
     "HORIZON_SECONDS": {"Ref": "HorizonSeconds"},
     "TENANT_CONCURRENCY_LIMIT": {"Ref": "TenantConcurrencyLimit"},
@@ -339,6 +340,7 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
     assert set(parameters) == {
         "StageName",
         "DueShards",
+        "TickerGroups",
         "LookaheadSeconds",
         "HorizonSeconds",
         "LagAlarmThresholdSeconds",
@@ -358,7 +360,10 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
     assert [
         (parameters[name]["Default"], parameters[name]["MinValue"], parameters[name]["MaxValue"])
         for name in ("LookaheadSeconds", "HorizonSeconds")
-    ] == [(10, 0, 900), (180, 0, 900)]
+    ] == [(600, 0, 900), (900, 0, 900)]
+    # One group by default; each group a rule of its own, so the count is bounded.
+    groups = parameters["TickerGroups"]
+    assert (groups["Default"], groups["AllowedValues"]) == ("1", [str(g) for g in range(1, 9)])
     assert parameters["LagAlarmThresholdSeconds"]["Default"] == "10"
     limit = parameters["TenantConcurrencyLimit"]
     # 0 means no limit.
@@ -723,14 +728,17 @@ def test_every_function_gets_the_shared_runtime_and_environment(
     assert props["Code"] == {"S3Bucket": "fireline-artifacts", "S3Key": "functions.zip"}
 
 
-def test_ticker_runs_under_a_minute_with_two_reserved_slots(translated: dict[str, Any]) -> None:
+def test_ticker_runs_under_a_minute_on_a_full_vcpu_with_two_slots_per_group(
+    translated: dict[str, Any], sam_template: dict[str, Any]
+) -> None:
     props = translated["Resources"]["TickerFunction"]["Properties"]
 
-    assert (props["Timeout"], props["MemorySize"], props["ReservedConcurrentExecutions"]) == (
-        60,
-        512,
-        2,
-    )
+    assert (props["Timeout"], props["MemorySize"]) == (60, 1769)
+    assert props["ReservedConcurrentExecutions"] == {
+        "Fn::FindInMap": ["TickerConcurrency", {"Ref": "TickerGroups"}, "Reserved"]
+    }
+    reserved = sam_template["Mappings"]["TickerConcurrency"]
+    assert {int(k): v["Reserved"] for k, v in reserved.items()} == {k: 2 * k for k in range(1, 9)}
 
 
 def test_other_functions_keep_the_global_sizes(translated: dict[str, Any]) -> None:
@@ -740,38 +748,45 @@ def test_other_functions_keep_the_global_sizes(translated: dict[str, Any]) -> No
     assert "ReservedConcurrentExecutions" not in api
 
 
-def test_two_rules_start_the_ticker_and_the_workflow_reconcile_every_minute(
+def test_a_rule_per_ticker_group_and_one_for_the_workflow_reconcile_every_minute(
     translated: dict[str, Any],
 ) -> None:
     rules = _resources_of_type(translated, "AWS::Events::Rule")
-    # function -> the rule that invokes it
-    by_target = {
-        _referenced(target["Arn"]).pop(): name
+    # rule -> (function it invokes, the constant input it sends)
+    targets = {
+        name: (_referenced(target["Arn"]).pop(), target.get("Input"))
         for name, rule in rules.items()
         for target in rule["Properties"]["Targets"]
     }
 
-    assert [r["Properties"]["ScheduleExpression"] for r in rules.values()] == [
-        "rate(1 minute)",
-        "rate(1 minute)",
-    ]
+    assert {r["Properties"]["ScheduleExpression"] for r in rules.values()} == {"rate(1 minute)"}
     assert all(len(r["Properties"]["Targets"]) == 1 for r in rules.values())
-    assert set(by_target) == {"TickerFunction", WORKFLOW_CONTROLLER}
-    permissions = [
-        p["Properties"]
-        for p in _resources_of_type(translated, "AWS::Lambda::Permission").values()
+    ticker_inputs = sorted(
+        (json.loads(given) for function, given in targets.values() if function == "TickerFunction"),
+        key=lambda i: i["group"],
+    )
+    assert ticker_inputs == [{"group": g} for g in range(8)]
+    assert {function for function, _ in targets.values()} == {
+        "TickerFunction",
+        WORKFLOW_CONTROLLER,
+    }
+    # Group g's rule and permission exist only when TickerGroups > g (group 0 always).
+    conditions = {name: rule.get("Condition") for name, rule in rules.items() if targets[name][1]}
+    assert sorted(c for c in conditions.values() if c) == [
+        f"HasTickerGroup{g}" for g in range(1, 8)
+    ]
+    permissions = {
+        name: p
+        for name, p in _resources_of_type(translated, "AWS::Lambda::Permission").items()
         if p["Properties"]["Principal"] == "events.amazonaws.com"
-    ]
+    }
     # Each rule may invoke its own function and nothing else.
-    assert sorted(permissions, key=lambda p: p["FunctionName"]["Ref"]) == [
-        {
-            "Action": "lambda:InvokeFunction",
-            "FunctionName": {"Ref": function},
-            "Principal": "events.amazonaws.com",
-            "SourceArn": {"Fn::GetAtt": [by_target[function], "Arn"]},
-        }
-        for function in sorted(by_target)
-    ]
+    by_rule = {p["Properties"]["SourceArn"]["Fn::GetAtt"][0]: p for p in permissions.values()}
+    assert set(by_rule) == set(rules)
+    for rule_name, permission in by_rule.items():
+        assert permission["Properties"]["FunctionName"] == {"Ref": targets[rule_name][0]}
+        assert permission["Properties"]["Action"] == "lambda:InvokeFunction"
+        assert permission.get("Condition") == rules[rule_name].get("Condition")
 
 
 # ---------------------------------------------------------------- workers

@@ -248,7 +248,10 @@ class LocalCloud:
                 if target_host is None:
                     continue  # another stack's, in a shared emulator
                 period = self.options.tick_period or runtime.rate_seconds(expression)
-                played_rule = runtime.ScheduleRule(target_host, name=rule["Name"], period=period)
+                constant = json.loads(target["Input"]) if target.get("Input") else None
+                played_rule = runtime.ScheduleRule(
+                    target_host, name=rule["Name"], period=period, constant_input=constant
+                )
                 played_rule.start()
                 self.rules.append(played_rule)
 

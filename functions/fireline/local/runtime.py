@@ -328,10 +328,19 @@ def rate_seconds(expression: str) -> float:
 class ScheduleRule:
     """An EventBridge schedule rule, played: invoke the target every period."""
 
-    def __init__(self, host: FunctionHost, *, name: str, period: float) -> None:
+    def __init__(
+        self,
+        host: FunctionHost,
+        *,
+        name: str,
+        period: float,
+        constant_input: dict[str, Any] | None = None,
+    ) -> None:
         self.host = host
         self.name = name
         self.period = period
+        # A target's Input replaces the scheduled event, as EventBridge does.
+        self.constant_input = constant_input
         self.invocations = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"rule-{name}")
@@ -345,6 +354,10 @@ class ScheduleRule:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.invocations += 1
+            if self.constant_input is not None:
+                self.host.invoke_async(dict(self.constant_input))
+                self._stop.wait(self.period)
+                continue
             self.host.invoke_async(
                 {
                     "version": "0",
