@@ -36,10 +36,12 @@ def test_requests_and_write_units_per_materialized_fire(
     ticks = 300
     sent = 0
     sent_per_tick: list[int] = []
+    rounds = 0
     for _ in range(ticks):
         report = tk.tick()
         sent += report.dispatched.sent
         sent_per_tick.append(report.dispatched.sent)
+        rounds += report.rounds
         system.clock.advance(1)
     log = system.log
     tables = system.stack.tables
@@ -62,9 +64,10 @@ def test_requests_and_write_units_per_materialized_fire(
     # THEN every fire was sent once, and no row was written for it
     assert sent == len(log.sent) and set(log.sent.values()) == {1}
     assert occurrence_writes == 0
-    # AND messages went out ten to a request: one SendMessageBatch per started ten per tick
-    # (one class here, and one round per tick as no shard has a full page)
-    assert log.requests["SendMessageBatch"] == sum(math.ceil(n / 10) for n in sent_per_tick)
+    # AND messages went out ten to a request: one SendMessageBatch per started ten per
+    # tick (one class here), give or take one part-filled batch per extra round
+    full = sum(math.ceil(n / 10) for n in sent_per_tick)
+    assert full <= log.requests["SendMessageBatch"] <= full + rounds - ticks
     # AND a minutely schedule advanced once per its quarter hour of fires (the 900 s
     # horizon), a per-second one once per sixty (the pickup cap): never once per fire
     assert advances <= len(minutely) + len(secondly) * (ticks // 60 + 11)

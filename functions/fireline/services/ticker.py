@@ -38,7 +38,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from aws_lambda_powertools import Logger
@@ -52,6 +52,7 @@ logger = Logger(service="fireline", child=True)
 T = TypeVar("T")
 BATCH_GET_MAX = 100
 REMEMBER_ADVANCES_SECONDS = 60.0
+MIN_PAGE = 25
 SKIP_WRITE_ATTEMPTS = 3
 
 
@@ -65,8 +66,11 @@ class TickerConfig:
     # One pickup materializes fires this far ahead of now (SQS delays at most 900 s).
     horizon_seconds: int = 900
     max_fires_per_pickup: int = 60
-    # Index entries handled per round, over all shards: bounds a round's duration.
-    round_entries: int = 400
+    # A round reads as many index entries as it can handle in about this long (measured
+    # as it goes): well inside the lease renewal period, whatever a call costs here.
+    round_seconds: float = 1.0
+    round_entries_min: int = 32
+    round_entries_max: int = 1_000
     tick_seconds: float = 1.0
     # A pass starts again from the top of the index after this long, so fires that
     # became due meanwhile are not left behind the rest of a long pass.
@@ -208,6 +212,7 @@ class Ticker:
         # lagging index may list them again for a while, and they need no read to skip.
         self._advanced_from: dict[tuple[str, str, datetime], float] = {}
         self._slowest_round = 0.0  # monotonic seconds
+        self._round_entries = self.config.round_entries_min
 
     # --- the invocation loop ---------------------------------------------------------------
 
@@ -307,16 +312,22 @@ class Ticker:
         if self._held is None:
             raise errors.LeaseLost("no lease held")
         now = self.clock.monotonic()
+        if now >= self._trusted_until:
+            raise errors.LeaseLost("lease no longer trusted")
         if now - self._renewed_at >= self.config.lease_terms.renew_every_ms / 1000:
-            # Any failure to renew ends the invocation: better a missed second than two
-            # leaders. LeaseLost and Unavailable both propagate.
+            # Refused (someone else holds it): stop at once. Unanswered (a timeout, a
+            # throttle): the lease is still ours until the trust window ends, so try
+            # again before the next phase; a network blip must not cost the minute.
             try:
                 self._held = self.leases.renew(self._held, self._now_ms(), self.config.lease_terms)
             except errors.Unavailable as exc:
-                raise errors.LeaseLost(f"renewal failed: {exc}") from exc
+                logger.warning(
+                    "lease renewal unanswered",
+                    extra={"action": "ticker.renew_failed", "error": str(exc)},
+                )
+                self.metrics.add_metric("LeaseRenewalsFailed", "Count", 1)
+                return
             self._trust(now)
-        elif now >= self._trusted_until:
-            raise errors.LeaseLost("lease no longer trusted")
 
     def _guarded(self, write: Callable[[], T]) -> Callable[[], T]:
         """A write that is issued only while the lease is trusted (checked at the moment
@@ -347,6 +358,7 @@ class Ticker:
         until = self.clock.now() + timedelta(seconds=self.config.lookahead_seconds)
         self._forget_old_advances(started)
         cursors: dict[int, str | None] = dict.fromkeys(self.config.my_shards)
+        frontier: dict[int, datetime] = {}  # each shard's last fire time read this pass
         while cursors:
             if self.clock.monotonic() - started >= self.config.pass_seconds:
                 report.drained = False
@@ -356,9 +368,12 @@ class Ticker:
                 report.out_of_time = True
                 break
             round_started = self.clock.monotonic()
-            self._round(cursors, until, report)
+            read_before = report.due_read
+            self._round(cursors, frontier, until, report)
             report.rounds += 1
-            self._slowest_round = max(self._slowest_round, self.clock.monotonic() - round_started)
+            took = self.clock.monotonic() - round_started
+            self._slowest_round = max(self._slowest_round, took)
+            self._size_rounds(report.due_read - read_before, took)
         self._emit(report)
         return report
 
@@ -369,6 +384,18 @@ class Ticker:
         if self._advanced_from and min(self._advanced_from.values()) < horizon:
             self._advanced_from = {k: t for k, t in self._advanced_from.items() if t >= horizon}
 
+    def _size_rounds(self, entries: int, took: float) -> None:
+        """The next round's size from this one's pace: at most double, and no more than
+        fits in ``round_seconds`` (a slow call, a slow CPU, throttling: it shrinks)."""
+        config = self.config
+        if entries < self._round_entries // 2 or took <= 0:
+            return  # a short round (the index ran dry) says nothing about pace
+        fits = int(config.round_seconds * entries / took)
+        self._round_entries = max(
+            config.round_entries_min,
+            min(config.round_entries_max, 2 * self._round_entries, fits),
+        )
+
     def _room_for_a_round(self, remaining_ms: Callable[[], int] | None) -> bool:
         if remaining_ms is None:
             return True
@@ -376,10 +403,20 @@ class Ticker:
         spare_ms = remaining_ms() - self.config.stop_before_end_ms
         return spare_ms > 1.5 * self._slowest_round * 1000
 
-    def _round(self, cursors: dict[int, str | None], until: datetime, report: TickReport) -> None:
+    def _round(
+        self,
+        cursors: dict[int, str | None],
+        frontier: dict[int, datetime],
+        until: datetime,
+        report: TickReport,
+    ) -> None:
         self.keep_lease()
-        shards = list(cursors)
-        page_size = max(10, math.ceil(self.config.round_entries / len(shards)))
+        # Pages of at least MIN_PAGE entries (a Query costs the same for 2 entries as for
+        # 50), from as many shards as the round's size takes: those whose stream is
+        # furthest behind in fire time, so a pass goes earliest first across shards too.
+        page_size = max(MIN_PAGE, math.ceil(self._round_entries / len(cursors)))
+        count = max(1, math.ceil(self._round_entries / page_size))
+        shards = sorted(cursors, key=lambda s: (frontier.get(s, _DAWN), s))[:count]
         pages = self._all(
             [
                 functools.partial(
@@ -395,6 +432,7 @@ class Ticker:
                 del cursors[shard]
             else:
                 cursors[shard] = page.cursor
+                frontier[shard] = page.items[-1].next_fire if page.items else until
         now = self.clock.now()
         report.due_read += len(entries)
         report.backlog += sum(1 for e in entries if e.next_fire <= now)
@@ -634,6 +672,7 @@ class Ticker:
 
 
 _MS = timedelta(milliseconds=1)
+_DAWN = datetime.min.replace(tzinfo=UTC)
 
 
 def _retried(write: Callable[[], None]) -> None:

@@ -1,0 +1,270 @@
+"""The simulated AWS side: every port call takes time, costs client CPU, may fail.
+
+The memory adapters hold the state (they keep the DynamoDB and SQS conditions, held to
+the real adapters by the contract suite); :class:`Latent` wraps one so that each call,
+made from a simulated thread:
+
+1. fails at once if its invocation was killed (nothing applied);
+2. charges the client side of an AWS SDK call (serialization, signing, HTTP, parsing:
+   CPU measured on this machine by ``calibrate``, scaled to the Lambda's share);
+3. waits half a latency drawn from a seeded log-normal (median and p99 given), then
+   applies the effect (so a racing call can land in between), then waits the other
+   half: a call killed on the way back has taken effect without its caller knowing;
+4. may be throttled by a per-partition write limit (1,000 write units a second per
+   partition key, as DynamoDB enforces), failing with ``errors.Unavailable`` before any
+   effect, as a real ThrottlingException does.
+
+The same seed gives the same draws in the same order, and the kernel runs threads in
+virtual-time order, so a run without measured CPU is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fireline.domain import errors, model
+from fireline.sim import kernel as sim_kernel
+
+T = TypeVar("T")
+_Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Log-normal round-trip times: ``median_ms`` and ``p99_ms`` pin it down."""
+
+    median_ms: float = 5.0
+    p99_ms: float = 25.0
+    cap_ms: float = 1_000.0
+
+    def draw(self, rng: random.Random) -> float:
+        """One round trip, in seconds."""
+        sigma = math.log(self.p99_ms / self.median_ms) / _Z99 if self.p99_ms > self.median_ms else 0
+        return min(self.cap_ms, self.median_ms * math.exp(sigma * rng.gauss(0.0, 1.0))) / 1000
+
+
+@dataclass(frozen=True)
+class SdkCost:
+    """Client-side CPU of one AWS call on this machine, by operation (seconds)."""
+
+    per_call: Mapping[str, float] = field(default_factory=dict)
+    default: float = 0.0
+
+    def of(self, op: str) -> float:
+        return self.per_call.get(op, self.default)
+
+
+@dataclass(frozen=True)
+class Op:
+    """How one port method shows up on the wire."""
+
+    name: str  # service.Operation, as in a request log
+    # The partitions the call writes, with the write units each: throttled over the limit.
+    writes: Callable[[tuple[Any, ...], dict[str, Any]], Sequence[str]] | None = None
+
+
+class Network:
+    def __init__(
+        self,
+        kernel: sim_kernel.Kernel,
+        *,
+        seed: int,
+        latency: LatencyModel | None = None,
+        sdk: SdkCost | None = None,
+        partition_units_per_second: float | None = None,
+        fault: Callable[[str, int], str | None] | None = None,
+    ) -> None:
+        self.kernel = kernel
+        self.latency = latency or LatencyModel()
+        self.sdk = sdk or SdkCost()
+        self.partition_units_per_second = partition_units_per_second
+        # fault(op, n) -> None | "before" (fails, no effect) | "after" (applied, then
+        # the answer is lost: a timeout the caller cannot tell from a failure) |
+        # "kill_before" / "kill_after" (the calling invocation dies there)
+        self.fault = fault
+        self._rng = random.Random(seed)
+        self._buckets: dict[str, tuple[float, float]] = {}  # partition -> (units, at)
+        self.requests: Counter[str] = Counter()
+        self.throttled: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+
+    def call(
+        self, op: Op, effect: Callable[[], T], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> T:
+        k = self.kernel
+        k.alive()
+        k.charge(self.sdk.of(op.name))
+        n = self.requests[op.name]
+        self.requests[op.name] += 1
+        half = self.latency.draw(self._rng) / 2
+        k.sleep(half)  # the request on its way
+        failure = self.fault(op.name, n) if self.fault is not None else None
+        if failure == "kill_before":
+            k.kill(k.current().process)
+            raise sim_kernel.Killed
+        if failure == "before" or (
+            op.writes is not None and self._throttled(op.writes(args, kwargs))
+        ):
+            if failure == "before":
+                self.faults[op.name] += 1
+            else:
+                self.throttled[op.name] += 1
+            k.sleep(half)
+            raise errors.Unavailable(f"{op.name} failed (simulated)")
+        try:
+            with k.unmeasured():  # the server's work, not the Lambda's
+                result = effect()
+        finally:
+            if failure == "kill_after":
+                k.kill(k.current().process)
+            k.sleep(half)  # the answer on its way back; a kill here loses it
+        if failure == "after":
+            self.faults[op.name] += 1
+            raise errors.Unavailable(f"{op.name} timed out after taking effect (simulated)")
+        return result
+
+    def _throttled(self, partitions: Sequence[str]) -> bool:
+        rate = self.partition_units_per_second
+        if rate is None or not partitions:
+            return False
+        now = self.kernel.now()
+        needed = Counter(partitions)
+        levels: dict[str, float] = {}
+        for partition, units in needed.items():
+            left, at = self._buckets.get(partition, (rate, now))
+            left = min(rate, left + (now - at) * rate)
+            if left < units:
+                return True
+            levels[partition] = left - units
+        for partition, left in levels.items():
+            self._buckets[partition] = (left, now)
+        return False
+
+
+class Latent:
+    """A port implementation whose listed methods go through the simulated network."""
+
+    def __init__(self, inner: Any, network: Network, ops: Mapping[str, Op]) -> None:
+        self._inner = inner
+        self._network = network
+        self._ops = ops
+
+    @property
+    def inner(self) -> Any:
+        return self._inner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        op = self._ops.get(name)
+        if op is None or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._network.call(op, lambda: attr(*args, **kwargs), args, kwargs)
+
+        return call
+
+
+def _schedule_writes(shards: int) -> Callable[[tuple[Any, ...], dict[str, Any]], list[str]]:
+    def writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+        tenant_id, schedule_id = args[0], args[1]
+        shard = model.due_shard(schedule_id, shards)
+        # The item's partition (tenant) and its due-index entry moving: a delete and a
+        # put in the index partition of its shard.
+        return [f"schedules/{tenant_id}", f"due/{shard}", f"due/{shard}"]
+
+    return writes
+
+
+def schedule_ops(shards: int = model.DEFAULT_SHARDS) -> dict[str, Op]:
+    return {
+        "due": Op("dynamodb.Query"),
+        "get_many": Op("dynamodb.BatchGetItem"),
+        "get": Op("dynamodb.GetItem"),
+        "list": Op("dynamodb.Query"),
+        "create": Op("dynamodb.PutItem"),
+        "replace": Op("dynamodb.PutItem"),
+        "delete": Op("dynamodb.DeleteItem"),
+        "advance": Op("dynamodb.UpdateItem", _schedule_writes(shards)),
+    }
+
+
+def _occurrence_writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    first = args[0] if args else next(iter(kwargs.values()))
+    schedule_id = getattr(first, "schedule_id", None) or str(first).split("#", 1)[0]
+    return [f"occurrences/{schedule_id}"]
+
+
+OCCURRENCE_OPS = {
+    "put_new": Op("dynamodb.PutItem", _occurrence_writes),
+    "get": Op("dynamodb.GetItem"),
+    "history": Op("dynamodb.Query"),
+    "transition": Op("dynamodb.PutItem", _occurrence_writes),
+    "dead_letters": Op("dynamodb.Query"),
+    "claim": Op("dynamodb.UpdateItem", _occurrence_writes),
+    "annotate_running": Op("dynamodb.UpdateItem", _occurrence_writes),
+    "settle": Op("dynamodb.UpdateItem", _occurrence_writes),
+}
+QUEUE_OPS = {
+    "send_batch": Op("sqs.SendMessageBatch"),
+    "receive": Op("sqs.ReceiveMessage"),
+    "delete": Op("sqs.DeleteMessage"),
+    "delete_batch": Op("sqs.DeleteMessageBatch"),
+    "change_visibility": Op("sqs.ChangeMessageVisibility"),
+}
+LEASE_OPS = {
+    "acquire": Op("dynamodb.UpdateItem"),
+    "renew": Op("dynamodb.UpdateItem"),
+    "release": Op("dynamodb.UpdateItem"),
+    "get": Op("dynamodb.GetItem"),
+}
+
+
+def _slot_writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    return [f"slots/{args[0]}"]
+
+
+SLOT_OPS = {
+    "held": Op("dynamodb.Query"),
+    "take": Op("dynamodb.PutItem", _slot_writes),
+    "give_back": Op("dynamodb.DeleteItem", _slot_writes),
+    "set_limit": Op("dynamodb.PutItem", _slot_writes),
+}
+
+
+class SimPool:
+    """ports.Parallel on simulated threads of the calling thread's invocation."""
+
+    def __init__(self, kernel: sim_kernel.Kernel, size: int) -> None:
+        self.kernel = kernel
+        self.size = size
+
+    def run(self, calls: Sequence[Callable[[], T]]) -> list[T | Exception]:
+        results: list[T | Exception] = []
+        if not calls:
+            return results
+        process = self.kernel.current().process
+        pending = list(enumerate(calls))
+        pending.reverse()
+        slots: list[T | Exception | None] = [None] * len(calls)
+
+        def worker() -> None:
+            # Only one simulated thread runs at a time: taking from the list is safe.
+            while pending:
+                index, call = pending.pop()
+                try:
+                    slots[index] = call()
+                except Exception as exc:  # handed back as the call's outcome
+                    slots[index] = exc
+
+        threads = [
+            self.kernel.spawn(worker, process=process, name=f"{process.name}-io{n}")
+            for n in range(min(self.size, len(calls)))
+        ]
+        self.kernel.join(threads)
+        return [slot for slot in slots]  # type: ignore[misc]

@@ -1,0 +1,244 @@
+"""A simulated deployment: the memory stores behind the latency model, and what was sent.
+
+Everything the code under test touches goes through :mod:`network` (latency, SDK CPU,
+partition limits, faults); the scenario's own set-up (creating schedules, reading the
+results) goes to the memory stores directly and costs no virtual time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from fireline import ports
+from fireline.adapters import memory
+from fireline.domain import model, occurrence, schedule
+from fireline.sim import kernel as sim_kernel
+from fireline.sim import network as sim_network
+
+
+@dataclass(frozen=True)
+class Sent:
+    key: str
+    fire_time: datetime
+    sent_at: float  # virtual seconds
+    visible_at: float  # virtual seconds: sent_at + DelaySeconds
+    body: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+class SendLog:
+    """The work queue, recording each message as it goes in (the effect, not the call)."""
+
+    def __init__(self, inner: memory.MemoryWorkQueue, kernel: sim_kernel.Kernel) -> None:
+        self.inner = inner
+        self.kernel = kernel
+        self.sent: list[Sent] = []
+
+    def send_batch(self, job_class: str, messages: Sequence[ports.OutboundMessage]) -> list[str]:
+        failed = set(self.inner.send_batch(job_class, messages))
+        now = self.kernel.now()
+        for message in messages:
+            if message.id in failed:
+                continue
+            body = message.body
+            self.sent.append(
+                Sent(
+                    key=body["occurrence_key"],
+                    fire_time=occurrence.parse_key(body["occurrence_key"]).fire_time,
+                    sent_at=now,
+                    visible_at=now + message.delay_seconds,
+                    body=body,
+                )
+            )
+        return sorted(failed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@dataclass
+class World:
+    start: datetime
+    seed: int = 1
+    shards: int = model.DEFAULT_SHARDS
+    latency: sim_network.LatencyModel = field(default_factory=sim_network.LatencyModel)
+    sdk: sim_network.SdkCost = field(default_factory=sim_network.SdkCost)
+    partition_units_per_second: float | None = None
+
+    def __post_init__(self) -> None:
+        self.kernel = sim_kernel.Kernel(self.start)
+        self.clock = sim_kernel.SimClock(self.kernel)
+        self.network = sim_network.Network(
+            self.kernel,
+            seed=self.seed,
+            latency=self.latency,
+            sdk=self.sdk,
+            partition_units_per_second=self.partition_units_per_second,
+        )
+        self.memory_schedules = memory.MemoryScheduleStore(self.shards)
+        self.memory_occurrences = memory.MemoryOccurrenceStore()
+        self.memory_queue = memory.MemoryWorkQueue(self.clock)
+        self.memory_leases = memory.MemoryLeaseStore()
+        self.memory_slots = memory.MemorySlotStore()
+        self.send_log = SendLog(self.memory_queue, self.kernel)
+        net = self.network
+        self.schedules = cast(
+            ports.ScheduleStore,
+            sim_network.Latent(self.memory_schedules, net, sim_network.schedule_ops(self.shards)),
+        )
+        self.occurrences = cast(
+            ports.OccurrenceStore,
+            sim_network.Latent(self.memory_occurrences, net, sim_network.OCCURRENCE_OPS),
+        )
+        self.queue = cast(
+            ports.WorkQueue, sim_network.Latent(self.send_log, net, sim_network.QUEUE_OPS)
+        )
+        self.leases = cast(
+            ports.LeaseStore, sim_network.Latent(self.memory_leases, net, sim_network.LEASE_OPS)
+        )
+        self.slots = cast(
+            ports.SlotStore, sim_network.Latent(self.memory_slots, net, sim_network.SLOT_OPS)
+        )
+        # Fires the set-up counts as already sent before the simulated window (a steady
+        # state starts with the next minutes materialized).
+        self.present: set[str] = set()
+
+    def at(self, seconds: float) -> datetime:
+        return self.start + timedelta(seconds=seconds)
+
+    def seconds(self, moment: datetime) -> float:
+        return (moment - self.start) / timedelta(seconds=1)
+
+    def add(self, items: Iterable[model.Schedule]) -> None:
+        for item in items:
+            self.memory_schedules.create(item)
+
+    def close(self) -> None:
+        self.kernel.close()
+
+
+def every_minute_at(
+    count: int,
+    *,
+    start: datetime,
+    tenants: int = 10_000,
+    timezone: str = "UTC",
+    prefix: str = "min",
+) -> list[model.Schedule]:
+    """``count`` every-minute schedules spread evenly over the 60 seconds of a minute."""
+    made: list[model.Schedule] = []
+    for n in range(count):
+        second = n * 60 // count
+        spec_text = f"cron({second} * * * * *)"
+        timing = schedule.Timing(spec=schedule.parse_spec(spec_text), timezone=timezone)
+        made.append(
+            model.Schedule(
+                tenant_id=f"tenant-{n % tenants:05d}",
+                schedule_id=f"{prefix}{n:07d}",
+                timing=timing,
+                spec_text=spec_text,
+                next_fire=schedule.next_fire(timing, start - timedelta(microseconds=1)),
+                created_at=start,
+            )
+        )
+    return made
+
+
+def steady_state(
+    world: World, items: list[model.Schedule], *, lookahead: int, horizon: int
+) -> list[model.Schedule]:
+    """Move each schedule to where a running ticker would have left it: its next fire
+    spread over (lookahead, horizon + period] ahead of the start, the fires before
+    that already sent (counted in ``world.present``)."""
+    settled: list[model.Schedule] = []
+    span = horizon - lookahead
+    for n, item in enumerate(items):
+        assert item.next_fire is not None
+        ahead = lookahead + (n * 7919 % 1000) / 1000 * (span + 60)
+        after = world.start + timedelta(seconds=ahead)
+        nxt = schedule.next_fire(item.timing, after)
+        fire: datetime | None = item.next_fire
+        while fire is not None and nxt is not None and fire < nxt:
+            world.present.add(occurrence.occurrence_key(item.schedule_id, item.version, fire))
+            fire = schedule.next_fire(item.timing, fire)
+        settled.append(item.advanced(nxt, world.start))
+    return settled
+
+
+def fires_between(
+    items: Iterable[model.Schedule], first: datetime, last: datetime
+) -> dict[str, datetime]:
+    """Every fire of ``items`` in [first, last] by occurrence key (from each next fire)."""
+    expected: dict[str, datetime] = {}
+    for item in items:
+        fire = item.next_fire
+        while fire is not None and fire <= last:
+            if fire >= first:
+                expected[occurrence.occurrence_key(item.schedule_id, item.version, fire)] = fire
+            fire = schedule.next_fire(item.timing, fire)
+    return expected
+
+
+@dataclass(frozen=True)
+class Spread:
+    count: int
+    p50: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        if not values:
+            return cls(0, 0.0, 0.0, 0.0)
+        ordered = sorted(values)
+
+        def pick(q: float) -> float:
+            return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+        return cls(len(ordered), pick(0.50), pick(0.99), ordered[-1])
+
+    def as_dict(self, digits: int = 3) -> dict[str, float]:
+        return {
+            "count": self.count,
+            "p50": round(self.p50, digits),
+            "p99": round(self.p99, digits),
+            "max": round(self.max, digits),
+        }
+
+
+@dataclass
+class Delivery:
+    """What the ticker delivered against what it should have."""
+
+    expected: int
+    lost: list[str]
+    duplicate_messages: int
+    lateness: Spread  # seconds from fire time to visible, clipped at 0 (never early)
+    early: Spread  # seconds visible before the fire time
+
+    @classmethod
+    def of(cls, world: World, expected: dict[str, datetime]) -> Delivery:
+        counts = Counter(s.key for s in world.send_log.sent)
+        first_visible: dict[str, float] = {}
+        for sent in world.send_log.sent:
+            if sent.key in expected:
+                first_visible[sent.key] = min(
+                    first_visible.get(sent.key, math.inf), sent.visible_at
+                )
+        late, early = [], []
+        for key, visible in first_visible.items():
+            delta = visible - world.seconds(expected[key])
+            late.append(max(0.0, delta))
+            early.append(max(0.0, -delta))
+        lost = [k for k in expected if k not in first_visible and k not in world.present]
+        return cls(
+            expected=len(expected),
+            lost=lost,
+            duplicate_messages=sum(n - 1 for n in counts.values() if n > 1),
+            lateness=Spread.of(late),
+            early=Spread.of(early),
+        )
