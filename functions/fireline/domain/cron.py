@@ -86,7 +86,7 @@ class CompiledCron:
 
     def _days(self, year: int, month: int) -> tuple[int, ...]:
         if self.day_rule is None:
-            return _all_days(calendar.monthrange(year, month)[1])
+            return _all_days(year, month)
         return _matching_days(self.day_rule, year, month)
 
 
@@ -113,9 +113,9 @@ def compile_cron(expression: str) -> CompiledCron:
     )
 
 
-@functools.cache
-def _all_days(length: int) -> tuple[int, ...]:
-    return tuple(range(1, length + 1))
+@functools.lru_cache(maxsize=4096)
+def _all_days(year: int, month: int) -> tuple[int, ...]:
+    return tuple(range(1, calendar.monthrange(year, month)[1] + 1))
 
 
 @functools.lru_cache(maxsize=65536)

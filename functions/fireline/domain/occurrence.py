@@ -64,9 +64,12 @@ def check_transition(current: State, requested: State) -> None:
 
 
 def format_fire_time(fire_time: datetime) -> str:
+    """FIRE_TIME_FORMAT, written out by hand: isoformat is several times cheaper than
+    strftime, and the ticker formats every fire it sends."""
     if fire_time.tzinfo is None:
         raise errors.ValidationError("needs a UTC offset", field="fire_time")
-    return fire_time.astimezone(UTC).strftime(FIRE_TIME_FORMAT)
+    utc = fire_time if fire_time.tzinfo is UTC else fire_time.astimezone(UTC)
+    return utc.replace(tzinfo=None, microsecond=0).isoformat() + "Z"
 
 
 def occurrence_key(schedule_id: str, version: int, fire_time: datetime) -> str:

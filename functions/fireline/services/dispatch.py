@@ -284,10 +284,12 @@ def _send_now(
         queue,
         job_class,
         [
-            replace(out.message, delay_seconds=delay_until(out.deliver_at, now))
+            ports.OutboundMessage(
+                body=out.message.body, delay_seconds=delay_until(out.deliver_at, now), id=str(i)
+            )
             if out.deliver_at is not None and now is not None
-            else out.message
-            for out in batch
+            else replace(out.message, id=str(i))
+            for i, out in enumerate(batch)
         ],
     )
 
@@ -321,7 +323,8 @@ def delay_until(deliver_at: datetime, now: datetime) -> int:
 
 
 def _send(queue: Sender, job_class: str, batch: list[ports.OutboundMessage]) -> None:
-    messages = {str(i): replace(m, id=str(i)) for i, m in enumerate(batch)}
+    """Send one batch whose entries have ids (retrying the entries SQS refused)."""
+    messages = {m.id: m for m in batch}
     pending = list(messages.values())
     for _ in range(SEND_ATTEMPTS):
         failed = queue.send_batch(job_class, pending)

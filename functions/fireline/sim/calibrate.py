@@ -1,0 +1,205 @@
+"""The client-side CPU of each AWS call the ticker and workers make, measured here.
+
+An SDK call spends CPU in the caller's process before and after the network: parameter
+validation and serialization, SigV4 signing, the HTTP exchange, parsing, and our own
+adapter's encoding and decoding of items. On a Lambda's fraction of a vCPU that is the
+ticker's main cost, so the simulator charges it per call. It is measured by making each
+call through the real adapters (boto3, DynamoDB and SQS) against moto's server running in
+other threads, and reading this thread's CPU clock alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fireline import ports
+from fireline.domain import model, occurrence, schedule
+from fireline.sim import network as sim_network
+
+REGION = "us-east-1"
+
+
+@contextlib.contextmanager
+def _moto_server() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        # Its own API has no address getter; the port is the one the OS chose.
+        wsgi = server._server
+        assert wsgi is not None
+        yield f"http://127.0.0.1:{int(wsgi.server_address[1])}"
+    finally:
+        server.stop()
+
+
+def _clients(endpoint: str) -> tuple[Any, Any]:
+    import boto3
+
+    from fireline import wiring
+
+    session = boto3.session.Session(
+        aws_access_key_id="calibration", aws_secret_access_key="calibration", region_name=REGION
+    )
+    config = wiring.BOTO_CONFIG
+    return (
+        session.client("dynamodb", endpoint_url=endpoint, config=config),
+        session.client("sqs", endpoint_url=endpoint, config=config),
+    )
+
+
+def _tables(ddb: Any) -> None:
+    ddb.create_table(
+        TableName="schedules",
+        KeySchema=[
+            {"AttributeName": "tenant_id", "KeyType": "HASH"},
+            {"AttributeName": "schedule_id", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "tenant_id", "AttributeType": "S"},
+            {"AttributeName": "schedule_id", "AttributeType": "S"},
+            {"AttributeName": "due_shard", "AttributeType": "N"},
+            {"AttributeName": "next_fire_ms", "AttributeType": "N"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "due",
+                "KeySchema": [
+                    {"AttributeName": "due_shard", "KeyType": "HASH"},
+                    {"AttributeName": "next_fire_ms", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.create_table(
+        TableName="occurrences",
+        KeySchema=[
+            {"AttributeName": "schedule_id", "KeyType": "HASH"},
+            {"AttributeName": "occurrence_sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "schedule_id", "AttributeType": "S"},
+            {"AttributeName": "occurrence_sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def _cpu_per_call(call: Callable[[int], object], repeats: int) -> float:
+    """Median of this thread's CPU per call, over a few batches (robust to a GC pause)."""
+    call(0)  # warm: first calls load models and open connections
+    batches = []
+    per_batch = max(1, repeats // 5)
+    done = 1
+    for _ in range(5):
+        started = time.thread_time()
+        for _ in range(per_batch):
+            call(done)
+            done += 1
+        batches.append((time.thread_time() - started) / per_batch)
+    return statistics.median(batches)
+
+
+def measure(repeats: int = 200) -> sim_network.SdkCost:
+    """Client CPU (seconds of this machine's CPU) of each operation the ticker and the
+    workers make, through the production adapters."""
+    from fireline.adapters import dynamodb, sqs
+
+    start = datetime(2026, 5, 1, 12, tzinfo=UTC)
+    with _moto_server() as endpoint:
+        ddb, sqs_client = _clients(endpoint)
+        _tables(ddb)
+        queue_url = sqs_client.create_queue(QueueName="default")["QueueUrl"]
+        schedules = dynamodb.DynamoScheduleStore(ddb, "schedules")
+        occurrences = dynamodb.DynamoOccurrenceStore(ddb, "occurrences")
+        queue = sqs.SqsWorkQueue(sqs_client, {"default": queue_url})
+        timing = schedule.Timing(spec=schedule.parse_spec("cron(0 * * * * *)"))
+        items = [
+            model.Schedule(
+                tenant_id=f"tenant-{n % 10}",
+                schedule_id=f"sch{n:05d}",
+                timing=timing,
+                spec_text="cron(0 * * * * *)",
+                target={"type": "python", "handler": "noop"},
+                next_fire=start + timedelta(minutes=n % 7),
+            )
+            for n in range(400)
+        ]
+        for item in items:
+            schedules.create(item)
+        keys = [(i.tenant_id, i.schedule_id) for i in items]
+        body = {
+            "v": 1,
+            "occurrence_key": occurrence.occurrence_key("sch00001", 1, start),
+            "tenant_id": "tenant-1",
+            "schedule_id": "sch00001",
+            "version": 1,
+            "fire_time": occurrence.format_fire_time(start),
+            "job_class": "default",
+        }
+        messages = [ports.OutboundMessage(body=body, delay_seconds=5) for _ in range(10)]
+
+        def advance(n: int) -> object:
+            item = items[n % len(items)]
+            return schedules.advance(
+                item.tenant_id,
+                item.schedule_id,
+                expected_next_fire=start,  # refused or not, the call costs the same
+                expected_version=1,
+                next_fire=start + timedelta(minutes=1),
+                now=start,
+            )
+
+        def put(n: int) -> object:
+            row = occurrence.new(
+                tenant_id="tenant-1",
+                schedule_id="sch00001",
+                version=1,
+                fire_time=start + timedelta(seconds=n),
+                job_class="default",
+                created_at=start,
+            )
+            return occurrences.put_new(row)
+
+        def claim(n: int) -> object:
+            row = occurrence.new(
+                tenant_id="tenant-1",
+                schedule_id="sch00002",
+                version=1,
+                fire_time=start + timedelta(seconds=n),
+                job_class="default",
+                created_at=start,
+            )
+            return occurrences.claim(row.key, now=start, until=start, intent=row)
+
+        measured = {
+            "dynamodb.Query": _cpu_per_call(
+                lambda n: schedules.due(n % 16, until=start + timedelta(hours=1), limit=25),
+                repeats,
+            ),
+            "dynamodb.BatchGetItem": _cpu_per_call(
+                lambda n: schedules.get_many(keys[(n * 100) % 300 : (n * 100) % 300 + 100]),
+                repeats // 4,
+            ),
+            "dynamodb.GetItem": _cpu_per_call(
+                lambda n: schedules.get(*keys[n % len(keys)]), repeats
+            ),
+            # Two calls per repeat: an advance and a claim (which writes the row).
+            "dynamodb.UpdateItem": _cpu_per_call(lambda n: (advance(n), claim(n)), repeats) / 2,
+            "dynamodb.PutItem": _cpu_per_call(put, repeats),
+            "sqs.SendMessageBatch": _cpu_per_call(
+                lambda n: queue.send_batch("default", messages), repeats
+            ),
+        }
+    everything = sorted(measured.values())
+    return sim_network.SdkCost(per_call=measured, default=everything[len(everything) // 2])
