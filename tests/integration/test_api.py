@@ -883,6 +883,30 @@ BAD_INPUT = [
         query={"cursor": cursor_of({"schedule_id": "sch_other", "occurrence_sk": "x"})},
     ),
     bad("body over 128 KiB", 413, "body", body_with(payload={"blob": "x" * (130 * 1024)})),
+    bad(
+        "long deadline past the runner's limit",
+        400,
+        "deadline_seconds",
+        body_with(job_class="long", deadline_seconds=3600),
+    ),
+    bad(
+        "deadline past the worker's limit", 400, "deadline_seconds", body_with(deadline_seconds=600)
+    ),
+    bad(
+        "update with a deadline past the limit",
+        400,
+        "deadline_seconds",
+        body_with(job_class="short", deadline_seconds=21),
+        method="PUT",
+        path="/schedules/{id}",
+    ),
+    bad(
+        "job deadline past the runner's limit",
+        400,
+        "deadline_seconds",
+        {"delay_seconds": 5, "job_class": "long", "deadline_seconds": 841, "target": PYTHON},
+        path="/jobs",
+    ),
 ]
 
 

@@ -31,7 +31,7 @@ DIAMOND: dict[str, Any] = {
             "target": {"type": "http", "url": "https://hooks.example.com/score"},
             "job_class": "short",
             "retry": {"max_attempts": 5, "base_seconds": 1, "jitter": "none"},
-            "deadline_seconds": 600,
+            "deadline_seconds": 15,
         },
         {"id": "load", "target": PYTHON},
     ],
@@ -195,7 +195,7 @@ def test_registering_the_diamond_stores_version_1_then_version_2(api: Api) -> No
         "timeout_seconds": 30,
         "headers": {},
     }
-    assert (score.job_class, score.deadline_seconds) == ("short", 600)
+    assert (score.job_class, score.deadline_seconds) == ("short", 15)
     assert (score.retry.max_attempts, score.retry.base_seconds) == (5, 1.0)
     assert score.retry.jitter.value == "none"
     assert stored.specs["clean.v2"].payload == {"table": "users"}
@@ -281,6 +281,12 @@ BAD_DEFINITIONS = [
     bad("upload_id with edges", 422, "upload_id", {"upload_id": "abc", "edges": []}),
     bad("bad upload_id", 422, "upload_id", {"upload_id": "../etc"}),
     bad("not JSON", 422, "body", "{nodes"),
+    bad(
+        "deadline past its class's limit",
+        400,
+        "nodes[1].deadline_seconds",
+        {"nodes": [node("a"), node("b", job_class="long", deadline_seconds=3600)]},
+    ),
 ]
 
 

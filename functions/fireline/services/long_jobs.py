@@ -46,6 +46,13 @@ def execution_name(key: str, generation: int) -> str:
     return f"occ-{digest}-g{generation}"
 
 
+def heartbeat_interval(configured: int, deadline: int) -> int:
+    """The heartbeat interval an attempt is held to: the deployment's, but always shorter
+    than the attempt's deadline (Step Functions requires HeartbeatSeconds below
+    TimeoutSeconds), and at least a second."""
+    return max(1, min(configured, deadline - 1))
+
+
 @dataclass(frozen=True)
 class LongJobConfig:
     heartbeat_seconds: int = DEFAULT_HEARTBEAT_SECONDS
@@ -82,7 +89,7 @@ class LongJobs:
             "attempt": 1,
             "max_attempts": policy.max_attempts,
             "retry_delays": [0, *delays],
-            "heartbeat_seconds": self.config.heartbeat_seconds,
+            "heartbeat_seconds": heartbeat_interval(self.config.heartbeat_seconds, deadline),
             "deadline_seconds": deadline,
         }
         execution = self.supervisor.start(
@@ -152,7 +159,7 @@ class LongJobs:
             payload=item.payload,
             report_progress=progress,
         )
-        deadline = float(body.get("deadline_seconds", 3600))
+        deadline = float(body.get("deadline_seconds", model.DEADLINES["long"]))
         try:
             output = self.runner.run(
                 item.target, context, timeout=min(deadline, remaining_ms() / 1000 - 5)

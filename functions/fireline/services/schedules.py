@@ -211,6 +211,7 @@ class ScheduleService:
                 raise errors.ValidationError("must not be negative", field="delay_seconds")
             run_at = (now + timedelta(seconds=draft.delay_seconds)).replace(microsecond=0)
         self._check_target(draft.target)
+        model.check_deadline(draft.job_class, draft.deadline_seconds)
         spec = schedule.AtSpec(when=run_at)
         job = model.Schedule(
             tenant_id=tenant_id,
@@ -354,6 +355,7 @@ class ScheduleService:
         self, tenant_id: str, schedule_id: str, draft: ScheduleDraft, now: datetime, version: int
     ) -> model.Schedule:
         self._check_target(draft.target)
+        model.check_deadline(draft.job_class, draft.deadline_seconds)
         if natural.looks_natural(draft.spec):
             spec = natural.translate(draft.spec, now).spec
         else:

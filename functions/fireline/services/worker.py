@@ -43,10 +43,6 @@ from fireline.services import long_jobs as long_jobs_service
 
 logger = Logger(service="fireline", child=True)
 
-# Class defaults for a job's deadline (one attempt's run time) when its schedule has none.
-# Within each class's worker timeout (30 s and 120 s in the template), so a job that
-# keeps to its deadline always has its outcome recorded by the invocation that ran it.
-DEFAULT_DEADLINES = {"short": 20, "default": 100, "long": 3600}
 DEFER_SECONDS = 10
 # A slot outlives the job's deadline by this much, then frees itself (a crashed holder).
 SLOT_MARGIN_SECONDS = 60
@@ -152,7 +148,7 @@ class Worker:
             return self._skip(row, "overlap", now)
         if overlap == "defer":
             return self._defer(body, row, "overlap")
-        deadline = item.deadline_seconds or DEFAULT_DEADLINES.get(item.job_class, 100)
+        deadline = model.deadline_for(item.job_class, item.deadline_seconds)
         if self.long_jobs is None and remaining_ms() / 1000 - STOP_MARGIN_SECONDS < min(
             deadline, 5
         ):

@@ -669,6 +669,10 @@ class WorkflowService:
         edges: list[tuple[str, str]],
     ) -> workflow.DefinitionMeta:
         """Validate and store a new version (the first is 1). Bad input changes nothing."""
+        for index, spec in enumerate(specs):
+            model.check_deadline(
+                spec.job_class, spec.deadline_seconds, field=f"nodes[{index}].deadline_seconds"
+            )
         latest = self.store.latest_definition(tenant_id, workflow_id)
         version = (latest.version if latest else 0) + 1
         definition = workflow.Definition.build(tenant_id, workflow_id, version, specs, edges)
