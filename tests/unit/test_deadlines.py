@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from fireline.adapters import memory
-from fireline.domain import errors, occurrence, workflow
-from fireline.services import dispatch, long_jobs, schedules, targets, worker, workflows
+from fireline.domain import errors, workflow
+from fireline.services import long_jobs, schedules, worker, workflows
+from helpers.memory_system import MemorySystem
 from helpers.supervisors import RecordingSupervisor
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -95,50 +96,17 @@ def test_a_workflow_node_whose_deadline_its_class_cannot_give_is_refused_by_posi
 
 def start_long(deadline: int | None, heartbeat_seconds: int = 60) -> dict[str, Any]:
     """A long job due now, handed to the long class's worker; what its execution got."""
-    clock = memory.FakeClock(NOW)
-    store = memory.MemoryScheduleStore()
-    rows = memory.MemoryOccurrenceStore()
-    queue = memory.MemoryWorkQueue(clock)
+    system = MemorySystem()
     supervisor = RecordingSupervisor()
     jobs = long_jobs.LongJobs(
-        schedules=store,
-        occurrences=rows,
+        schedules=system.schedules,
+        occurrences=system.occurrences,
         supervisor=supervisor,
-        clock=clock,
+        clock=system.clock,
         config=long_jobs.LongJobConfig(heartbeat_seconds=heartbeat_seconds),
     )
-    api = schedules.ScheduleService(schedules=store, occurrences=rows, queue=queue, clock=clock)
-    view = api.create_job(
-        "tenant-a",
-        schedules.JobDraft(
-            delay_seconds=0, job_class="long", target=PYTHON, deadline_seconds=deadline
-        ),
-    )
-    row = occurrence.new(
-        tenant_id="tenant-a",
-        schedule_id=view.job.schedule_id,
-        version=view.job.version,
-        fire_time=NOW,
-        job_class="long",
-        created_at=NOW,
-    )
-    rows.put_new(row)
-    long_worker = worker.Worker(
-        schedules=store,
-        occurrences=rows,
-        queue=queue,
-        slots=memory.MemorySlotStore(),
-        clock=clock,
-        runner=targets.TargetRunner(
-            registry=targets.Registry(),
-            signing_secret=b"0123456789abcdef",
-            lambda_client=lambda: None,
-            sqs_client=lambda: None,
-        ),
-        config=worker.WorkerConfig(job_class="long"),
-        long_jobs=jobs,
-    )
-    result = long_worker.handle(dispatch.job_message(row), remaining_ms=lambda: 60_000)
+    body = system.due_job(job_class="long", deadline_seconds=deadline)
+    result = system.worker(job_class="long", long=jobs).handle(body, remaining_ms=lambda: 60_000)
     assert result is worker.Result.STARTED
     (given,) = supervisor.inputs
     return given

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+import botocore.exceptions
+
 from fireline.domain import errors
 
 SIGNATURE_HEADER = "X-Fireline-Signature"
@@ -151,7 +153,7 @@ class TargetRunner:
         *,
         registry: Registry,
         signing_secret: bytes,
-        lambda_client: Callable[[], Any],
+        lambda_client: Callable[[float], Any],
         sqs_client: Callable[[], Any],
         workflows: Callable[[], WorkflowStarter] | None = None,
     ) -> None:
@@ -171,7 +173,7 @@ class TargetRunner:
         if kind == "http":
             return self._http(target, context, timeout)
         if kind == "lambda":
-            return self._invoke(target, context)
+            return self._invoke(target, context, timeout)
         if kind == "sqs":
             return self._send(target, context)
         if kind == "workflow":
@@ -229,12 +231,20 @@ class TargetRunner:
                 raise DeadlineExceeded(f"{target['url']} did not answer in {limit:.0f} s") from exc
             raise TargetFailed(f"{target['url']}: {exc.reason}") from exc
 
-    def _invoke(self, target: dict[str, Any], context: JobContext) -> Any:
-        response = self._lambda().invoke(
-            FunctionName=target["function_arn"],
-            InvocationType="RequestResponse",
-            Payload=json.dumps(context.as_message()).encode(),
-        )
+    def _invoke(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
+        """Invoke synchronously, waiting up to ``timeout`` for the function to end. The
+        client never resends (see wiring): a read timeout leaves the function running and
+        ends this attempt with the deadline, as a slow webhook does."""
+        try:
+            response = self._lambda(timeout).invoke(
+                FunctionName=target["function_arn"],
+                InvocationType="RequestResponse",
+                Payload=json.dumps(context.as_message()).encode(),
+            )
+        except botocore.exceptions.ReadTimeoutError as exc:
+            raise DeadlineExceeded(
+                f"{target['function_arn']} did not answer in {timeout:.0f} s"
+            ) from exc
         payload = response["Payload"].read().decode() if "Payload" in response else ""
         if response.get("FunctionError"):
             raise TargetFailed(f"{target['function_arn']} failed: {payload[:512]}")
