@@ -295,6 +295,7 @@ def schedule_service() -> schedules.ScheduleService:
         clock=clock(),
         handlers=registry(),
         long_jobs=long_jobs() if settings().long_job_state_machine_arn else None,
+        workflows=workflow_service() if settings().workflows_table else None,
     )
 
 

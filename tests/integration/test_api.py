@@ -806,6 +806,44 @@ BAD_INPUT = [
     ),
     bad("unknown target type", 422, "target", body_with(target={"type": "ftp"})),
     bad(
+        "http header value with CR/LF",
+        422,
+        "target.headers",
+        body_with(
+            target={"type": "http", "url": "https://x.example", "headers": {"A": "1\r\nB: 2"}}
+        ),
+    ),
+    bad(
+        "http header without a name",
+        422,
+        "target.headers",
+        body_with(target={"type": "http", "url": "https://x.example", "headers": {"": "v"}}),
+    ),
+    bad(
+        "http header name with a space",
+        422,
+        "target.headers",
+        body_with(target={"type": "http", "url": "https://x.example", "headers": {"X Y": "v"}}),
+    ),
+    bad(
+        "http header Fireline sets",
+        422,
+        "target.headers",
+        body_with(
+            target={"type": "http", "url": "https://x.example", "headers": {"idempotency-key": "k"}}
+        ),
+    ),
+    bad(
+        "job http header value with CR/LF",
+        422,
+        "target.headers",
+        {
+            "delay_seconds": 5,
+            "target": {"type": "http", "url": "https://x.example", "headers": {"A": "\n"}},
+        },
+        path="/jobs",
+    ),
+    bad(
         "end before start",
         400,
         "end",

@@ -8,10 +8,15 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from fireline import wiring
-from fireline.domain import occurrence, retry
+from fireline.adapters import memory
+from fireline.domain import errors, model, occurrence, retry, schedule, workflow
+from fireline.services import targets, workflows
+from fireline.services.schedules import JobDraft, ScheduleDraft
 from fireline.services.worker import Result
 from helpers.memory_system import REMAINING_MS, MemorySystem
 
@@ -96,3 +101,181 @@ def test_a_lambda_target_slower_than_its_deadline_is_invoked_once_and_fails_with
     assert result is Result.RETRYING
     row = system.row(body)
     assert (row.state, row.exit_reason, row.attempts) == (occurrence.State.FAILED, "deadline", 1)
+
+
+# --- every failure of a target is an outcome -----------------------------------------------
+
+
+def stubbed(service: str, operation: str, code: str, status: int) -> Any:
+    """A real botocore client whose call answers with the error AWS gives."""
+    client = boto3.client(service, region_name="us-east-1")
+    stubber = Stubber(client)
+    for _ in range(3):
+        stubber.add_client_error(operation, service_error_code=code, http_status_code=status)
+    stubber.activate()
+    return client
+
+
+def missing_workflows() -> workflows.WorkflowService:
+    clock = memory.FakeClock()
+    return workflows.WorkflowService(
+        store=memory.MemoryWorkflowStore(),
+        documents=memory.MemoryDocumentStore(),
+        queue=memory.MemoryWorkQueue(clock),
+        clock=clock,
+    )
+
+
+QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/gone"
+FAILING_TARGETS = [
+    pytest.param(
+        {"type": "lambda", "function_arn": FUNCTION_ARN},
+        {
+            "lambda_client": lambda timeout: stubbed(
+                "lambda", "invoke", "ResourceNotFoundException", 404
+            )
+        },
+        "ResourceNotFoundException",
+        id="missing lambda",
+    ),
+    pytest.param(
+        {"type": "lambda", "function_arn": FUNCTION_ARN},
+        {
+            "lambda_client": lambda timeout: stubbed(
+                "lambda", "invoke", "AccessDeniedException", 403
+            )
+        },
+        "AccessDeniedException",
+        id="access error",
+    ),
+    pytest.param(
+        {"type": "sqs", "queue_url": QUEUE_URL},
+        {
+            "sqs_client": lambda: stubbed(
+                "sqs", "send_message", "AWS.SimpleQueueService.NonExistentQueue", 400
+            )
+        },
+        "NonExistentQueue",
+        id="missing queue",
+    ),
+    pytest.param(
+        {"type": "workflow", "workflow_id": "gone"},
+        {"workflows": missing_workflows},
+        "no workflow 'gone'",
+        id="missing workflow",
+    ),
+    pytest.param(
+        {"type": "http", "url": "http://127.0.0.1:9/hook", "headers": {"X-Tag": "a\r\nX-Evil: 1"}},
+        {},
+        "header",
+        id="CR/LF in a header",
+    ),
+    pytest.param(
+        {"type": "http", "url": "http://127.0.0.1:9/hook", "headers": {"": "value"}},
+        {},
+        "header",
+        id="empty header name",
+    ),
+]
+
+
+@pytest.mark.parametrize(("target", "clients", "reason"), FAILING_TARGETS)
+def test_a_target_that_fails_in_any_way_is_retried_then_dead_and_listed(
+    target: dict[str, Any], clients: dict[str, Any], reason: str
+) -> None:
+    system = MemorySystem()
+    # GIVEN a stored job whose target fails when called (stored as it is: a target from
+    # before registration checked it, or one that went away since)
+    job = model.Schedule(
+        tenant_id="tenant-a",
+        schedule_id="job_failing",
+        timing=schedule.Timing(spec=schedule.AtSpec(when=system.clock.now())),
+        spec_text="at(2026-05-01T12:00:00Z)",
+        kind=model.Kind.JOB,
+        target=target,
+        retry=retry.RetryPolicy(max_attempts=3, base_seconds=1),
+        next_fire=system.clock.now(),
+    )
+    system.schedules.create(job)
+    body = system.materialize(job.schedule_id)
+    runner = targets.TargetRunner(
+        registry=system.registry,
+        signing_secret=b"0123456789abcdef",
+        **{"lambda_client": lambda timeout: None, "sqs_client": lambda: None, **clients},
+    )
+    worker = system.worker(runner=runner)
+    # WHEN each delivery runs it
+    results = []
+    for _ in range(3):
+        results.append(worker.handle(body, remaining_ms=lambda: REMAINING_MS))
+        system.clock.advance(60)
+    # THEN each attempt was an outcome: retried with backoff, then dead after the third,
+    # with the reason recorded, and listed as a dead letter
+    assert results == [Result.RETRYING, Result.RETRYING, Result.DEAD]
+    row = system.row(body)
+    assert (row.state, row.attempts) == (occurrence.State.DEAD, 3)
+    assert row.exit_reason is not None and row.exit_reason.startswith("error: ")
+    assert reason in row.exit_reason
+    assert [r.key for r in system.service.dead_letters("tenant-a").items] == [row.key]
+    # AND a fourth delivery (the last retry's message) runs nothing
+    assert worker.handle(body, remaining_ms=lambda: REMAINING_MS) is Result.SETTLED
+
+
+def test_an_attempt_that_ended_without_an_outcome_counts_and_the_cap_holds() -> None:
+    system = MemorySystem()
+    calls = []
+
+    def killed(context: targets.JobContext) -> None:
+        calls.append(context.attempt)
+        raise Killed  # the invocation dies mid-job: no outcome recorded
+
+    system.registry.register("killed")(killed)
+    # GIVEN a job allowed one attempt, whose invocation is killed while it runs
+    body = system.due_job(
+        target={"type": "python", "handler": "killed"}, retry=retry.RetryPolicy(max_attempts=1)
+    )
+    worker = system.worker()
+    with pytest.raises(Killed):
+        worker.handle(body, remaining_ms=lambda: 10_000)
+    # WHEN SQS redelivers after the dead invocation's claim ran out
+    system.clock.advance(11)
+    result = worker.handle(body, remaining_ms=lambda: REMAINING_MS)
+    # THEN no second attempt runs: the occurrence is dead and listed, its attempts capped
+    assert result is Result.DEAD
+    assert calls == [1]
+    row = system.row(body)
+    assert (row.state, row.attempts) == (occurrence.State.DEAD, 1)
+    assert [r.key for r in system.service.dead_letters("tenant-a").items] == [row.key]
+
+
+class Killed(BaseException):
+    """The Lambda is killed mid-job (timeout, OOM): nothing after this line runs."""
+
+
+# --- refused at registration ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"X-Tag": "a\r\nX-Evil: 1"}, {"": "v"}, {"X Tag": "v"}, {"X-Fireline-Signature": "forged"}],
+    ids=["CR/LF in a value", "empty name", "space in a name", "a header Fireline sets"],
+)
+def test_an_http_target_whose_headers_no_call_could_send_is_refused_in_code(
+    headers: dict[str, str],
+) -> None:
+    system = MemorySystem()
+    target = {"type": "http", "url": "https://hooks.example.com/x", "headers": headers}
+    # WHEN a schedule, a job and a workflow node are registered with it
+    with pytest.raises(errors.ValidationError) as refused:
+        system.service.create("tenant-a", ScheduleDraft(spec="rate(1 hour)", target=target))
+    assert refused.value.field == "target.headers"
+    with pytest.raises(errors.ValidationError) as refused:
+        system.service.create_job("tenant-a", JobDraft(delay_seconds=5, target=target))
+    assert refused.value.field == "target.headers"
+    flows = missing_workflows()
+    with pytest.raises(errors.ValidationError) as refused:
+        flows.register("tenant-a", "wf", [workflow.NodeSpec("a", target)], [])
+    # THEN each is refused naming the field, and nothing is stored
+    assert refused.value.field == "nodes[0].target.headers"
+    assert system.schedules.list("tenant-a", limit=10).items == []
+    assert not flows.exists("tenant-a", "wf")

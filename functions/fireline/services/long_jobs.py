@@ -164,7 +164,9 @@ class LongJobs:
             output = self.runner.run(
                 item.target, context, timeout=min(deadline, remaining_ms() / 1000 - 5)
             )
-        except targets.TargetFailed as exc:
+        except (targets.TargetFailed, errors.ValidationError) as exc:
+            # Every failure of the target is the attempt's outcome (a target that cannot
+            # run at all too): the state machine retries it, then reports it dead.
             beat.stop()
             self.supervisor.fail(token, "JobFailed", str(exc))
             return False

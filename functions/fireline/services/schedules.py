@@ -15,10 +15,11 @@ import secrets
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from fireline import ports
 from fireline.domain import errors, model, natural, occurrence, policies, retry, schedule
+from fireline.domain import target as target_rules
 from fireline.services import dispatch
 from fireline.services import long_jobs as long_jobs_service
 
@@ -28,6 +29,12 @@ MAX_PREVIEW = 100
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(10)}"
+
+
+class WorkflowCatalog(Protocol):
+    """What registration needs to know of workflows: whether a target names one."""
+
+    def exists(self, tenant_id: str, workflow_id: str, version: int | None = None) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class ScheduleService:
         ids: Callable[[str], str] = new_id,
         handlers: Container[str] | None = None,
         long_jobs: long_jobs_service.LongJobs | None = None,
+        workflows: WorkflowCatalog | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -94,6 +102,9 @@ class ScheduleService:
         # Python targets must name a handler this deployment registered (None: any).
         self.handlers = handlers
         self.long_jobs = long_jobs
+        # Workflow targets must name a workflow (and version) the tenant has; None: this
+        # deployment runs no workflows, so a workflow target is refused.
+        self.workflows = workflows
 
     # --- schedules -------------------------------------------------------------------------
 
@@ -210,7 +221,7 @@ class ScheduleService:
             if draft.delay_seconds < 0:
                 raise errors.ValidationError("must not be negative", field="delay_seconds")
             run_at = (now + timedelta(seconds=draft.delay_seconds)).replace(microsecond=0)
-        self._check_target(draft.target)
+        self._check_target(tenant_id, draft.target)
         model.check_deadline(draft.job_class, draft.deadline_seconds)
         spec = schedule.AtSpec(when=run_at)
         job = model.Schedule(
@@ -339,22 +350,37 @@ class ScheduleService:
     def _now(self) -> datetime:
         return self.clock.now()
 
-    def _check_target(self, target: dict[str, Any]) -> None:
+    def _check_target(self, tenant_id: str, target: dict[str, Any]) -> None:
+        """Refuse, at registration, a target no attempt could call."""
+        target_rules.check(target)
+        kind = target.get("type")
         known = self.handlers
-        if (
-            target.get("type") == "python"
-            and known is not None
-            and target.get("handler") not in known
-        ):
+        if kind == "python" and known is not None and target.get("handler") not in known:
             raise errors.ValidationError(
                 f"no handler {target.get('handler')!r} is registered in this deployment",
                 field="target.handler",
+            )
+        if kind == "workflow":
+            self._check_workflow(tenant_id, target)
+
+    def _check_workflow(self, tenant_id: str, target: dict[str, Any]) -> None:
+        if self.workflows is None:
+            raise errors.ValidationError("this deployment runs no workflows", field="target.type")
+        workflow_id = str(target.get("workflow_id"))
+        if not self.workflows.exists(tenant_id, workflow_id):
+            raise errors.ValidationError(
+                f"no workflow {workflow_id!r} is registered", field="target.workflow_id"
+            )
+        version = target.get("version")
+        if version is not None and not self.workflows.exists(tenant_id, workflow_id, version):
+            raise errors.ValidationError(
+                f"workflow {workflow_id!r} has no version {version}", field="target.version"
             )
 
     def _build(
         self, tenant_id: str, schedule_id: str, draft: ScheduleDraft, now: datetime, version: int
     ) -> model.Schedule:
-        self._check_target(draft.target)
+        self._check_target(tenant_id, draft.target)
         model.check_deadline(draft.job_class, draft.deadline_seconds)
         if natural.looks_natural(draft.spec):
             spec = natural.translate(draft.spec, now).spec

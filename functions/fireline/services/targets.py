@@ -168,17 +168,25 @@ class TargetRunner:
         if timeout <= 0:
             raise DeadlineExceeded("no time left before the deadline")
         kind = target.get("type")
-        if kind == "python":
-            return self._python(target, context, timeout)
-        if kind == "http":
-            return self._http(target, context, timeout)
-        if kind == "lambda":
-            return self._invoke(target, context, timeout)
-        if kind == "sqs":
-            return self._send(target, context)
-        if kind == "workflow":
-            return self._start_workflow(target, context)
-        raise errors.ValidationError(f"unknown target type {kind!r}", field="target.type")
+        call = {
+            "python": lambda: self._python(target, context, timeout),
+            "http": lambda: self._http(target, context, timeout),
+            "lambda": lambda: self._invoke(target, context, timeout),
+            "sqs": lambda: self._send(target, context),
+            "workflow": lambda: self._start_workflow(target, context),
+        }.get(str(kind))
+        if call is None:
+            raise errors.ValidationError(f"unknown target type {kind!r}", field="target.type")
+        try:
+            return call()
+        except (TargetFailed, errors.ValidationError):
+            raise
+        except Exception as exc:
+            # Whatever else the call raised (a missing function, queue or workflow, an
+            # access error, a header the HTTP client refuses, a throttled service) is this
+            # attempt's failure, retried under the job's policy and then dead: never a
+            # worker error that leaves the occurrence without an outcome.
+            raise TargetFailed(f"{type(exc).__name__}: {exc}") from exc
 
     def _start_workflow(self, target: dict[str, Any], context: JobContext) -> Any:
         """A schedule whose target is a workflow starts a run per fire. The run id comes

@@ -143,6 +143,10 @@ class Worker:
         item, why = self._job_for(row)
         if why is not None or item is None:
             return self._skip(row, why or "schedule deleted", now)
+        if row.attempts >= item.retry.max_attempts:
+            # Its last attempt ended without an outcome (the invocation was killed, or the
+            # worker failed): another attempt would pass the cap, so it is dead now.
+            return self._exhausted(row, now)
         overlap = self._overlap(item, row)
         if overlap == "skip":
             return self._skip(row, "overlap", now)
@@ -239,6 +243,20 @@ class Worker:
         logger.info("skipped", extra={"action": "worker.skip", "key": row.key, "why": why})
         self.metrics.add_metric("Skipped", "Count", 1)
         return Result.SKIPPED
+
+    def _exhausted(self, row: occurrence.Occurrence, now: datetime) -> Result:
+        dead = row.moved(
+            occurrence.State.DEAD,
+            finished_at=now,
+            exit_reason="error: the last attempt ended without an outcome",
+            in_progress_until=None,
+        )
+        if not self.occurrences.transition(dead, expected_state=row.state):
+            raise Busy(f"{row.key} changed while being recorded dead")
+        logger.error("dead", extra={"action": "worker.exhausted", "key": row.key})
+        self.metrics.add_metric("Failed", "Count", 1)
+        self.metrics.add_metric("DeadLettered", "Count", 1)
+        return Result.DEAD
 
     def _overlap(self, item: model.Schedule, row: occurrence.Occurrence) -> str | None:
         """The overlap policy, decided now that the fire is due: "skip", "defer" or None.

@@ -47,6 +47,7 @@ from aws_lambda_powertools import Logger
 
 from fireline import ports
 from fireline.domain import dag, errors, model, occurrence, workflow
+from fireline.domain import target as target_rules
 from fireline.services import dispatch
 
 if TYPE_CHECKING:  # long_jobs imports this module (NodeJobs)
@@ -670,6 +671,7 @@ class WorkflowService:
     ) -> workflow.DefinitionMeta:
         """Validate and store a new version (the first is 1). Bad input changes nothing."""
         for index, spec in enumerate(specs):
+            target_rules.check(spec.target, field=f"nodes[{index}].target")
             model.check_deadline(
                 spec.job_class, spec.deadline_seconds, field=f"nodes[{index}].deadline_seconds"
             )
@@ -713,6 +715,12 @@ class WorkflowService:
                 field="upload_id",
             )
         return raw
+
+    def exists(self, tenant_id: str, workflow_id: str, version: int | None = None) -> bool:
+        """Whether the tenant has the workflow (the given version, or any)."""
+        if version is None:
+            return self.store.latest_definition(tenant_id, workflow_id) is not None
+        return self.store.get_definition(tenant_id, workflow_id, version) is not None
 
     def get(self, tenant_id: str, workflow_id: str) -> workflow.DefinitionMeta:
         meta = self.store.latest_definition(tenant_id, workflow_id)
