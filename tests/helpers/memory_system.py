@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import occurrence
 from fireline.services import dispatch, long_jobs, schedules, targets, worker
@@ -41,6 +42,18 @@ class MemorySystem:
             signing_secret=SIGNING_SECRET,
             lambda_client=lambda timeout: None,
             sqs_client=lambda: None,
+        )
+
+    def long_jobs(
+        self, supervisor: ports.LongJobRunner, *, heartbeat_seconds: int = 60
+    ) -> long_jobs.LongJobs:
+        return long_jobs.LongJobs(
+            schedules=self.schedules,
+            occurrences=self.occurrences,
+            supervisor=supervisor,
+            clock=self.clock,
+            runner=self.runner(),
+            config=long_jobs.LongJobConfig(heartbeat_seconds=heartbeat_seconds),
         )
 
     def worker(

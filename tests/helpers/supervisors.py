@@ -10,6 +10,8 @@ class RecordingSupervisor:
     def __init__(self) -> None:
         self.inputs: list[dict[str, Any]] = []
         self.stopped: list[str] = []
+        self.succeeded: list[dict[str, Any]] = []  # each task's output
+        self.failed: list[tuple[str, str]] = []  # each task's error and cause
 
     def start(self, name: str, job_input: dict[str, Any]) -> str:
         self.inputs.append(job_input)
@@ -22,7 +24,9 @@ class RecordingSupervisor:
         return True
 
     def succeed(self, task_token: str, output: dict[str, Any]) -> bool:
+        self.succeeded.append(output)
         return True
 
     def fail(self, task_token: str, error: str, cause: str) -> bool:
+        self.failed.append((error, cause))
         return True

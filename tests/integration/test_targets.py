@@ -4,6 +4,8 @@ endpoints that misbehave the way real ones do: slow, failing, missing."""
 from __future__ import annotations
 
 import http.server
+import json
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +20,9 @@ from fireline.domain import errors, model, occurrence, retry, schedule, workflow
 from fireline.services import targets, workflows
 from fireline.services.schedules import JobDraft, ScheduleDraft
 from fireline.services.worker import Result
-from helpers.memory_system import REMAINING_MS, MemorySystem
+from helpers.memory_system import NOW, REMAINING_MS, MemorySystem
+from helpers.supervisors import RecordingSupervisor
+from helpers.system import System
 
 FUNCTION_ARN = "arn:aws:lambda:us-east-1:123456789012:function:tenant-report"
 
@@ -279,3 +283,102 @@ def test_an_http_target_whose_headers_no_call_could_send_is_refused_in_code(
     assert refused.value.field == "nodes[0].target.headers"
     assert system.schedules.list("tenant-a", limit=10).items == []
     assert not flows.exists("tenant-a", "wf")
+
+
+# --- AWS's size limits ---------------------------------------------------------------------
+
+
+class CapturingSqs:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send_message(self, **kwargs: Any) -> dict[str, Any]:
+        self.sent.append(kwargs)
+        return {"MessageId": f"m-{len(self.sent)}"}
+
+
+# MessageGroupId: 1-128 characters, alphanumeric and punctuation.
+GROUP_ID = re.compile(r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}")
+
+
+def test_a_fifo_target_gets_a_message_group_id_sqs_accepts_for_the_longest_node() -> None:
+    sqs = CapturingSqs()
+    runner = targets.TargetRunner(
+        registry=targets.Registry(),
+        signing_secret=b"0123456789abcdef",
+        lambda_client=lambda timeout: None,
+        sqs_client=lambda: sqs,
+    )
+    target = {"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/jobs.fifo"}
+    # GIVEN workflow nodes with the longest ids a node may have, in a run of the longest id
+    run_id = "r" + "0" * 24
+    nodes = ["n" * 128, "n" * 127 + "m"]
+    for node_id in [*nodes, nodes[0]]:
+        schedule_id = workflow.node_schedule_id(run_id, node_id)
+        context = targets.JobContext(
+            occurrence_key=f"{schedule_id}#1#2026-05-01T12:00:00Z",
+            tenant_id="tenant-a",
+            schedule_id=schedule_id,
+            fire_time=NOW,
+            attempt=1,
+            payload={},
+        )
+        # WHEN each is sent to a FIFO queue
+        runner.run(target, context, timeout=5)
+    # THEN each group id is one SQS accepts, one per node (the same node keeps its group)
+    groups = [sent["MessageGroupId"] for sent in sqs.sent]
+    assert all(GROUP_ID.fullmatch(g) for g in groups), groups
+    assert groups[0] != groups[1] and groups[0] == groups[2]
+
+
+def test_a_result_larger_than_an_item_holds_is_recorded_bounded(system: System) -> None:
+    # GIVEN a job whose handler returns more than a DynamoDB item may hold (400 KB)
+    system.registry.register("big")(lambda context: "x" * 600_000)
+    system.service.create_job(
+        "tenant-a", JobDraft(delay_seconds=0, target={"type": "python", "handler": "big"})
+    )
+    system.ticker(use_lease=False).tick()
+    (message,) = system.receive()
+    # WHEN it runs
+    result = system.worker().handle(message.body, remaining_ms=lambda: REMAINING_MS)
+    # THEN its success is recorded, with a bounded account of the output in place of it
+    assert result is Result.SUCCEEDED
+    row = system.occurrences.get(message.body["occurrence_key"])
+    assert row is not None and row.state is occurrence.State.SUCCEEDED
+    assert row.result is not None
+    output = row.result["output"]
+    assert output["truncated"] is True and output["bytes"] == 600_002
+    assert len(json.dumps(row.result)) <= targets.MAX_OUTPUT_BYTES
+
+
+def test_a_long_jobs_output_progress_and_error_stay_within_step_functions_limits() -> None:
+    system = MemorySystem()
+    supervisor = RecordingSupervisor()
+    jobs = system.long_jobs(supervisor)
+
+    def big(context: targets.JobContext) -> str:
+        context.progress({"log": "p" * 500_000})
+        return "x" * 300_000
+
+    def loud(context: targets.JobContext) -> None:
+        raise targets.TargetFailed("e" * 100_000)
+
+    system.registry.register("big")(big)
+    system.registry.register("loud")(loud)
+    for handler in ("big", "loud"):
+        body = system.due_job(job_class="long", target={"type": "python", "handler": handler})
+        system.worker(job_class="long", long=jobs).handle(body, remaining_ms=lambda: 60_000)
+        # WHEN the runner runs its attempt
+        jobs.run_task(
+            {**body, "task_token": f"t-{handler}", "attempt": 1},
+            remaining_ms=lambda: 600_000,
+        )
+        row = system.row(body)
+        # THEN the progress stored on the row is bounded
+        assert len(json.dumps(row.progress)) <= targets.MAX_OUTPUT_BYTES
+    # AND the output handed to Step Functions is under its 256 KB, and a failure's cause
+    # under its 32,768 characters
+    ((output), (error, cause)) = (*supervisor.succeeded, *supervisor.failed)
+    assert len(json.dumps(output)) <= 256 * 1024
+    assert output["result"]["truncated"] is True
+    assert len(cause) <= 32_768 and error == "JobFailed"

@@ -10,7 +10,7 @@ import pytest
 
 from fireline.adapters import memory
 from fireline.domain import errors, workflow
-from fireline.services import long_jobs, schedules, worker, workflows
+from fireline.services import schedules, worker, workflows
 from helpers.memory_system import MemorySystem
 from helpers.supervisors import RecordingSupervisor
 
@@ -98,13 +98,7 @@ def start_long(deadline: int | None, heartbeat_seconds: int = 60) -> dict[str, A
     """A long job due now, handed to the long class's worker; what its execution got."""
     system = MemorySystem()
     supervisor = RecordingSupervisor()
-    jobs = long_jobs.LongJobs(
-        schedules=system.schedules,
-        occurrences=system.occurrences,
-        supervisor=supervisor,
-        clock=system.clock,
-        config=long_jobs.LongJobConfig(heartbeat_seconds=heartbeat_seconds),
-    )
+    jobs = system.long_jobs(supervisor, heartbeat_seconds=heartbeat_seconds)
     body = system.due_job(job_class="long", deadline_seconds=deadline)
     result = system.worker(job_class="long", long=jobs).handle(body, remaining_ms=lambda: 60_000)
     assert result is worker.Result.STARTED

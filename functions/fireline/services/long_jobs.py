@@ -33,6 +33,9 @@ logger = Logger(service="fireline", child=True)
 DEFAULT_HEARTBEAT_SECONDS = 60
 # Between the claim and the execution's start a crash leaves the row running this long.
 START_MARGIN = timedelta(minutes=5)
+# The error text a failed attempt hands to Step Functions (which allows 32,768); the
+# occurrence keeps 400 of it as the reason.
+MAX_CAUSE_CHARS = 4000
 REASONS = {
     "States.HeartbeatTimeout": "heartbeat timeout",
     "States.Timeout": "deadline",
@@ -147,7 +150,10 @@ class LongJobs:
         beat.start()
 
         def progress(update: dict[str, Any]) -> None:
-            self.occurrences.annotate_running(key, progress=update)
+            stored = targets.jsonable(update)
+            self.occurrences.annotate_running(
+                key, progress=stored if isinstance(stored, dict) else {"value": stored}
+            )
             self.supervisor.heartbeat(token)
 
         context = targets.JobContext(
@@ -168,7 +174,8 @@ class LongJobs:
             # Every failure of the target is the attempt's outcome (a target that cannot
             # run at all too): the state machine retries it, then reports it dead.
             beat.stop()
-            self.supervisor.fail(token, "JobFailed", str(exc))
+            # Step Functions takes a cause of at most 32,768 characters.
+            self.supervisor.fail(token, "JobFailed", str(exc)[:MAX_CAUSE_CHARS])
             return False
         finally:
             beat.stop()

@@ -29,6 +29,12 @@ import botocore.exceptions
 from fireline.domain import errors
 
 SIGNATURE_HEADER = "X-Fireline-Signature"
+# What an outcome stores of a target's result: well inside a DynamoDB item's 400 KB and
+# Step Functions' 256 KB; past it, the size and the first characters are kept.
+MAX_OUTPUT_BYTES = 32 * 1024
+PREVIEW_CHARS = 1024
+# SQS's limit on a FIFO message's MessageGroupId.
+MAX_GROUP_ID = 128
 # Python handlers run on a small pool: a job past its deadline is abandoned (its thread
 # cannot be killed) and the worker moves on.
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="fireline-job")
@@ -119,13 +125,30 @@ def verify(secret: bytes, header: str, body: bytes, *, now: int, tolerance: int 
     return abs(now - timestamp) <= tolerance and hmac.compare_digest(expected, parts.get("v1", ""))
 
 
-def jsonable(value: Any) -> Any:
-    """A target's result as stored on the occurrence: itself if JSON can hold it."""
+def jsonable(value: Any, limit: int = MAX_OUTPUT_BYTES) -> Any:
+    """A target's result (or a job's progress) as stored on the occurrence: itself if JSON
+    can hold it within ``limit`` bytes, else an account of it (its size and a preview).
+
+    The row is a DynamoDB item (400 KB at most, the payload and progress beside it) and a
+    long job's output also passes through Step Functions (256 KB) and an SQS message."""
     try:
-        json.dumps(value)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        return repr(value)[:1000]
+        return repr(value)[:PREVIEW_CHARS]
+    size = len(text.encode())
+    if size > limit:
+        return {"truncated": True, "bytes": size, "preview": text[:PREVIEW_CHARS]}
     return value
+
+
+def message_group_id(schedule_id: str) -> str:
+    """The FIFO group of a schedule's (or a workflow node's) messages: its id, or when that
+    is longer than SQS allows (a node id of 128 characters in a run), a prefix and a
+    digest of it, still one group per schedule."""
+    if len(schedule_id) <= MAX_GROUP_ID:
+        return schedule_id
+    digest = hashlib.sha256(schedule_id.encode()).hexdigest()
+    return f"{schedule_id[: MAX_GROUP_ID - len(digest) - 1]}-{digest}"
 
 
 class WorkflowStarter(Protocol):
@@ -269,7 +292,7 @@ class TargetRunner:
         }
         if url.endswith(".fifo"):
             # A FIFO queue drops a repeat of the same key within 5 minutes by itself.
-            kwargs["MessageGroupId"] = context.schedule_id
+            kwargs["MessageGroupId"] = message_group_id(context.schedule_id)
             kwargs["MessageDeduplicationId"] = hashlib.sha256(
                 context.occurrence_key.encode()
             ).hexdigest()
