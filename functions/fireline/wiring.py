@@ -266,6 +266,7 @@ def long_jobs() -> long_jobs_service.LongJobs:
         runner=target_runner() if s.signing_secret else None,
         config=long_jobs_service.LongJobConfig(heartbeat_seconds=s.long_job_heartbeat_seconds),
         nodes=node_jobs() if s.workflows_table else None,
+        slots=slot_store() if s.slots_table else None,
     )
 
 

@@ -54,6 +54,7 @@ class MemorySystem:
             clock=self.clock,
             runner=self.runner(),
             config=long_jobs.LongJobConfig(heartbeat_seconds=heartbeat_seconds),
+            slots=self.slots,
         )
 
     def worker(

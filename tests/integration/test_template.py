@@ -969,9 +969,16 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
 @pytest.mark.parametrize(
     ("function", "tables", "queues"),
     [
+        # A cancelled long job's tenant slot is given back by whoever cancels it.
         (
             "ApiFunction",
-            {"SchedulesTable", "OccurrencesTable", "IdempotencyTable", "WorkflowsTable"},
+            {
+                "SchedulesTable",
+                "OccurrencesTable",
+                "IdempotencyTable",
+                "WorkflowsTable",
+                "SlotsTable",
+            },
             {"DefaultQueue", "ShortQueue", "LongQueue", "WorkflowQueue"},
         ),
         (
@@ -1001,7 +1008,7 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
         # Nodes become occurrences on their class's queue; continuations go to its own.
         (
             WORKFLOW_CONTROLLER,
-            {"WorkflowsTable", "OccurrencesTable"},
+            {"WorkflowsTable", "OccurrencesTable", "SlotsTable"},
             {"DefaultQueue", "ShortQueue", "LongQueue", "WorkflowQueue"},
         ),
     ],

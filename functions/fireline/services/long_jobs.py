@@ -26,7 +26,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import errors, model, occurrence, workflow
+from fireline.domain import errors, model, occurrence, retry, workflow
 from fireline.services import targets, workflows
 
 logger = Logger(service="fireline", child=True)
@@ -47,6 +47,21 @@ def execution_name(key: str, generation: int) -> str:
     """Deterministic and within Step Functions' 80 characters of [A-Za-z0-9-_]."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:60]
     return f"occ-{digest}-g{generation}"
+
+
+def hold(policy: retry.RetryPolicy, deadline: int) -> timedelta:
+    """How long a started long job may run, every attempt and backoff included: its
+    claim, and its tenant slot, last that long unless its outcome comes sooner."""
+    delays = sum(math.ceil(policy.ceiling(n)) for n in range(1, policy.max_attempts + 1))
+    return timedelta(seconds=deadline * policy.max_attempts + delays) + START_MARGIN
+
+
+def release_slot(slots: ports.SlotStore, tenant_id: str, holder: str) -> None:
+    """Give back the tenant slot ``holder`` has, if it still has one."""
+    held, _ = slots.held(tenant_id)
+    mine = next((s for s in held if s.holder == holder), None)
+    if mine is not None:
+        slots.give_back(tenant_id, mine.number, holder)
 
 
 def heartbeat_interval(configured: int, deadline: int) -> int:
@@ -72,8 +87,12 @@ class LongJobs:
         runner: targets.TargetRunner | None = None,
         config: LongJobConfig | None = None,
         nodes: workflows.NodeJobs | None = None,
+        slots: ports.SlotStore | None = None,
     ) -> None:
         self.nodes = nodes
+        # Tenant slots: a cancelled job's is given back at once (its execution is stopped,
+        # so no outcome message will come to give it back).
+        self.slots = slots
         self.schedules = schedules
         self.occurrences = occurrences
         self.supervisor = supervisor
@@ -100,9 +119,10 @@ class LongJobs:
         )
         # The row stays claimed for as long as the state machine may take, all attempts
         # and backoffs included; the outcome message settles it sooner.
-        window = timedelta(seconds=deadline * policy.max_attempts + sum(delays)) + START_MARGIN
         self.occurrences.annotate_running(
-            claimed.key, execution=execution, in_progress_until=self.clock.now() + window
+            claimed.key,
+            execution=execution,
+            in_progress_until=self.clock.now() + hold(policy, deadline),
         )
         logger.info("long job started", extra={"action": "long.start", "key": claimed.key})
         return execution
@@ -202,12 +222,15 @@ class LongJobs:
         """Stop a running long job's execution and record it cancelled."""
         if row.execution:
             self.supervisor.stop(row.execution, "cancelled by the tenant")
-        return self.occurrences.settle(
+        cancelled = self.occurrences.settle(
             row.key,
             state=occurrence.State.CANCELLED,
             now=self.clock.now(),
             exit_reason="cancelled",
         )
+        if cancelled and self.slots is not None:
+            release_slot(self.slots, row.tenant_id, row.key)
+        return cancelled
 
 
 def _reason(body: dict[str, Any], error: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -159,7 +159,14 @@ class Worker:
             # Too little of this invocation is left to run it: leave the message for a
             # redelivery rather than spend an attempt on a run that cannot finish.
             raise Busy(f"{key}: not enough time left in this invocation")
-        slot = self._take_slot(item.tenant_id, key, deadline, now)
+        # A slot lasts as long as the job may run: one attempt here, every attempt of a
+        # long job (its state machine retries without coming back here).
+        held_for = (
+            long_jobs_service.hold(item.retry, deadline)
+            if self.long_jobs is not None
+            else timedelta(seconds=deadline + SLOT_MARGIN_SECONDS)
+        )
+        slot = self._take_slot(item.tenant_id, key, held_for, now)
         if slot is None:
             return self._defer(body, row, "tenant limit")
         if self.long_jobs is not None:
@@ -225,11 +232,8 @@ class Worker:
         if slot == quota.UNLIMITED_SLOT:
             return
         if slot is None:
-            held, _ = self.slots.held(tenant_id)
-            mine = next((s for s in held if s.holder == key), None)
-            if mine is None:
-                return
-            slot = mine.number
+            long_jobs_service.release_slot(self.slots, tenant_id, key)
+            return
         self.slots.give_back(tenant_id, slot, key)
 
     # --- steps -----------------------------------------------------------------------------
@@ -277,7 +281,9 @@ class Worker:
         )
         return "skip" if buffered else "defer"
 
-    def _take_slot(self, tenant_id: str, key: str, deadline: int, now: datetime) -> int | None:
+    def _take_slot(
+        self, tenant_id: str, key: str, held_for: timedelta, now: datetime
+    ) -> int | None:
         held, override = self.slots.held(tenant_id)
         limit = self.config.tenant_limit if override is None else override
         if limit == quota.UNLIMITED:
@@ -287,7 +293,7 @@ class Worker:
             # Another delivery of this occurrence holds its slot (running, or a holder
             # that died): this one must not run beside it nor free the slot it holds.
             return None
-        expires = now_ms + (deadline + SLOT_MARGIN_SECONDS) * 1000
+        expires = now_ms + int(held_for.total_seconds() * 1000)
         free = quota.free_slots(held, limit, now_ms)
         self.rng.shuffle(free)
         for number in free[:3]:  # a few tries; losing every race means it is busy: defer
