@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -54,6 +55,25 @@ def test_given_an_existing_key_when_put_again_then_false_and_the_first_row_stays
     # THEN
     assert duplicate is False
     assert occurrence_store.get(first.key) == first
+
+
+def test_triggers_keyed_to_the_millisecond_are_rows_of_their_own_in_time_order(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN the fire on a whole second and two triggers within that second
+    fire = an_occurrence("nightly", START)
+    early = an_occurrence("nightly", START + timedelta(milliseconds=5), exact=True)
+    late = an_occurrence("nightly", START + timedelta(milliseconds=750), exact=True)
+    after = an_occurrence("nightly", START + timedelta(seconds=1))
+    # WHEN each is put
+    for row in (late, after, fire, early):
+        assert occurrence_store.put_new(row)
+    # THEN each is its own row, read back whole by its key
+    assert [occurrence_store.get(r.key) for r in (fire, early, late)] == [fire, early, late]
+    # AND the history lists them by time, newest first
+    assert walk(occurrence_store, "nightly", limit=10) == [
+        [after.key, late.key, early.key, fire.key]
+    ]
 
 
 def test_given_tickers_racing_to_put_one_fire_then_exactly_one_row_exists(

@@ -362,16 +362,14 @@ def test_trigger_queues_an_occurrence_now_on_the_class_queue(system: System) -> 
     system.clock.advance(7.4)
     # WHEN it is triggered
     status, fired = system.call("POST", f"/schedules/{created['id']}/trigger")
-    # THEN it is 202 with an occurrence queued for now (to the second)
+    # THEN it is 202 with an occurrence queued for now (to the millisecond)
     assert status == 202
-    now = system.clock.now().replace(microsecond=0)
-    assert fired["fire_time"] == iso(now) == "2026-05-01T12:00:07Z"
+    assert fired["fire_time"] == "2026-05-01T12:00:07.400000Z"
     assert (fired["state"], fired["schedule_id"], fired["version"]) == ("queued", created["id"], 1)
     assert fired["job_class"] == "short"
     # AND one message for it is on the short queue, none on the default one
     messages = system.receive_all("short")
     assert [m["occurrence_key"] for m in messages] == [fired["key"]]
-    assert messages[0]["fire_time"] == fired["fire_time"]
     assert system.receive_all("default") == []
     # AND it is in the history; the schedule's own next fire did not move
     status, history = system.call("GET", f"/schedules/{created['id']}/occurrences")
@@ -379,6 +377,39 @@ def test_trigger_queues_an_occurrence_now_on_the_class_queue(system: System) -> 
     assert system.call("GET", f"/schedules/{created['id']}")[1]["next_fire"] == iso(
         START + timedelta(hours=1)
     )
+
+
+def test_each_trigger_is_its_own_run_even_within_one_second(system: System) -> None:
+    # GIVEN a schedule every minute whose fire at 12:01:00 was materialized and ran
+    created = create(system, spec="rate(1 minute)")
+    trigger = f"/schedules/{created['id']}/trigger"
+    system.clock.advance(60)
+    system.ticker(use_lease=False).tick()
+    (scheduled,) = system.receive_all()
+    worker = system.worker()
+    worker.handle(scheduled, remaining_ms=lambda: 60_000)
+    # WHEN it is triggered in that same second, and again half a second later
+    system.clock.advance(0.3)
+    first = system.call("POST", trigger)
+    system.clock.advance(0.5)
+    second = system.call("POST", trigger)
+    # THEN each trigger is a new occurrence with its own message: none is taken for the
+    # fire that ran, nor for the other trigger
+    assert first[0] == second[0] == 202
+    keys = [scheduled["occurrence_key"], first[1]["key"], second[1]["key"]]
+    assert len(set(keys)) == 3
+    assert (first[1]["state"], second[1]["state"]) == ("queued", "queued")
+    sent = system.receive_all()
+    assert [m["occurrence_key"] for m in sent] == keys[1:]
+    # AND each runs
+    assert [worker.handle(m, remaining_ms=lambda: 60_000).value for m in sent] == [
+        "succeeded",
+        "succeeded",
+    ]
+    # AND the history lists all three in time order, newest first (with the fires the
+    # ticker materialized ahead)
+    history = system.call("GET", f"/schedules/{created['id']}/occurrences")[1]["items"]
+    assert [o["key"] for o in history if o["key"] in keys] == keys[::-1]
 
 
 def test_trigger_of_a_paused_schedule_is_409_and_sends_nothing(system: System) -> None:
@@ -759,7 +790,8 @@ def test_a_retried_trigger_with_the_same_key_fires_once(system: System) -> None:
     # AND a new key is a new fire
     third = system.call("POST", trigger, headers={"Idempotency-Key": "fire-2"})
     assert third[0] == 202
-    assert third[1]["fire_time"] == iso(START + timedelta(seconds=3))
+    # (a trigger never takes a whole second, the key of the schedule's own fire there)
+    assert third[1]["fire_time"] == "2026-05-01T12:00:02.999000Z"
     assert [m["occurrence_key"] for m in system.receive_all()] == [third[1]["key"]]
     history = system.call("GET", f"/schedules/{created['id']}/occurrences")[1]["items"]
     assert {o["key"] for o in history} == {first[1]["key"], third[1]["key"]}

@@ -419,7 +419,14 @@ class DynamoScheduleStore:
 
 
 def occurrence_sort_key(fire_time: datetime, version: int) -> str:
-    return f"{occurrence.format_fire_time(fire_time)}#{version:09d}"
+    """``{fire_time}#{version}``, sorting as the fire times do: a trigger's milliseconds go
+    after the whole second's ``Z`` (``...:07Z.250#``), so it sorts after the fire on that
+    second (``...:07Z#``) and before the next second's, where ``...:07.250Z`` would not."""
+    text = occurrence.format_fire_time(fire_time, exact=True)
+    if "." not in text:
+        return f"{text}#{version:09d}"
+    whole, millis = text[:-1].split(".")
+    return f"{whole}Z.{millis}#{version:09d}"
 
 
 def occurrence_to_item(item: occurrence.Occurrence, expires_at: int | None) -> dict[str, Any]:

@@ -25,6 +25,8 @@ from fireline.services import long_jobs as long_jobs_service
 
 MAX_PAGE = 100
 MAX_PREVIEW = 100
+# Milliseconds a trigger tries past the one it was asked in, when others took them.
+TRIGGER_TRIES = 50
 
 
 def new_id(prefix: str) -> str:
@@ -174,20 +176,37 @@ class ScheduleService:
         return resumed
 
     def trigger(self, tenant_id: str, schedule_id: str) -> occurrence.Occurrence:
-        """Fire now, through the same path as a scheduled fire (key, put, message)."""
+        """Fire now: an occurrence queued and sent at once (the same key scheme, put and
+        message as a scheduled fire; no jitter, this is a request to run now).
+
+        Each trigger is a run of its own: its key names this instant to the millisecond,
+        never a whole second (the key of the schedule's own fire at that second), and
+        the millisecond before when another trigger took this one. A retried request is
+        recognised by its Idempotency-Key, not by its time."""
         current = self.get(tenant_id, schedule_id)
         if current.state is model.ScheduleState.PAUSED:
             raise errors.ConflictError(f"schedule {schedule_id} is paused")
         now = self._now()
-        fire_time = now.replace(microsecond=0)
-        dispatch.dispatch(
-            current, [fire_time], now=now, occurrences=self.occurrences, queue=self.queue
-        )
-        found = self.occurrences.get(
-            occurrence.occurrence_key(schedule_id, current.version, fire_time)
-        )
-        assert found is not None  # just written (or found) by dispatch
-        return found
+        # Back, not forward, from a whole second or a taken millisecond: a fire time in
+        # the past is delivered at once, one in the future would wait a second in SQS.
+        fire_time = occurrence.key_time(now, exact=True)
+        for _ in range(TRIGGER_TRIES):
+            if fire_time.microsecond == 0:
+                fire_time -= timedelta(milliseconds=1)
+            row = occurrence.new(
+                tenant_id=tenant_id,
+                schedule_id=schedule_id,
+                version=current.version,
+                fire_time=fire_time,
+                job_class=current.job_class,
+                created_at=now,
+                exact=True,
+            )
+            if self.occurrences.put_new(row):
+                self._send_row(row)
+                return row
+            fire_time -= timedelta(milliseconds=1)
+        raise errors.ConflictError(f"schedule {schedule_id} is being triggered too often")
 
     def preview(self, tenant_id: str, schedule_id: str, count: int = 10) -> builtins.list[datetime]:
         if not 1 <= count <= MAX_PREVIEW:
