@@ -26,7 +26,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import errors, model, occurrence, retry, workflow
+from fireline.domain import errors, model, occurrence, quota, retry, workflow
 from fireline.services import targets, workflows
 
 logger = Logger(service="fireline", child=True)
@@ -56,12 +56,19 @@ def hold(policy: retry.RetryPolicy, deadline: int) -> timedelta:
     return timedelta(seconds=deadline * policy.max_attempts + delays) + START_MARGIN
 
 
-def release_slot(slots: ports.SlotStore, tenant_id: str, holder: str) -> None:
-    """Give back the tenant slot ``holder`` has, if it still has one."""
-    held, _ = slots.held(tenant_id)
+def release_slot(slots: ports.SlotStore, scope: str, holder: str) -> None:
+    """Give back the slot ``holder`` has in ``scope`` (a tenant, or a schedule's overlap
+    scope), if it still has one."""
+    held, _ = slots.held(scope)
     mine = next((s for s in held if s.holder == holder), None)
     if mine is not None:
-        slots.give_back(tenant_id, mine.number, holder)
+        slots.give_back(scope, mine.number, holder)
+
+
+def release_run(slots: ports.SlotStore, row: occurrence.Occurrence) -> None:
+    """Give back the run slot of the occurrence's schedule (forbid, buffer_one) if the
+    occurrence holds it."""
+    release_slot(slots, quota.overlap_scope(row.tenant_id, row.schedule_id), row.key)
 
 
 def heartbeat_interval(configured: int, deadline: int) -> int:
@@ -230,6 +237,7 @@ class LongJobs:
         )
         if cancelled and self.slots is not None:
             release_slot(self.slots, row.tenant_id, row.key)
+            release_run(self.slots, row)
         return cancelled
 
 

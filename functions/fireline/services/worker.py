@@ -4,8 +4,8 @@ Per message, in order:
 1. The occurrence key (no key: a loud failure, never a run without idempotency).
 2. Still wanted? Cancel, pause, delete and update are checks of the row and the schedule
    version, here at the last moment; an unwanted fire is recorded as skipped.
-3. Overlap at run time: a ``forbid``/``buffer_one`` fire waits while an earlier run of
-   its schedule is still running.
+3. Overlap at run time: a ``forbid``/``buffer_one`` fire is skipped (or held) while
+   another run of its schedule holds the schedule's run slot.
 4. A tenant slot (per-tenant concurrency): none free -> deferred, never run over the
    limit, never dropped.
 5. The run, under Powertools idempotency on the occurrence row (claim, then outcome), with
@@ -46,6 +46,8 @@ logger = Logger(service="fireline", child=True)
 DEFER_SECONDS = 10
 # A slot outlives the job's deadline by this much, then frees itself (a crashed holder).
 SLOT_MARGIN_SECONDS = 60
+# buffer_one's waiting fire keeps the buffer this many of its deferrals long.
+BUFFER_HOLD_DEFERRALS = 3
 # Stop a job this long before the invocation would be killed, to record its outcome.
 STOP_MARGIN_SECONDS = 5.0
 
@@ -147,11 +149,6 @@ class Worker:
             # Its last attempt ended without an outcome (the invocation was killed, or the
             # worker failed): another attempt would pass the cap, so it is dead now.
             return self._exhausted(row, now)
-        overlap = self._overlap(item, row)
-        if overlap == "skip":
-            return self._skip(row, "overlap", now)
-        if overlap == "defer":
-            return self._defer(body, row, "overlap")
         deadline = model.deadline_for(item.job_class, item.deadline_seconds)
         if self.long_jobs is None and remaining_ms() / 1000 - STOP_MARGIN_SECONDS < min(
             deadline, 5
@@ -159,23 +156,30 @@ class Worker:
             # Too little of this invocation is left to run it: leave the message for a
             # redelivery rather than spend an attempt on a run that cannot finish.
             raise Busy(f"{key}: not enough time left in this invocation")
-        # A slot lasts as long as the job may run: one attempt here, every attempt of a
+        # Slots last as long as the job may run: one attempt here, every attempt of a
         # long job (its state machine retries without coming back here).
         held_for = (
             long_jobs_service.hold(item.retry, deadline)
             if self.long_jobs is not None
             else timedelta(seconds=deadline + SLOT_MARGIN_SECONDS)
         )
+        overlap, took_run = self._overlap(item, row, held_for, now)
+        if overlap == "skip":
+            return self._skip(row, "overlap", now)
+        if overlap == "defer":
+            return self._defer(body, row, "overlap")
         slot = self._take_slot(item.tenant_id, key, held_for, now)
         if slot is None:
+            self._end_run(item, key, took_run)
             return self._defer(body, row, "tenant limit")
         if self.long_jobs is not None:
-            return self._start_long(item, key, slot, deadline, now)
+            return self._start_long(item, key, slot, deadline, now, took_run)
         try:
             outcome = self._run_once(body, item, deadline, remaining_ms, lambda_context)
         finally:
             if slot is not quota.UNLIMITED_SLOT:
                 self.slots.give_back(item.tenant_id, slot, key)
+            self._end_run(item, key, took_run)
         return self._after(body, row, outcome)
 
     def _job_for(self, row: occurrence.Occurrence) -> tuple[model.Schedule | None, str | None]:
@@ -190,16 +194,23 @@ class Worker:
     # --- long jobs --------------------------------------------------------------------------
 
     def _start_long(
-        self, item: model.Schedule, key: str, slot: int, deadline: int, now: datetime
+        self,
+        item: model.Schedule,
+        key: str,
+        slot: int,
+        deadline: int,
+        now: datetime,
+        took_run: bool,
     ) -> Result:
-        """Claim, then hand the run to its state machine; the slot stays held until the
-        outcome message (or its expiry, should that never come)."""
+        """Claim, then hand the run to its state machine; the slots stay held until the
+        outcome message (or their expiry, should that never come)."""
         assert self.long_jobs is not None
         claimed, current = self.occurrences.claim(
             key, now=now, until=now + long_jobs_service.START_MARGIN
         )
         if not claimed:
             self._release_slot(item.tenant_id, key, slot)
+            self._end_run(item, key, took_run)
             if current is not None and current.execution:
                 return Result.SETTLED  # its execution is in flight: this was a repeat
             raise Busy(f"{key} is being started elsewhere")
@@ -208,6 +219,7 @@ class Worker:
             self.long_jobs.start(item, current, deadline)
         except Exception:
             self._release_slot(item.tenant_id, key, slot)
+            self._end_run(item, key, took_run)
             raise
         self.metrics.add_metric("LongJobsStarted", "Count", 1)
         return Result.STARTED
@@ -219,6 +231,7 @@ class Worker:
         row = self.occurrences.get(body["occurrence_key"])
         if row is not None:
             self._release_slot(row.tenant_id, row.key, None)
+            long_jobs_service.release_run(self.slots, row)
         if state is occurrence.State.SUCCEEDED:
             self.metrics.add_metric("Succeeded", "Count", 1)
             return Result.SUCCEEDED
@@ -262,24 +275,55 @@ class Worker:
         self.metrics.add_metric("DeadLettered", "Count", 1)
         return Result.DEAD
 
-    def _overlap(self, item: model.Schedule, row: occurrence.Occurrence) -> str | None:
-        """The overlap policy, decided now that the fire is due: "skip", "defer" or None.
+    def _overlap(
+        self, item: model.Schedule, row: occurrence.Occurrence, held_for: timedelta, now: datetime
+    ) -> tuple[str | None, bool]:
+        """The overlap policy, decided now that the fire is due, on the schedule's own
+        slots (see quota): "skip", "defer" or None (run), and whether this delivery took
+        the run slot (then it gives it back when its run ends).
 
-        forbid skips while an earlier run of the schedule is running; buffer_one holds
-        this fire until that run ends, unless an earlier fire already holds the buffer.
-        """
+        forbid skips a fire while another run of the schedule holds the run slot;
+        buffer_one keeps one such fire waiting (the buffer slot) and skips the others. A
+        retry of an earlier fire waits its turn: it is that fire's run, not a new one."""
         if item.overlap is policies.OverlapPolicy.ALLOW:
-            return None
-        recent = self.occurrences.history(item.tenant_id, item.schedule_id, limit=10).items
-        earlier = [o for o in recent if o.fire_time < row.fire_time]
-        if not any(o.state is occurrence.State.RUNNING for o in earlier):
-            return None
+            return None, False
+        scope = quota.overlap_scope(item.tenant_id, item.schedule_id)
+        now_ms = int(now.timestamp() * 1000)
+        held, _ = self.slots.held(scope)
+        running = quota.holder_of(held, quota.RUN_SLOT, now_ms)
+        if running == row.key:
+            return None, False  # a delivery of this fire holds it: the claim decides
+        until_ms = now_ms + int(held_for.total_seconds() * 1000)
+        # Two fires racing for a free run slot: the conditional take lets one run.
+        if running is None and self.slots.take(
+            scope, quota.RUN_SLOT, row.key, now_ms=now_ms, expires_at_ms=until_ms
+        ):
+            if quota.holder_of(held, quota.BUFFER_SLOT, now_ms) == row.key:
+                self.slots.give_back(scope, quota.BUFFER_SLOT, row.key)
+            return None, True
+        if row.attempts > 0:
+            return "defer", False
         if item.overlap is policies.OverlapPolicy.FORBID:
-            return "skip"
-        buffered = any(
-            o.state in (occurrence.State.QUEUED, occurrence.State.FAILED) for o in earlier
-        )
-        return "skip" if buffered else "defer"
+            return "skip", False
+        buffered = quota.holder_of(held, quota.BUFFER_SLOT, now_ms)
+        if buffered == row.key:
+            return "defer", False
+        # The buffer lasts until the running fire's slot ends, and a few deferrals more
+        # (the buffered fire looks again every one or two): then this fire takes the run
+        # slot, or, if it went missing, another fire may take the buffer.
+        run_until = max([s.expires_at_ms for s in held if s.number == quota.RUN_SLOT] + [until_ms])
+        buffer_until = run_until + BUFFER_HOLD_DEFERRALS * 2 * self.config.defer_seconds * 1000
+        if buffered is None and self.slots.take(
+            scope, quota.BUFFER_SLOT, row.key, now_ms=now_ms, expires_at_ms=buffer_until
+        ):
+            return "defer", False
+        return "skip", False
+
+    def _end_run(self, item: model.Schedule, key: str, took_run: bool) -> None:
+        """Give back the schedule's run slot this delivery took."""
+        if took_run:
+            scope = quota.overlap_scope(item.tenant_id, item.schedule_id)
+            self.slots.give_back(scope, quota.RUN_SLOT, key)
 
     def _take_slot(
         self, tenant_id: str, key: str, held_for: timedelta, now: datetime
