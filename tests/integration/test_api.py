@@ -353,6 +353,41 @@ def test_pause_leaves_no_next_fire_and_resume_restores_it(system: System) -> Non
     assert system.call("POST", f"/schedules/{created['id']}/resume") == (200, resumed)
 
 
+@pytest.mark.parametrize(
+    ("method", "suffix", "body", "reason"),
+    [
+        ("POST", "/pause", None, "skipped: schedule paused"),
+        (
+            "PUT",
+            "",
+            {"spec": "rate(2 minutes)", "target": PYTHON},
+            "skipped: stale version 1 (now 2)",
+        ),
+        ("DELETE", "", None, "skipped: schedule deleted"),
+    ],
+    ids=["pause", "update", "delete"],
+)
+def test_a_change_settles_the_fires_materialized_ahead_before_it_returns(
+    system: System, method: str, suffix: str, body: Any, reason: str
+) -> None:
+    # GIVEN a schedule every minute whose next fires the ticker materialized ahead
+    created = create(system)
+    system.clock.advance(55)
+    system.ticker(use_lease=False).tick()
+    ahead = [o for o in system.occurrences.history(A, created["id"], limit=100).items]
+    assert len(ahead) >= 3 and {o.state.value for o in ahead} == {"queued"}
+    # WHEN the schedule is changed
+    system.log.reset()
+    status, _ = system.call(method, f"/schedules/{created['id']}{suffix}", body)
+    # THEN by the time the call returns each of them is skipped with the reason
+    assert status in (200, 204)
+    settled = [system.occurrences.get(o.key) for o in ahead]
+    assert {(o.state.value, o.exit_reason) for o in settled if o} == {("skipped", reason)}
+    # AND it cost one Query of the schedule's rows and one write per fire settled
+    assert system.log.count("Query") == 1
+    assert system.log.count("PutItem") == len(ahead) + (method != "DELETE")
+
+
 # --- POST /schedules/{id}/trigger --------------------------------------------------------
 
 

@@ -310,13 +310,17 @@ def test_pause_removes_from_index_and_resume_applies_the_misfire_policy(system: 
     )["Item"]
     assert "next_fire_ms" not in raw and "due_shard" not in raw
     assert not in_index(system, item.schedule_id)
-    # AND fires materialized before the pause do nothing when their messages arrive
+    # AND fires materialized before the pause were skipped by it, and do nothing when
+    # their messages arrive
     system.clock.advance(240)
     ahead = system.receive_all()
     assert len(ahead) == 3
     outcomes = [system.claim(body) for body in ahead]
-    assert {c.outcome for c in outcomes} == {claims.Outcome.SKIPPED}
-    assert {c.reason for c in outcomes} == {"schedule paused"}
+    assert {c.outcome for c in outcomes} == {claims.Outcome.FINISHED}
+    assert {c.reason for c in outcomes} == {"already skipped"}
+    assert {c.occurrence.exit_reason for c in outcomes if c.occurrence} == {
+        "skipped: schedule paused"
+    }
     # WHEN resumed ten minutes after the pause
     system.clock.advance(600 - 240)
     resumed = system.service.resume("tenant-a", item.schedule_id)
@@ -395,8 +399,8 @@ def test_update_never_fires_the_old_versions_pending_occurrence(system: System) 
     for body in system.receive_all():
         result = system.claim(body)
         outcomes[(body["version"], result.outcome)] += 1
-    # THEN every v1 fire was skipped as stale and v2's fires were claimed
-    assert outcomes[(1, claims.Outcome.SKIPPED)] == 3
+    # THEN every v1 fire had been skipped as stale by the update, and v2's were claimed
+    assert outcomes[(1, claims.Outcome.FINISHED)] == 3
     assert outcomes[(1, claims.Outcome.CLAIMED)] == 0
     assert outcomes[(2, claims.Outcome.CLAIMED)] >= 1
 

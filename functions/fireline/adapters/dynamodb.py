@@ -546,6 +546,50 @@ class DynamoOccurrenceStore:
         # row of another tenant is never returned.
         return ports.Page([r for r in rows if r.tenant_id == tenant_id], next_cursor)
 
+    def open_rows(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        since: datetime,
+        limit: int,
+        cursor: str | None = None,
+    ) -> ports.Page[occurrence.Occurrence]:
+        # The sort key orders by fire time, so the range is one Query on the schedule's
+        # partition; the state filter is applied after the read (Limit counts rows read,
+        # so a page may come back short), which keeps the cost bounded by the range.
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "#pk = :pk AND #sk >= :since",
+            "FilterExpression": "#state IN (:queued, :failed)",
+            "ExpressionAttributeNames": {
+                "#pk": "schedule_id",
+                "#sk": "occurrence_sk",
+                "#state": "state",
+            },
+            "ExpressionAttributeValues": {
+                ":pk": {"S": schedule_id},
+                ":since": {"S": occurrence_sort_key(since, 0)},
+                ":queued": {"S": occurrence.State.QUEUED.value},
+                ":failed": {"S": occurrence.State.FAILED.value},
+            },
+            "ConsistentRead": True,
+            "Limit": limit,
+        }
+        start = _decode_cursor(cursor, keys=("schedule_id", "occurrence_sk"))
+        if start is not None:
+            if start.get("schedule_id") != schedule_id:
+                raise errors.ValidationError("belongs to another listing", field="cursor")
+            kwargs["ExclusiveStartKey"] = _encode(start)
+        with _translated():
+            response = self._client.query(**kwargs)
+        rows = [occurrence_from_item(_decode(r)) for r in response.get("Items", [])]
+        last = response.get("LastEvaluatedKey")
+        return ports.Page(
+            [r for r in rows if r.tenant_id == tenant_id],
+            _encode_cursor(_decode(last)) if last else None,
+        )
+
     def _key(self, key: str) -> dict[str, Any]:
         parsed = occurrence.parse_key(key)
         return _encode(

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from fireline import ports
 from fireline.domain import errors, model, natural, occurrence, policies, retry, schedule
 from fireline.domain import target as target_rules
-from fireline.services import dispatch
+from fireline.services import claims, dispatch
 from fireline.services import long_jobs as long_jobs_service
 
 MAX_PAGE = 100
@@ -139,20 +139,38 @@ class ScheduleService:
             item = replace(item, state=current.state, next_fire=None, paused_at=now)
         item = replace(item, created_at=current.created_at)
         self.schedules.replace(item, expected_version=current.version)
+        self._settle_older(current, item, now)
         return item
 
     def delete(self, tenant_id: str, schedule_id: str) -> None:
-        self.get(tenant_id, schedule_id)
-        # Occurrences already queued find no schedule and are skipped by the worker.
+        current = self.get(tenant_id, schedule_id)
         self.schedules.delete(tenant_id, schedule_id)
+        self._settle_older(current, None, self._now())
 
     def pause(self, tenant_id: str, schedule_id: str) -> model.Schedule:
         current = self.get(tenant_id, schedule_id)
         if current.state is not model.ScheduleState.ACTIVE:
             return current  # pausing twice is not an error
-        paused = current.paused(self._now())
+        now = self._now()
+        paused = current.paused(now)
         self.schedules.replace(paused, expected_version=current.version)
+        self._settle_older(current, paused, now)
         return paused
+
+    def _settle_older(
+        self, before: model.Schedule, after: model.Schedule | None, now: datetime
+    ) -> int:
+        """After a versioned write (or a delete), settle the schedule's open fires of the
+        older versions: those materialized ahead, or left by a ticker that stopped before
+        sending them, would otherwise stay queued with nothing on their way. The range
+        starts at the earlier of now and the next fire before the change (a row not yet
+        sent is at or after it), less ``claims.SETTLED_ON_CHANGE``; it is bounded by time,
+        not by the schedule's history. Rows older than that have a message on its way,
+        whose worker skips them."""
+        start = min(now, before.next_fire or now) - claims.SETTLED_ON_CHANGE
+        return claims.settle_open(
+            self.occurrences, before.tenant_id, before.schedule_id, after, since=start, now=now
+        )
 
     def resume(self, tenant_id: str, schedule_id: str) -> model.Schedule:
         """Back in the index from where it was paused: the ticker's misfire policy then
@@ -289,7 +307,10 @@ class ScheduleService:
                 try:
                     self.schedules.replace(cancelled, expected_version=view.job.version)
                 except errors.ConflictError:
-                    return self.cancel_job(tenant_id, job_id)  # materialized meanwhile
+                    return self.cancel_job(tenant_id, job_id)  # changed meanwhile
+                # The ticker may have materialized its fire after we read it: that fire
+                # is cancelled too, not left queued (its message would find it cancelled).
+                self._settle_older(view.job, cancelled, now)
             return self.get_job(tenant_id, job_id)
         if row.state is occurrence.State.CANCELLED:
             return view
@@ -298,9 +319,9 @@ class ScheduleService:
             if not self.long_jobs.cancel(row):
                 raise errors.ConflictError(f"job {job_id} finished meanwhile")
             return self.get_job(tenant_id, job_id)
-        if not occurrence.can_transition(row.state, occurrence.State.CANCELLED) or (
-            row.state is not occurrence.State.QUEUED
-        ):
+        if row.state not in occurrence.CLAIMABLE:
+            # Queued, or failed with a retry to come, can be cancelled; a running short
+            # job finishes its attempt, and a settled one is past changing.
             raise errors.ConflictError(f"job {job_id} is {row.state.value}: too late to cancel")
         moved = row.moved(occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled")
         if not self.occurrences.transition(moved, expected_state=row.state):

@@ -215,6 +215,19 @@ class Worker:
                 return Result.SETTLED  # its execution is in flight: this was a repeat
             raise Busy(f"{key} is being started elsewhere")
         assert current is not None
+        why = self._unwanted_after_claim(current)
+        if why is not None:
+            self.occurrences.settle(
+                key,
+                state=occurrence.State.SKIPPED,
+                now=now,
+                exit_reason=f"skipped: {why}",
+                attempt=current.attempts,
+            )
+            self._release_slot(item.tenant_id, key, slot)
+            self._end_run(item, key, took_run)
+            self.metrics.add_metric("Skipped", "Count", 1)
+            return Result.SKIPPED
         try:
             self.long_jobs.start(item, current, deadline)
         except Exception:
@@ -392,6 +405,15 @@ class Worker:
         remaining_ms: Callable[[], int],
     ) -> dict[str, Any]:
         """Run the target; the outcome as the idempotency record's result."""
+        why = self._unwanted_after_claim(claimed)
+        if why is not None:
+            # A change returned between our first read and the claim: not run, recorded
+            # skipped as the change would have (this attempt never started).
+            return {
+                "state": occurrence.State.SKIPPED.value,
+                "exit_reason": f"skipped: {why}",
+                "attempt": claimed.attempts,
+            }
         context = targets.JobContext(
             occurrence_key=claimed.key,
             tenant_id=claimed.tenant_id,
@@ -417,6 +439,19 @@ class Worker:
             "seconds": round(self.clock.monotonic() - started, 3),
             "output": targets.jsonable(output),
         }
+
+    def _unwanted_after_claim(self, claimed: occurrence.Occurrence) -> str | None:
+        """Is a claimed occurrence still wanted? Read again only for a fire older than
+        ``claims.RECHECK_OLDER_THAN``: a pause, update, delete or cancel settles every
+        younger open row of an older version before it returns, racing the claim on the
+        row, so a claim that won did so before the change returned. An older row may be
+        outside the change's range: the schedule read after the claim tells, and a change
+        that returned before that read stops the run."""
+        if workflow.is_node_key(claimed.key):
+            return None  # a workflow node's run is governed by its run (cancel)
+        if claimed.fire_time >= self.clock.now() - claims.RECHECK_OLDER_THAN:
+            return None
+        return claims.unwanted(self.schedules.get(claimed.tenant_id, claimed.schedule_id), claimed)
 
     def _failed(
         self,
@@ -452,6 +487,10 @@ class Worker:
             logger.warning("failed, retrying", extra={**extra, "reason": outcome["exit_reason"]})
             self.metrics.add_metric("Failed", "Count", 1)
             return Result.RETRYING
+        if state is occurrence.State.SKIPPED:
+            logger.info("skipped", extra={**extra, "reason": outcome["exit_reason"]})
+            self.metrics.add_metric("Skipped", "Count", 1)
+            return Result.SKIPPED
         if state is occurrence.State.DEAD:
             logger.error("dead", extra={**extra, "reason": outcome["exit_reason"]})
             self.metrics.add_metric("Failed", "Count", 1)
