@@ -597,13 +597,23 @@ class Controller:
     def _finish_if_done(self, run: workflow.Run, report: Report) -> None:
         """Record the run's end once, if no node is waiting or dispatched.
 
-        The listing reads its rows back consistently, so a node it returns is still
-        unfinished; a full page (a cursor) means unfinished for sure.
+        The state index answers "not yet" cheaply: a node it lists is read back
+        consistently, so it is unfinished for sure. Its "nothing left" is not trusted:
+        the index lags, and a node can move from waiting to dispatched between two
+        listings. The end is decided on the node rows themselves, read consistently from
+        the base table, once the index has nothing to show: about once per run.
+        Finished node states are final within a generation, and a new generation ("retry
+        failed") changes the run's generation, on which the end's write is conditional;
+        so rows read page after page that are all finished were all finished at the end
+        of the read.
         """
         for state in (NodeState.DISPATCHED, NodeState.WAITING):
             page = self.store.nodes_in_state(run.run_id, state, limit=CONFIRM_PAGE)
             if page.items or page.cursor is not None:
                 return
+        rows = self.store.all_nodes(run.run_id)
+        if any(r.state in (NodeState.WAITING, NodeState.DISPATCHED) for r in rows):
+            return
         current = self.store.get_run(run.run_id)
         if current is None or current.state is not workflow.RunState.RUNNING:
             return
