@@ -261,6 +261,22 @@ def test_cancel_stops_what_has_not_started() -> None:
         flow.service.retry_failed("tenant-a", run.run_id)
 
 
+def test_cancel_reaches_every_open_node_even_when_the_index_shows_none() -> None:
+    flow = Flow.on_memory()
+    # GIVEN a run whose source is dispatched and the rest waiting
+    flow.register([node(n) for n in ETL_NODES], ETL_EDGES)
+    run = flow.start()
+    flow.controller.start(run.run_id)
+    # WHEN it is cancelled and the controller's index has not seen any node yet
+    flow.service.cancel("tenant-a", run.run_id)
+    report = flow.make_controller(IndexSeesNothing(flow.store)).cancel_nodes(run.run_id)
+    # THEN every waiting node is cancelled (the dispatched one is left to its worker,
+    # which skips it: a short job's run is not stopped)
+    assert sorted(report.cancelled) == sorted(n for n in ETL_NODES if n != "source")
+    rows = flow.store.all_nodes(run.run_id)
+    assert {r.node_id for r in rows if r.state is NodeState.WAITING} == set()
+
+
 # --- crash points ------------------------------------------------------------------------
 
 

@@ -255,20 +255,15 @@ class Controller:
         run = self.store.get_run(run_id)
         if run is None or run.state is not workflow.RunState.CANCELLED:
             return report
-        for state in (NodeState.WAITING, NodeState.DISPATCHED):
-            cursor = None
-            while True:
-                page = self.store.nodes_in_state(run_id, state, limit=1000, cursor=cursor)
-                for node in page.items:
-                    if state is NodeState.DISPATCHED and not self._stop_long(run, node):
-                        continue
-                    if self.store.move_node(
-                        run_id, node.node_id, expected=state, to=NodeState.CANCELLED
-                    ):
-                        report.cancelled.append(node.node_id)
-                if page.cursor is None:
-                    break
-                cursor = page.cursor
+        # The node rows, not the state index: a node the index has not seen move (it
+        # lags) would keep waiting, or its long job running, under a cancelled run.
+        for node in self.store.all_nodes(run_id):
+            if node.state is NodeState.DISPATCHED and not self._stop_long(run, node):
+                continue
+            if node.state in (NodeState.WAITING, NodeState.DISPATCHED) and self.store.move_node(
+                run_id, node.node_id, expected=node.state, to=NodeState.CANCELLED
+            ):
+                report.cancelled.append(node.node_id)
         return report
 
     def _stop_long(self, run: workflow.Run, node: workflow.RunNode) -> bool:
