@@ -123,6 +123,21 @@ class OccurrenceStore(Protocol):
         """A schedule's occurrences, newest fire first."""
         ...
 
+    def open_rows(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        since: datetime,
+        limit: int,
+        cursor: str | None = None,
+    ) -> Page[occurrence.Occurrence]:
+        """A schedule's open occurrences (queued, or failed with a retry to come) whose fire
+        time is ``since`` or later, earliest first, read consistently. A page holds at
+        most ``limit`` rows (it may hold fewer, even none, and still have a cursor): the
+        rows read are bounded by the time range, not by how many are open."""
+        ...
+
     def transition(self, item: occurrence.Occurrence, *, expected_state: occurrence.State) -> bool:
         """Store ``item`` (its new state and fields) if the stored state is expected_state.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,8 +36,9 @@ if TYPE_CHECKING:
 
 JOB_CLASSES = model.JOB_CLASSES
 # Short timeouts and standard retries: a Lambda should fail fast and let the platform retry.
-# Connections for every thread of the ticker's and workers' I/O pools (urllib3 would
-# otherwise open and drop extra connections past its default of 10).
+# (botocore's max_attempts counts retries: up to 4 requests per call.) Connections for
+# every thread of the ticker's and workers' I/O pools (urllib3 would otherwise open and
+# drop extra connections past its default of 10).
 BOTO_CONFIG = Config(
     retries={"max_attempts": 3, "mode": "standard"},
     connect_timeout=2,
@@ -45,6 +47,13 @@ BOTO_CONFIG = Config(
 )
 # Calls one ticker invocation keeps in flight at once (sends, advances, reads).
 TICKER_POOL_SIZE = 32
+# A tenant's Lambda target is invoked synchronously: the answer comes when the function
+# ends, so the read must wait as long as the job's deadline allows, and a request that was
+# sent is never repeated by the SDK (a read timeout would invoke the function again while
+# it still runs). A failed invoke is a failed attempt, retried under the job's policy.
+TARGET_LAMBDA_CONFIG = Config(
+    retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=2
+)
 
 
 @dataclass(frozen=True)
@@ -205,8 +214,23 @@ def slot_store() -> dynamodb.DynamoSlotStore:
 
 
 @functools.cache
-def lambda_client() -> Any:
-    return _client("lambda")
+def _target_session() -> boto3.session.Session:
+    return boto3.session.Session()
+
+
+@functools.lru_cache(maxsize=16)
+def target_lambda_client(read_timeout: int) -> Any:
+    """A client for invoking tenants' functions whose reads wait ``read_timeout`` seconds.
+
+    botocore fixes the read timeout per client, so there is one per timeout in use (a
+    class's deadline, mostly), kept while warm; one session shares the service model."""
+    s = settings()
+    return _target_session().client(
+        "lambda",
+        region_name=s.region,
+        endpoint_url=s.endpoint_url,
+        config=TARGET_LAMBDA_CONFIG.merge(Config(read_timeout=max(1, read_timeout))),
+    )
 
 
 @functools.cache
@@ -227,7 +251,7 @@ def target_runner() -> targets.TargetRunner:
     return targets.TargetRunner(
         registry=registry(),
         signing_secret=secret.encode(),
-        lambda_client=lambda_client,
+        lambda_client=lambda timeout: target_lambda_client(math.ceil(timeout)),
         sqs_client=sqs_client,
         workflows=workflow_service if settings().workflows_table else None,
     )
@@ -251,6 +275,7 @@ def long_jobs() -> long_jobs_service.LongJobs:
         runner=target_runner() if s.signing_secret else None,
         config=long_jobs_service.LongJobConfig(heartbeat_seconds=s.long_job_heartbeat_seconds),
         nodes=node_jobs() if s.workflows_table else None,
+        slots=slot_store() if s.slots_table else None,
     )
 
 
@@ -280,6 +305,7 @@ def schedule_service() -> schedules.ScheduleService:
         clock=clock(),
         handlers=registry(),
         long_jobs=long_jobs() if settings().long_job_state_machine_arn else None,
+        workflows=workflow_service() if settings().workflows_table else None,
     )
 
 
@@ -384,8 +410,8 @@ def reset() -> None:
     for cached in (
         settings, dynamodb_client, sqs_client, logger, metrics, clock, schedule_store,
         occurrence_store, lease_store, work_queue, api_key_store, idempotency_store,
-        schedule_service, api, slot_store, lambda_client, target_runner, worker, registry,
-        sfn_client, long_jobs, s3_client, workflow_store, document_store, definitions,
-        workflow_service, controller, node_jobs,
+        schedule_service, api, slot_store, target_lambda_client, _target_session,
+        target_runner, worker, registry, sfn_client, long_jobs, s3_client, workflow_store,
+        document_store, definitions, workflow_service, controller, node_jobs,
     ):  # fmt: skip
         cached.cache_clear()

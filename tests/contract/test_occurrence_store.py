@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +56,25 @@ def test_given_an_existing_key_when_put_again_then_false_and_the_first_row_stays
     # THEN
     assert duplicate is False
     assert occurrence_store.get(first.key) == first
+
+
+def test_triggers_keyed_to_the_millisecond_are_rows_of_their_own_in_time_order(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN the fire on a whole second and two triggers within that second
+    fire = an_occurrence("nightly", START)
+    early = an_occurrence("nightly", START + timedelta(milliseconds=5), exact=True)
+    late = an_occurrence("nightly", START + timedelta(milliseconds=750), exact=True)
+    after = an_occurrence("nightly", START + timedelta(seconds=1))
+    # WHEN each is put
+    for row in (late, after, fire, early):
+        assert occurrence_store.put_new(row)
+    # THEN each is its own row, read back whole by its key
+    assert [occurrence_store.get(r.key) for r in (fire, early, late)] == [fire, early, late]
+    # AND the history lists them by time, newest first
+    assert walk(occurrence_store, "nightly", limit=10) == [
+        [after.key, late.key, early.key, fire.key]
+    ]
 
 
 def test_given_tickers_racing_to_put_one_fire_then_exactly_one_row_exists(
@@ -139,6 +160,63 @@ def test_given_any_history_when_paged_then_each_occurrence_comes_once_newest_fir
     newest_first = [o.key for o in sorted(items, key=lambda o: o.fire_time, reverse=True)]
     assert all(len(page) <= limit for page in pages)
     assert [key for page in pages for key in page] == newest_first
+
+
+# --- open rows ----------------------------------------------------------------------------
+
+
+def walk_open(
+    store: ports.OccurrenceStore, schedule_id: str, since: datetime, limit: int
+) -> list[str]:
+    """Every open row of a schedule from ``since`` on, following cursors to the end."""
+    keys: list[str] = []
+    cursor: str | None = None
+    for _ in range(1_000):
+        page = store.open_rows(TENANT, schedule_id, since=since, limit=limit, cursor=cursor)
+        assert len(page.items) <= limit
+        keys += [o.key for o in page.items]
+        if (cursor := page.cursor) is None:
+            return keys
+    raise AssertionError("the cursor never reached the end")
+
+
+@pytest.mark.parametrize("limit", [1, 3, 100])
+def test_open_rows_are_the_queued_and_failed_ones_from_a_time_on_oldest_first(
+    occurrence_store: ports.OccurrenceStore, limit: int
+) -> None:
+    # GIVEN a schedule's rows in every state, before and after a time, of two versions,
+    # a trigger's between whole seconds, and another schedule's open rows
+    rows = {
+        "before": an_occurrence("nightly", START - MINUTE),
+        "queued": an_occurrence("nightly", START),
+        "trigger": an_occurrence("nightly", START + timedelta(milliseconds=250), exact=True),
+        "running": an_occurrence("nightly", START + MINUTE),
+        "failed v1": an_occurrence("nightly", START + 2 * MINUTE),
+        "failed v2": an_occurrence("nightly", START + 2 * MINUTE, version=2),
+        "succeeded": an_occurrence("nightly", START + 3 * MINUTE),
+        "ahead": an_occurrence("nightly", START + 60 * MINUTE, version=2),
+    }
+    for row in rows.values():
+        assert occurrence_store.put_new(row)
+    occurrence_store.put_new(an_occurrence("weekly", START))
+    occurrence_store.put_new(an_occurrence("nightly-other", START, tenant_id=OTHER_TENANT))
+    for name in ("running", "failed v1", "failed v2", "succeeded"):
+        occurrence_store.claim(rows[name].key, now=START, until=START + MINUTE)
+    for name in ("failed v1", "failed v2"):
+        occurrence_store.settle(rows[name].key, state=State.FAILED, now=START, exit_reason="x")
+    occurrence_store.settle(
+        rows["succeeded"].key, state=State.SUCCEEDED, now=START, exit_reason="succeeded"
+    )
+    # WHEN the open rows from START on are read, page by page
+    found = walk_open(occurrence_store, "nightly", START, limit)
+    # THEN they are the queued and failed rows at or after START, in fire time order
+    expected = ["queued", "trigger", "failed v1", "failed v2", "ahead"]
+    assert found == [rows[name].key for name in expected]
+
+
+def test_no_open_rows_is_an_empty_page(occurrence_store: ports.OccurrenceStore) -> None:
+    page = occurrence_store.open_rows(TENANT, "nightly", since=START, limit=10)
+    assert (page.items, page.cursor) == ([], None)
 
 
 # --- transition ---------------------------------------------------------------------------

@@ -124,7 +124,7 @@ class Flow:
         runner = self.runner = targets.TargetRunner(
             registry=self.registry,
             signing_secret=SIGNING_SECRET,
-            lambda_client=lambda: None,
+            lambda_client=lambda timeout: None,
             sqs_client=lambda: None,
             workflows=lambda: self.service,
         )

@@ -63,7 +63,7 @@ class System:
         return targets.TargetRunner(
             registry=self.registry,
             signing_secret=SIGNING_SECRET,
-            lambda_client=lambda: boto3.client("lambda", region_name=REGION),
+            lambda_client=lambda timeout: boto3.client("lambda", region_name=REGION),
             sqs_client=lambda: self.sqs_client,
         )
 

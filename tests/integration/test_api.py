@@ -353,6 +353,41 @@ def test_pause_leaves_no_next_fire_and_resume_restores_it(system: System) -> Non
     assert system.call("POST", f"/schedules/{created['id']}/resume") == (200, resumed)
 
 
+@pytest.mark.parametrize(
+    ("method", "suffix", "body", "reason"),
+    [
+        ("POST", "/pause", None, "skipped: schedule paused"),
+        (
+            "PUT",
+            "",
+            {"spec": "rate(2 minutes)", "target": PYTHON},
+            "skipped: stale version 1 (now 2)",
+        ),
+        ("DELETE", "", None, "skipped: schedule deleted"),
+    ],
+    ids=["pause", "update", "delete"],
+)
+def test_a_change_settles_the_fires_materialized_ahead_before_it_returns(
+    system: System, method: str, suffix: str, body: Any, reason: str
+) -> None:
+    # GIVEN a schedule every minute whose next fires the ticker materialized ahead
+    created = create(system)
+    system.clock.advance(55)
+    system.ticker(use_lease=False).tick()
+    ahead = [o for o in system.occurrences.history(A, created["id"], limit=100).items]
+    assert len(ahead) >= 3 and {o.state.value for o in ahead} == {"queued"}
+    # WHEN the schedule is changed
+    system.log.reset()
+    status, _ = system.call(method, f"/schedules/{created['id']}{suffix}", body)
+    # THEN by the time the call returns each of them is skipped with the reason
+    assert status in (200, 204)
+    settled = [system.occurrences.get(o.key) for o in ahead]
+    assert {(o.state.value, o.exit_reason) for o in settled if o} == {("skipped", reason)}
+    # AND it cost one Query of the schedule's rows and one write per fire settled
+    assert system.log.count("Query") == 1
+    assert system.log.count("PutItem") == len(ahead) + (method != "DELETE")
+
+
 # --- POST /schedules/{id}/trigger --------------------------------------------------------
 
 
@@ -362,16 +397,14 @@ def test_trigger_queues_an_occurrence_now_on_the_class_queue(system: System) -> 
     system.clock.advance(7.4)
     # WHEN it is triggered
     status, fired = system.call("POST", f"/schedules/{created['id']}/trigger")
-    # THEN it is 202 with an occurrence queued for now (to the second)
+    # THEN it is 202 with an occurrence queued for now (to the millisecond)
     assert status == 202
-    now = system.clock.now().replace(microsecond=0)
-    assert fired["fire_time"] == iso(now) == "2026-05-01T12:00:07Z"
+    assert fired["fire_time"] == "2026-05-01T12:00:07.400000Z"
     assert (fired["state"], fired["schedule_id"], fired["version"]) == ("queued", created["id"], 1)
     assert fired["job_class"] == "short"
     # AND one message for it is on the short queue, none on the default one
     messages = system.receive_all("short")
     assert [m["occurrence_key"] for m in messages] == [fired["key"]]
-    assert messages[0]["fire_time"] == fired["fire_time"]
     assert system.receive_all("default") == []
     # AND it is in the history; the schedule's own next fire did not move
     status, history = system.call("GET", f"/schedules/{created['id']}/occurrences")
@@ -379,6 +412,39 @@ def test_trigger_queues_an_occurrence_now_on_the_class_queue(system: System) -> 
     assert system.call("GET", f"/schedules/{created['id']}")[1]["next_fire"] == iso(
         START + timedelta(hours=1)
     )
+
+
+def test_each_trigger_is_its_own_run_even_within_one_second(system: System) -> None:
+    # GIVEN a schedule every minute whose fire at 12:01:00 was materialized and ran
+    created = create(system, spec="rate(1 minute)")
+    trigger = f"/schedules/{created['id']}/trigger"
+    system.clock.advance(60)
+    system.ticker(use_lease=False).tick()
+    (scheduled,) = system.receive_all()
+    worker = system.worker()
+    worker.handle(scheduled, remaining_ms=lambda: 60_000)
+    # WHEN it is triggered in that same second, and again half a second later
+    system.clock.advance(0.3)
+    first = system.call("POST", trigger)
+    system.clock.advance(0.5)
+    second = system.call("POST", trigger)
+    # THEN each trigger is a new occurrence with its own message: none is taken for the
+    # fire that ran, nor for the other trigger
+    assert first[0] == second[0] == 202
+    keys = [scheduled["occurrence_key"], first[1]["key"], second[1]["key"]]
+    assert len(set(keys)) == 3
+    assert (first[1]["state"], second[1]["state"]) == ("queued", "queued")
+    sent = system.receive_all()
+    assert [m["occurrence_key"] for m in sent] == keys[1:]
+    # AND each runs
+    assert [worker.handle(m, remaining_ms=lambda: 60_000).value for m in sent] == [
+        "succeeded",
+        "succeeded",
+    ]
+    # AND the history lists all three in time order, newest first (with the fires the
+    # ticker materialized ahead)
+    history = system.call("GET", f"/schedules/{created['id']}/occurrences")[1]["items"]
+    assert [o["key"] for o in history if o["key"] in keys] == keys[::-1]
 
 
 def test_trigger_of_a_paused_schedule_is_409_and_sends_nothing(system: System) -> None:
@@ -761,7 +827,8 @@ def test_a_retried_trigger_with_the_same_key_fires_once(system: System) -> None:
     # AND a new key is a new fire
     third = system.call("POST", trigger, headers={"Idempotency-Key": "fire-2"})
     assert third[0] == 202
-    assert third[1]["fire_time"] == iso(START + timedelta(seconds=3))
+    # (a trigger never takes a whole second, the key of the schedule's own fire there)
+    assert third[1]["fire_time"] == "2026-05-01T12:00:02.999000Z"
     assert [m["occurrence_key"] for m in system.receive_all()] == [third[1]["key"]]
     history = system.call("GET", f"/schedules/{created['id']}/occurrences")[1]["items"]
     assert {o["key"] for o in history} == {first[1]["key"], third[1]["key"]}
@@ -807,6 +874,44 @@ BAD_INPUT = [
         body_with(target={"type": "lambda", "function_arn": "arn:aws:s3:::bucket"}),
     ),
     bad("unknown target type", 422, "target", body_with(target={"type": "ftp"})),
+    bad(
+        "http header value with CR/LF",
+        422,
+        "target.headers",
+        body_with(
+            target={"type": "http", "url": "https://x.example", "headers": {"A": "1\r\nB: 2"}}
+        ),
+    ),
+    bad(
+        "http header without a name",
+        422,
+        "target.headers",
+        body_with(target={"type": "http", "url": "https://x.example", "headers": {"": "v"}}),
+    ),
+    bad(
+        "http header name with a space",
+        422,
+        "target.headers",
+        body_with(target={"type": "http", "url": "https://x.example", "headers": {"X Y": "v"}}),
+    ),
+    bad(
+        "http header Fireline sets",
+        422,
+        "target.headers",
+        body_with(
+            target={"type": "http", "url": "https://x.example", "headers": {"idempotency-key": "k"}}
+        ),
+    ),
+    bad(
+        "job http header value with CR/LF",
+        422,
+        "target.headers",
+        {
+            "delay_seconds": 5,
+            "target": {"type": "http", "url": "https://x.example", "headers": {"A": "\n"}},
+        },
+        path="/jobs",
+    ),
     bad(
         "end before start",
         400,
@@ -885,6 +990,30 @@ BAD_INPUT = [
         query={"cursor": cursor_of({"schedule_id": "sch_other", "occurrence_sk": "x"})},
     ),
     bad("body over 128 KiB", 413, "body", body_with(payload={"blob": "x" * (130 * 1024)})),
+    bad(
+        "long deadline past the runner's limit",
+        400,
+        "deadline_seconds",
+        body_with(job_class="long", deadline_seconds=3600),
+    ),
+    bad(
+        "deadline past the worker's limit", 400, "deadline_seconds", body_with(deadline_seconds=600)
+    ),
+    bad(
+        "update with a deadline past the limit",
+        400,
+        "deadline_seconds",
+        body_with(job_class="short", deadline_seconds=21),
+        method="PUT",
+        path="/schedules/{id}",
+    ),
+    bad(
+        "job deadline past the runner's limit",
+        400,
+        "deadline_seconds",
+        {"delay_seconds": 5, "job_class": "long", "deadline_seconds": 841, "target": PYTHON},
+        path="/jobs",
+    ),
 ]
 
 

@@ -31,7 +31,7 @@ DIAMOND: dict[str, Any] = {
             "target": {"type": "http", "url": "https://hooks.example.com/score"},
             "job_class": "short",
             "retry": {"max_attempts": 5, "base_seconds": 1, "jitter": "none"},
-            "deadline_seconds": 600,
+            "deadline_seconds": 15,
         },
         {"id": "load", "target": PYTHON},
     ],
@@ -64,6 +64,7 @@ class Api:
     occurrences: memory.MemoryOccurrenceStore
     service: workflows.WorkflowService
     app: Any
+    scheduler: schedules.ScheduleService
 
     def call(
         self,
@@ -123,13 +124,14 @@ def build(with_workflows: bool = True) -> Api:
         occurrences=occurrences,
         queue=queue,
         clock=clock,
+        workflows=service if with_workflows else None,
     )
     app = api_app.build_app(
         scheduler,
         memory.MemoryIdempotencyStore(),
         workflows=service if with_workflows else None,
     )
-    return Api(clock, queue, documents, store, occurrences, service, app)
+    return Api(clock, queue, documents, store, occurrences, service, app, scheduler)
 
 
 @pytest.fixture
@@ -195,7 +197,7 @@ def test_registering_the_diamond_stores_version_1_then_version_2(api: Api) -> No
         "timeout_seconds": 30,
         "headers": {},
     }
-    assert (score.job_class, score.deadline_seconds) == ("short", 600)
+    assert (score.job_class, score.deadline_seconds) == ("short", 15)
     assert (score.retry.max_attempts, score.retry.base_seconds) == (5, 1.0)
     assert score.retry.jitter.value == "none"
     assert stored.specs["clean.v2"].payload == {"table": "users"}
@@ -281,6 +283,12 @@ BAD_DEFINITIONS = [
     bad("upload_id with edges", 422, "upload_id", {"upload_id": "abc", "edges": []}),
     bad("bad upload_id", 422, "upload_id", {"upload_id": "../etc"}),
     bad("not JSON", 422, "body", "{nodes"),
+    bad(
+        "deadline past its class's limit",
+        400,
+        "nodes[1].deadline_seconds",
+        {"nodes": [node("a"), node("b", job_class="long", deadline_seconds=3600)]},
+    ),
 ]
 
 
@@ -768,6 +776,7 @@ def test_openapi_lists_the_workflow_routes_with_summaries(api: Api) -> None:
 
 
 def test_a_schedule_may_target_a_workflow_but_a_node_may_not(api: Api) -> None:
+    register(api)
     target = {"type": "workflow", "workflow_id": "wf"}
     status, out = api.call("POST", "/schedules", {"spec": "rate(1 hour)", "target": target})
     assert status == 201, out
@@ -776,6 +785,36 @@ def test_a_schedule_may_target_a_workflow_but_a_node_may_not(api: Api) -> None:
     status, out = api.call("PUT", "/workflows/recursive", body)
     assert status == 422 and out["error"]["field"].startswith("nodes.0.target")
     assert api.call("GET", "/workflows/recursive")[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("target", "field"),
+    [
+        ({"type": "workflow", "workflow_id": "nothing-here"}, "target.workflow_id"),
+        ({"type": "workflow", "workflow_id": "wf", "version": 9}, "target.version"),
+    ],
+    ids=["unknown workflow", "unknown version"],
+)
+def test_a_schedule_or_job_targeting_a_workflow_that_does_not_exist_is_refused(
+    api: Api, target: dict[str, Any], field: str
+) -> None:
+    # GIVEN tenant-a has version 1 of "wf", and tenant-b a workflow named "nothing-here"
+    register(api)
+    register(api, workflow_id="nothing-here", tenant=B)
+    # WHEN a schedule or a job names a workflow (or version) tenant-a does not have
+    schedule = api.call("POST", "/schedules", {"spec": "rate(1 hour)", "target": target})
+    job = api.call("POST", "/jobs", {"delay_seconds": 60, "target": target})
+    # THEN each is refused naming the field, and nothing is stored
+    assert error_of(schedule) == (400, field)
+    assert error_of(job) == (400, field)
+    assert api.scheduler.schedules.list(A, limit=100).items == []
+
+
+def test_a_node_whose_http_header_is_invalid_is_refused_naming_it(api: Api) -> None:
+    target = {"type": "http", "url": "https://x.example", "headers": {"X-Tag": "a\r\nb"}}
+    response = api.call("PUT", "/workflows/wf", {"nodes": [node("a", target=target)]})
+    assert error_of(response) == (422, "nodes.0.target.headers")
+    assert api.versions() == 0
 
 
 def test_an_upload_over_the_document_limit_is_refused_before_any_node_is_read(

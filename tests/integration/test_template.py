@@ -20,6 +20,9 @@ from cfnlint.decode import decode_str
 from packaging.requirements import Requirement
 from samtranslator.translator.transform import transform
 
+from fireline.domain import model
+from fireline.services import worker
+
 ROOT = Path(__file__).parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
 # What `sam package` puts in place of the local CodeUri before the transform runs.
@@ -804,6 +807,18 @@ def test_each_worker_has_its_class_timeout_and_no_reserved_concurrency(
     assert "ReservedConcurrentExecutions" not in props
 
 
+@pytest.mark.parametrize("function", ["DefaultWorkerFunction", "ShortWorkerFunction", LONG_RUNNER])
+def test_each_class_deadline_fits_in_the_function_that_runs_its_attempts(
+    translated: dict[str, Any], function: str
+) -> None:
+    # The longest deadline a class accepts (and its default) plus the time to claim, stop
+    # the job and record its outcome must fit in the function's timeout, or Lambda would
+    # kill every attempt before its deadline.
+    job_class = JOB_CLASSES[function]
+    timeout = translated["Resources"][function]["Properties"]["Timeout"]
+    assert model.DEADLINES[job_class] + worker.STOP_MARGIN_SECONDS < timeout
+
+
 def test_workflow_controller_has_time_for_a_large_run_and_no_reserved_concurrency(
     translated: dict[str, Any],
 ) -> None:
@@ -969,9 +984,16 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
 @pytest.mark.parametrize(
     ("function", "tables", "queues"),
     [
+        # A cancelled long job's tenant slot is given back by whoever cancels it.
         (
             "ApiFunction",
-            {"SchedulesTable", "OccurrencesTable", "IdempotencyTable", "WorkflowsTable"},
+            {
+                "SchedulesTable",
+                "OccurrencesTable",
+                "IdempotencyTable",
+                "WorkflowsTable",
+                "SlotsTable",
+            },
             {"DefaultQueue", "ShortQueue", "LongQueue", "WorkflowQueue"},
         ),
         (
@@ -1001,7 +1023,7 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
         # Nodes become occurrences on their class's queue; continuations go to its own.
         (
             WORKFLOW_CONTROLLER,
-            {"WorkflowsTable", "OccurrencesTable"},
+            {"WorkflowsTable", "OccurrencesTable", "SlotsTable"},
             {"DefaultQueue", "ShortQueue", "LongQueue", "WorkflowQueue"},
         ),
     ],

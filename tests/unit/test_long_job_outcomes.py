@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
@@ -11,24 +10,9 @@ from fireline.adapters import memory
 from fireline.domain import occurrence
 from fireline.services import long_jobs
 from helpers import events
+from helpers.supervisors import RecordingSupervisor
 
 KEY = "job_0123456789abcdef0123#1#2026-05-01T12:00:00Z"
-
-
-class NoSupervisor:
-    def start(self, name: str, job_input: dict[str, Any]) -> str:
-        return name
-
-    def stop(self, execution: str, cause: str) -> None: ...
-
-    def heartbeat(self, task_token: str) -> bool:
-        return True
-
-    def succeed(self, task_token: str, output: dict[str, Any]) -> bool:
-        return True
-
-    def fail(self, task_token: str, error: str, cause: str) -> bool:
-        return True
 
 
 @pytest.fixture
@@ -48,7 +32,7 @@ def service() -> long_jobs.LongJobs:
     return long_jobs.LongJobs(
         schedules=memory.MemoryScheduleStore(),
         occurrences=store,
-        supervisor=NoSupervisor(),
+        supervisor=RecordingSupervisor(),
         clock=clock,
     )
 

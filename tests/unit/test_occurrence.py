@@ -89,6 +89,22 @@ def test_given_two_tickers_seeing_the_same_fire_at_different_instants_then_keys_
     assert keys == {"nightly#3#2026-03-01T09:30:00Z"}
 
 
+def test_an_exact_key_names_the_millisecond_and_parses_back_to_it() -> None:
+    # GIVEN a trigger at 09:30:00.250 (and sub-millisecond noise)
+    instant = FIRE + timedelta(microseconds=250_400)
+    # WHEN it is keyed exactly
+    key = occurrence.occurrence_key("nightly", 3, instant, exact=True)
+    # THEN the key names the millisecond, differs from the whole second's, and parses back
+    assert key == "nightly#3#2026-03-01T09:30:00.250Z"
+    assert key != occurrence.occurrence_key("nightly", 3, FIRE)
+    parsed = occurrence.parse_key(key)
+    assert parsed.fire_time == FIRE + timedelta(milliseconds=250)
+    assert str(parsed) == key
+    # AND a whole second spelled with milliseconds is not a key (it is the plain one's)
+    with pytest.raises(errors.ValidationError):
+        occurrence.parse_key("nightly#3#2026-03-01T09:30:00.000Z")
+
+
 def test_given_a_new_version_then_the_same_fire_gets_a_different_key() -> None:
     assert occurrence.occurrence_key("nightly", 3, FIRE) != occurrence.occurrence_key(
         "nightly", 4, FIRE

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fireline.domain import errors, retry
@@ -97,6 +97,8 @@ def test_given_an_attempt_below_one_then_it_is_refused(attempt: int) -> None:
 
 
 @given(policy=policies, attempt=attempts, seed=st.integers())
+# The smallest ceiling a float holds: any draw times it rounds to the ceiling itself.
+@example(policy=retry.RetryPolicy(base_seconds=5e-324, factor=1.0), attempt=1, seed=0)
 def test_given_full_jitter_then_the_delay_lies_in_zero_to_the_ceiling(
     policy: retry.RetryPolicy, attempt: int, seed: int
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fireline import ports
 from fireline.domain import dag, errors, model, retry, schedule, workflow
 from fireline.services import dispatch, targets, workflows
 from helpers.flows import (
@@ -127,6 +128,93 @@ def test_retry_failed_resets_in_bounded_steps_and_the_run_is_not_finished_meanwh
     assert set(flow.ledger.effects.values()) == {1} and len(flow.ledger.effects) == 11
 
 
+class MovesBetweenListings:
+    """A workflow store whose listing of dispatched nodes is followed, before the caller
+    can read anything else, by another controller's step (``meanwhile``): a node moves
+    from waiting to dispatched between the completion check's two reads, as a concurrent
+    node_done moves it, or as a lagging index would show it."""
+
+    def __init__(self, store: Any, meanwhile: Any) -> None:
+        self._store = store
+        self._meanwhile = meanwhile
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def nodes_in_state(self, run_id: str, state: NodeState, **kwargs: Any) -> Any:
+        page = self._store.nodes_in_state(run_id, state, **kwargs)
+        if state is NodeState.DISPATCHED and self._meanwhile is not None:
+            meanwhile, self._meanwhile = self._meanwhile, None
+            meanwhile()
+        return page
+
+
+def test_a_run_is_not_finished_while_a_node_moves_to_dispatched_during_the_check() -> None:
+    flow = Flow.on_memory()
+    # GIVEN roots x and y, and z after y; z fails whatever it tries
+    flow.register([node(n, retry=NO_WAIT) for n in ("x", "y", "z")], [("y", "z")])
+    flow.ledger.failing["z"] = 99
+    run = flow.start()
+    flow.controller.start(run.run_id)  # x and y dispatched
+    for message in flow.queue.receive("default", max_messages=10):
+        flow.workers["default"].handle(message.body, remaining_ms=lambda: 60_000)
+    # (x and y succeeded; their node_done events are played by hand below)
+    # AND y's completion has been applied (y succeeded, z's counter at zero) but z is not
+    # dispatched yet
+    assert flow.store.succeed_node(run.run_id, "y", chunk=0, children=("z",))
+
+    # WHEN x's completion runs its end-of-run check, and y's controller dispatches z
+    # between that check's two reads
+    def dispatch_z() -> None:
+        flow.controller.node_done(run.run_id, "y", 1)
+
+    racing = flow.make_controller(MovesBetweenListings(flow.store, dispatch_z))
+    done = racing.node_done(run.run_id, "x", 1)
+    # THEN the run is not recorded as finished while z is dispatched
+    z = flow.store.get_nodes(run.run_id, ["z"])["z"]
+    assert z.state is NodeState.DISPATCHED
+    assert done.finished is None
+    assert flow.run_state(run) is workflow.RunState.RUNNING
+    # AND when z then dies the run ends failed, and "retry failed" is accepted
+    flow.drain()
+    assert flow.run_state(run) is workflow.RunState.FAILED
+    assert flow.service.retry_failed("tenant-a", run.run_id).state is workflow.RunState.RUNNING
+
+
+class IndexSeesNothing:
+    """A workflow store whose state index has not seen any write yet (it lags)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def nodes_in_state(self, run_id: str, state: NodeState, **kwargs: Any) -> Any:
+        return ports.Page([], None)
+
+
+def test_a_lagging_index_that_shows_no_open_node_does_not_end_the_run() -> None:
+    flow = Flow.on_memory()
+    # GIVEN two roots; the first has succeeded, the second is still dispatched
+    flow.register([node("a"), node("b")], [])
+    run = flow.start()
+    flow.controller.start(run.run_id)
+    (first, _) = flow.queue.receive("default", max_messages=10)
+    flow.workers["default"].handle(first.body, remaining_ms=lambda: 60_000)
+    parsed = workflow.parse_node_schedule_id(first.body["schedule_id"])
+    assert parsed is not None
+    _, done_id = parsed
+    # WHEN its completion is applied by a controller whose index shows nothing open
+    lagging = flow.make_controller(IndexSeesNothing(flow.store))
+    report = lagging.node_done(run.run_id, done_id, 1)
+    # THEN the run is not finished: the other node's row says it is dispatched
+    assert report.finished is None
+    assert flow.run_state(run) is workflow.RunState.RUNNING
+    flow.drain()
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+
+
 def test_a_completion_processed_twice_decrements_once_and_finishes_once() -> None:
     flow = Flow.on_memory()
     flow.register([node(n) for n in DIAMOND[0]], DIAMOND[1])
@@ -171,6 +259,22 @@ def test_cancel_stops_what_has_not_started() -> None:
     assert view.counts[NodeState.WAITING] == 0 and view.counts[NodeState.DISPATCHED] == 0
     with pytest.raises(Exception, match="only a failed run"):
         flow.service.retry_failed("tenant-a", run.run_id)
+
+
+def test_cancel_reaches_every_open_node_even_when_the_index_shows_none() -> None:
+    flow = Flow.on_memory()
+    # GIVEN a run whose source is dispatched and the rest waiting
+    flow.register([node(n) for n in ETL_NODES], ETL_EDGES)
+    run = flow.start()
+    flow.controller.start(run.run_id)
+    # WHEN it is cancelled and the controller's index has not seen any node yet
+    flow.service.cancel("tenant-a", run.run_id)
+    report = flow.make_controller(IndexSeesNothing(flow.store)).cancel_nodes(run.run_id)
+    # THEN every waiting node is cancelled (the dispatched one is left to its worker,
+    # which skips it: a short job's run is not stopped)
+    assert sorted(report.cancelled) == sorted(n for n in ETL_NODES if n != "source")
+    rows = flow.store.all_nodes(run.run_id)
+    assert {r.node_id for r in rows if r.state is NodeState.WAITING} == set()
 
 
 # --- crash points ------------------------------------------------------------------------

@@ -435,7 +435,14 @@ class DynamoScheduleStore:
 
 
 def occurrence_sort_key(fire_time: datetime, version: int) -> str:
-    return f"{occurrence.format_fire_time(fire_time)}#{version:09d}"
+    """``{fire_time}#{version}``, sorting as the fire times do: a trigger's milliseconds go
+    after the whole second's ``Z`` (``...:07Z.250#``), so it sorts after the fire on that
+    second (``...:07Z#``) and before the next second's, where ``...:07.250Z`` would not."""
+    text = occurrence.format_fire_time(fire_time, exact=True)
+    if "." not in text:
+        return f"{text}#{version:09d}"
+    whole, millis = text[:-1].split(".")
+    return f"{whole}Z.{millis}#{version:09d}"
 
 
 def occurrence_to_item(item: occurrence.Occurrence, expires_at: int | None) -> dict[str, Any]:
@@ -568,6 +575,50 @@ class DynamoOccurrenceStore:
         # Schedule ids are unique across tenants; the tenant check is the caller's, but a
         # row of another tenant is never returned.
         return ports.Page([r for r in rows if r.tenant_id == tenant_id], next_cursor)
+
+    def open_rows(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        since: datetime,
+        limit: int,
+        cursor: str | None = None,
+    ) -> ports.Page[occurrence.Occurrence]:
+        # The sort key orders by fire time, so the range is one Query on the schedule's
+        # partition; the state filter is applied after the read (Limit counts rows read,
+        # so a page may come back short), which keeps the cost bounded by the range.
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "#pk = :pk AND #sk >= :since",
+            "FilterExpression": "#state IN (:queued, :failed)",
+            "ExpressionAttributeNames": {
+                "#pk": "schedule_id",
+                "#sk": "occurrence_sk",
+                "#state": "state",
+            },
+            "ExpressionAttributeValues": {
+                ":pk": {"S": schedule_id},
+                ":since": {"S": occurrence_sort_key(since, 0)},
+                ":queued": {"S": occurrence.State.QUEUED.value},
+                ":failed": {"S": occurrence.State.FAILED.value},
+            },
+            "ConsistentRead": True,
+            "Limit": limit,
+        }
+        start = _decode_cursor(cursor, keys=("schedule_id", "occurrence_sk"))
+        if start is not None:
+            if start.get("schedule_id") != schedule_id:
+                raise errors.ValidationError("belongs to another listing", field="cursor")
+            kwargs["ExclusiveStartKey"] = _encode(start)
+        with _translated():
+            response = self._client.query(**kwargs)
+        rows = [occurrence_from_item(_decode(r)) for r in response.get("Items", [])]
+        last = response.get("LastEvaluatedKey")
+        return ports.Page(
+            [r for r in rows if r.tenant_id == tenant_id],
+            _encode_cursor(_decode(last)) if last else None,
+        )
 
     def _key(self, key: str) -> dict[str, Any]:
         parsed = occurrence.parse_key(key)

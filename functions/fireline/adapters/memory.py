@@ -235,6 +235,32 @@ class MemoryOccurrenceStore:
                 chosen[-1][2] if more and chosen else None,
             )
 
+    def open_rows(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        since: datetime,
+        limit: int,
+        cursor: str | None = None,
+    ) -> ports.Page[occurrence.Occurrence]:
+        with self._lock:
+            oldest_first = self._by_schedule.get((tenant_id, schedule_id), [])
+            start = bisect.bisect_left(oldest_first, (since, 0, ""))
+            if cursor is not None:
+                keys = [key for _, _, key in oldest_first]
+                start = max(start, keys.index(cursor) + 1 if cursor in keys else len(keys))
+            chosen = oldest_first[start : start + limit]
+            more = start + limit < len(oldest_first)
+            return ports.Page(
+                [
+                    self._items[key]
+                    for _, _, key in chosen
+                    if self._items[key].state in occurrence.CLAIMABLE
+                ],
+                chosen[-1][2] if more and chosen else None,
+            )
+
     def dead_letters(
         self, tenant_id: str, *, limit: int, cursor: str | None = None
     ) -> ports.Page[occurrence.Occurrence]:

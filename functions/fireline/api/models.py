@@ -31,6 +31,7 @@ from pydantic import (
 from typing_extensions import TypedDict
 
 from fireline.domain import dag, errors, model, occurrence, policies, retry, schedule, workflow
+from fireline.domain import target as target_rules
 from fireline.services import schedules as service
 from fireline.services import workflows
 
@@ -77,7 +78,22 @@ class HttpTarget(Strict):
     type: Literal["http"]
     url: HttpUrl
     timeout_seconds: int = Field(default=30, ge=1, le=900)
-    headers: dict[str, str] = Field(default_factory=dict, max_length=20)
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=20,
+        description="sent with each call; names are tokens, values hold no line break, and "
+        "the headers Fireline sets (Idempotency-Key, X-Fireline-Signature, Content-Type, "
+        "User-Agent) and the client's own (Host, Content-Length, ...) cannot be replaced",
+    )
+
+    @field_validator("headers")
+    @classmethod
+    def _callable_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        try:
+            target_rules.check_headers(value)
+        except errors.ValidationError as exc:
+            raise ValueError(exc.message) from exc
+        return value
 
 
 class LambdaTarget(Strict):

@@ -17,6 +17,42 @@ from fireline.domain import errors, policies, retry, schedule
 
 DEFAULT_SHARDS = 16
 JOB_CLASSES = ("default", "short", "long")
+# The longest attempt each class can give a job, which is also its deadline when it names
+# none: the function that runs the attempt (short worker 30 s, default worker 120 s, long
+# runner 900 s, Lambda's own limit; infra/template.yaml) less the time to claim, stop the
+# job and record its outcome. A longer deadline could never be kept: Lambda would kill the
+# attempt first, every attempt, so it is refused at registration.
+DEADLINES = {"short": 20, "default": 100, "long": 840}
+# A long attempt is held to a heartbeat interval shorter than its deadline, of a second
+# at least.
+MIN_LONG_DEADLINE = 2
+
+
+def deadline_for(job_class: str, deadline_seconds: int | None) -> int:
+    """A job's deadline: its own, else its class's."""
+    return deadline_seconds or DEADLINES.get(job_class, DEADLINES["default"])
+
+
+def check_deadline(
+    job_class: str, deadline_seconds: int | None, *, field: str = "deadline_seconds"
+) -> None:
+    """Refuse a deadline the job's class cannot give an attempt (bad input, named)."""
+    if deadline_seconds is None:
+        return
+    if job_class == "long" and deadline_seconds < MIN_LONG_DEADLINE:
+        raise errors.ValidationError(
+            f"a long job's deadline is at least {MIN_LONG_DEADLINE} s (its heartbeat interval "
+            "must be shorter)",
+            field=field,
+        )
+    limit = DEADLINES.get(job_class)
+    if limit is not None and deadline_seconds > limit:
+        longer = "" if job_class == "long" else f"; class long allows {DEADLINES['long']} s"
+        raise errors.ValidationError(
+            f"{deadline_seconds} s is longer than class {job_class} can run an attempt "
+            f"({limit} s){longer}",
+            field=field,
+        )
 
 
 class Kind(enum.StrEnum):

@@ -17,6 +17,10 @@ from fireline.domain import errors
 
 KEY_SEPARATOR = "#"
 FIRE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# A trigger-now fires at the instant it was asked, to the millisecond (a scheduled fire is
+# always on a whole second), so each trigger has a key of its own.
+TRIGGER_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+_MILLIS = re.compile(r"\.[0-9]{3}Z$")
 _VERSION = re.compile(r"[1-9][0-9]*")
 
 
@@ -63,23 +67,42 @@ def check_transition(current: State, requested: State) -> None:
         raise errors.IllegalTransition(current, requested)
 
 
-def format_fire_time(fire_time: datetime) -> str:
-    """FIRE_TIME_FORMAT, written out by hand: isoformat is several times cheaper than
-    strftime, and the ticker formats every fire it sends."""
+def format_fire_time(fire_time: datetime, *, exact: bool = False) -> str:
+    """``2026-12-01T09:00:00Z``: a scheduled fire is on a whole second, and what is finer
+    is noise every ticker must drop alike. ``exact``: to the millisecond when it has
+    some (``2026-12-01T09:00:00.250Z``), for a trigger-now's instant.
+
+    Written out through isoformat, several times cheaper than strftime: the ticker
+    formats every fire it sends."""
     if fire_time.tzinfo is None:
         raise errors.ValidationError("needs a UTC offset", field="fire_time")
     utc = fire_time if fire_time.tzinfo is UTC else fire_time.astimezone(UTC)
-    return utc.replace(tzinfo=None, microsecond=0).isoformat() + "Z"
+    whole = utc.replace(tzinfo=None, microsecond=0).isoformat() + "Z"
+    millis = utc.microsecond // 1000
+    return f"{whole[:-1]}.{millis:03d}Z" if exact and millis else whole
 
 
-def occurrence_key(schedule_id: str, version: int, fire_time: datetime) -> str:
+def _parse_fire_time(text: str) -> datetime:
+    form = TRIGGER_TIME_FORMAT if _MILLIS.search(text) else FIRE_TIME_FORMAT
+    return datetime.strptime(text, form).replace(tzinfo=UTC)
+
+
+def key_time(fire_time: datetime, *, exact: bool = False) -> datetime:
+    """The fire time a key names: in UTC, to the second (to the millisecond if exact)."""
+    utc = fire_time.astimezone(UTC)
+    return utc.replace(microsecond=utc.microsecond // 1000 * 1000 if exact else 0)
+
+
+def occurrence_key(
+    schedule_id: str, version: int, fire_time: datetime, *, exact: bool = False
+) -> str:
     if not schedule_id or KEY_SEPARATOR in schedule_id:
         raise errors.ValidationError(
             f"must be non-empty and free of {KEY_SEPARATOR!r}", field="schedule_id"
         )
     if version < 1:
         raise errors.ValidationError("must be at least 1", field="version")
-    return KEY_SEPARATOR.join((schedule_id, str(version), format_fire_time(fire_time)))
+    return KEY_SEPARATOR.join((schedule_id, str(version), format_fire_time(fire_time, exact=exact)))
 
 
 @dataclass(frozen=True)
@@ -89,7 +112,9 @@ class OccurrenceKey:
     fire_time: datetime
 
     def __str__(self) -> str:
-        return occurrence_key(self.schedule_id, self.version, self.fire_time)
+        # Only a trigger's key has milliseconds, so a parsed one that has some is exact.
+        exact = self.fire_time.microsecond != 0
+        return occurrence_key(self.schedule_id, self.version, self.fire_time, exact=exact)
 
 
 def parse_key(key: str) -> OccurrenceKey:
@@ -101,7 +126,7 @@ def parse_key(key: str) -> OccurrenceKey:
             f"{key!r} is not schedule_id#version#fire_time", field="occurrence_key"
         )
     try:
-        fire_time = datetime.strptime(parts[2], FIRE_TIME_FORMAT).replace(tzinfo=UTC)
+        fire_time = _parse_fire_time(parts[2])
     except ValueError as exc:
         raise errors.ValidationError(
             f"{parts[2]!r} is not {FIRE_TIME_FORMAT}", field="occurrence_key"
@@ -163,15 +188,18 @@ def new(
     state: State = State.QUEUED,
     exit_reason: str | None = None,
     payload: dict[str, Any] | None = None,
+    exact: bool = False,
 ) -> Occurrence:
+    """A new row; ``exact``: keyed to the millisecond (a trigger-now), else to the second.
+    Its fire time is the one its key names, so the two always agree."""
     if state not in (State.QUEUED, State.SKIPPED):
         raise errors.ValidationError("a new occurrence is queued or skipped", field="state")
     return Occurrence(
-        key=occurrence_key(schedule_id, version, fire_time),
+        key=occurrence_key(schedule_id, version, fire_time, exact=exact),
         tenant_id=tenant_id,
         schedule_id=schedule_id,
         version=version,
-        fire_time=fire_time.astimezone(UTC),
+        fire_time=key_time(fire_time, exact=exact),
         job_class=job_class,
         state=state,
         created_at=created_at,

@@ -9,6 +9,7 @@ the first attempt too.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from fireline.domain import errors
@@ -68,7 +69,9 @@ class RetryPolicy:
         ceiling = self.ceiling(attempt)
         if self.jitter is Jitter.NONE:
             return ceiling
-        return rng.random() * ceiling
+        # random() is below 1, but the product can round up to the ceiling itself (a
+        # ceiling of a few subnormal seconds): full jitter stays below it.
+        return min(rng.random() * ceiling, math.nextafter(ceiling, 0.0))
 
     def should_retry(self, attempts_made: int) -> bool:
         return attempts_made < self.max_attempts

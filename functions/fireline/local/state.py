@@ -12,9 +12,11 @@ they expire anyway.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fireline.domain import occurrence
 from fireline.services import dispatch
 
 if TYPE_CHECKING:
@@ -78,7 +80,9 @@ def _resend_queued(cloud: LocalCloud, items: list[dict[str, Any]]) -> None:
             "tenant_id": item["tenant_id"]["S"],
             "schedule_id": item["schedule_id"]["S"],
             "version": int(item["version"]["N"]),
-            "fire_time": item["occurrence_sk"]["S"].split("#")[0],
+            "fire_time": occurrence.format_fire_time(
+                datetime.fromtimestamp(int(item["fire_time_ms"]["N"]) / 1000, UTC), exact=True
+            ),
             "job_class": job_class,
         }
         url = cloud.deployed.physical(f"{job_class.capitalize()}Queue")

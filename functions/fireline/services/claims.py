@@ -19,6 +19,17 @@ from fireline.domain import errors, model, occurrence
 
 # How long a claim made here holds the row (the worker holds it for its invocation).
 CLAIM_HOLD = timedelta(minutes=15)
+# A pause, update, delete or cancel settles, before it returns, every open occurrence of
+# an older version whose fire time is no more than this before the change (or after it:
+# the fires materialized ahead). 15 minutes: the longest SQS delivery delay, so a
+# retry's or a deferral's row usually falls inside.
+SETTLED_ON_CHANGE = timedelta(minutes=15)
+# A worker that claims an occurrence whose fire time is older than this reads the
+# schedule again after its claim, since a change racing it may have settled only the
+# rows inside its own window; younger rows are inside that window, whose settling
+# races the claim on the row itself. The five minutes between the two are a margin for
+# the clocks of the API and the worker.
+RECHECK_OLDER_THAN = SETTLED_ON_CHANGE - timedelta(minutes=5)
 
 
 class Outcome(enum.StrEnum):
@@ -118,3 +129,48 @@ def unwanted(item: model.Schedule | None, row: occurrence.Occurrence) -> str | N
         # for a schedule this is an update (or pause/resume) after materialization.
         return f"stale version {row.version} (now {item.version})"
     return None
+
+
+def settle_open(
+    occurrences: ports.OccurrenceStore,
+    tenant_id: str,
+    schedule_id: str,
+    after: model.Schedule | None,
+    *,
+    since: datetime,
+    now: datetime,
+    page: int = 100,
+) -> int:
+    """After a change to a schedule (``after``: what it is now; None: deleted), settle
+    its open occurrences from ``since`` on that are no longer wanted: skipped with the
+    reason (cancelled, for a cancelled job). Returns how many were settled.
+
+    Each is a conditional move on the state read (queued or failed). A worker's claim is
+    the same kind of move, so of the two, whichever lands first wins: a claim that lost
+    finds the row settled and runs nothing; a claim that won was made before this
+    returned, and its attempt is left to finish (its retry will be skipped)."""
+    settled = 0
+    cursor: str | None = None
+    while True:
+        found = occurrences.open_rows(
+            tenant_id, schedule_id, since=since, limit=page, cursor=cursor
+        )
+        for row in found.items:
+            why = unwanted(after, row)
+            if why is None:
+                continue  # the current version's fire: its worker runs it
+            if after is not None and after.state is model.ScheduleState.CANCELLED:
+                moved = row.moved(
+                    occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled"
+                )
+            else:
+                moved = row.moved(
+                    occurrence.State.SKIPPED, finished_at=now, exit_reason=f"skipped: {why}"
+                )
+            try:
+                settled += occurrences.transition(moved, expected_state=row.state)
+            except errors.NotFound:
+                continue  # expired meanwhile (TTL)
+        if found.cursor is None:
+            return settled
+        cursor = found.cursor

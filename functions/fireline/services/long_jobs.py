@@ -26,13 +26,16 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import errors, model, occurrence, workflow
+from fireline.domain import errors, model, occurrence, quota, retry, workflow
 from fireline.services import targets, workflows
 
 logger = Logger(service="fireline", child=True)
 DEFAULT_HEARTBEAT_SECONDS = 60
 # Between the claim and the execution's start a crash leaves the row running this long.
 START_MARGIN = timedelta(minutes=5)
+# The error text a failed attempt hands to Step Functions (which allows 32,768); the
+# occurrence keeps 400 of it as the reason.
+MAX_CAUSE_CHARS = 4000
 REASONS = {
     "States.HeartbeatTimeout": "heartbeat timeout",
     "States.Timeout": "deadline",
@@ -44,6 +47,35 @@ def execution_name(key: str, generation: int) -> str:
     """Deterministic and within Step Functions' 80 characters of [A-Za-z0-9-_]."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:60]
     return f"occ-{digest}-g{generation}"
+
+
+def hold(policy: retry.RetryPolicy, deadline: int) -> timedelta:
+    """How long a started long job may run, every attempt and backoff included: its
+    claim, and its tenant slot, last that long unless its outcome comes sooner."""
+    delays = sum(math.ceil(policy.ceiling(n)) for n in range(1, policy.max_attempts + 1))
+    return timedelta(seconds=deadline * policy.max_attempts + delays) + START_MARGIN
+
+
+def release_slot(slots: ports.SlotStore, scope: str, holder: str) -> None:
+    """Give back the slot ``holder`` has in ``scope`` (a tenant, or a schedule's overlap
+    scope), if it still has one."""
+    held, _ = slots.held(scope)
+    mine = next((s for s in held if s.holder == holder), None)
+    if mine is not None:
+        slots.give_back(scope, mine.number, holder)
+
+
+def release_run(slots: ports.SlotStore, row: occurrence.Occurrence) -> None:
+    """Give back the run slot of the occurrence's schedule (forbid, buffer_one) if the
+    occurrence holds it."""
+    release_slot(slots, quota.overlap_scope(row.tenant_id, row.schedule_id), row.key)
+
+
+def heartbeat_interval(configured: int, deadline: int) -> int:
+    """The heartbeat interval an attempt is held to: the deployment's, but always shorter
+    than the attempt's deadline (Step Functions requires HeartbeatSeconds below
+    TimeoutSeconds), and at least a second."""
+    return max(1, min(configured, deadline - 1))
 
 
 @dataclass(frozen=True)
@@ -62,8 +94,12 @@ class LongJobs:
         runner: targets.TargetRunner | None = None,
         config: LongJobConfig | None = None,
         nodes: workflows.NodeJobs | None = None,
+        slots: ports.SlotStore | None = None,
     ) -> None:
         self.nodes = nodes
+        # Tenant slots: a cancelled job's is given back at once (its execution is stopped,
+        # so no outcome message will come to give it back).
+        self.slots = slots
         self.schedules = schedules
         self.occurrences = occurrences
         self.supervisor = supervisor
@@ -82,7 +118,7 @@ class LongJobs:
             "attempt": 1,
             "max_attempts": policy.max_attempts,
             "retry_delays": [0, *delays],
-            "heartbeat_seconds": self.config.heartbeat_seconds,
+            "heartbeat_seconds": heartbeat_interval(self.config.heartbeat_seconds, deadline),
             "deadline_seconds": deadline,
         }
         execution = self.supervisor.start(
@@ -90,9 +126,10 @@ class LongJobs:
         )
         # The row stays claimed for as long as the state machine may take, all attempts
         # and backoffs included; the outcome message settles it sooner.
-        window = timedelta(seconds=deadline * policy.max_attempts + sum(delays)) + START_MARGIN
         self.occurrences.annotate_running(
-            claimed.key, execution=execution, in_progress_until=self.clock.now() + window
+            claimed.key,
+            execution=execution,
+            in_progress_until=self.clock.now() + hold(policy, deadline),
         )
         logger.info("long job started", extra={"action": "long.start", "key": claimed.key})
         return execution
@@ -140,7 +177,10 @@ class LongJobs:
         beat.start()
 
         def progress(update: dict[str, Any]) -> None:
-            self.occurrences.annotate_running(key, progress=update)
+            stored = targets.jsonable(update)
+            self.occurrences.annotate_running(
+                key, progress=stored if isinstance(stored, dict) else {"value": stored}
+            )
             self.supervisor.heartbeat(token)
 
         context = targets.JobContext(
@@ -152,14 +192,17 @@ class LongJobs:
             payload=item.payload,
             report_progress=progress,
         )
-        deadline = float(body.get("deadline_seconds", 3600))
+        deadline = float(body.get("deadline_seconds", model.DEADLINES["long"]))
         try:
             output = self.runner.run(
                 item.target, context, timeout=min(deadline, remaining_ms() / 1000 - 5)
             )
-        except targets.TargetFailed as exc:
+        except (targets.TargetFailed, errors.ValidationError) as exc:
+            # Every failure of the target is the attempt's outcome (a target that cannot
+            # run at all too): the state machine retries it, then reports it dead.
             beat.stop()
-            self.supervisor.fail(token, "JobFailed", str(exc))
+            # Step Functions takes a cause of at most 32,768 characters.
+            self.supervisor.fail(token, "JobFailed", str(exc)[:MAX_CAUSE_CHARS])
             return False
         finally:
             beat.stop()
@@ -186,12 +229,16 @@ class LongJobs:
         """Stop a running long job's execution and record it cancelled."""
         if row.execution:
             self.supervisor.stop(row.execution, "cancelled by the tenant")
-        return self.occurrences.settle(
+        cancelled = self.occurrences.settle(
             row.key,
             state=occurrence.State.CANCELLED,
             now=self.clock.now(),
             exit_reason="cancelled",
         )
+        if cancelled and self.slots is not None:
+            release_slot(self.slots, row.tenant_id, row.key)
+            release_run(self.slots, row)
+        return cancelled
 
 
 def _reason(body: dict[str, Any], error: dict[str, Any]) -> str:

@@ -15,19 +15,28 @@ import secrets
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from fireline import ports
 from fireline.domain import errors, model, natural, occurrence, policies, retry, schedule
-from fireline.services import dispatch
+from fireline.domain import target as target_rules
+from fireline.services import claims, dispatch
 from fireline.services import long_jobs as long_jobs_service
 
 MAX_PAGE = 100
 MAX_PREVIEW = 100
+# Milliseconds a trigger tries past the one it was asked in, when others took them.
+TRIGGER_TRIES = 50
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(10)}"
+
+
+class WorkflowCatalog(Protocol):
+    """What registration needs to know of workflows: whether a target names one."""
+
+    def exists(self, tenant_id: str, workflow_id: str, version: int | None = None) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,7 @@ class ScheduleService:
         ids: Callable[[str], str] = new_id,
         handlers: Container[str] | None = None,
         long_jobs: long_jobs_service.LongJobs | None = None,
+        workflows: WorkflowCatalog | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -97,6 +107,9 @@ class ScheduleService:
         # Python targets must name a handler this deployment registered (None: any).
         self.handlers = handlers
         self.long_jobs = long_jobs
+        # Workflow targets must name a workflow (and version) the tenant has; None: this
+        # deployment runs no workflows, so a workflow target is refused.
+        self.workflows = workflows
 
     # --- schedules -------------------------------------------------------------------------
 
@@ -129,20 +142,38 @@ class ScheduleService:
             item = replace(item, state=current.state, next_fire=None, paused_at=now)
         item = replace(item, created_at=current.created_at)
         self.schedules.replace(item, expected_version=current.version)
+        self._settle_older(current, item, now)
         return item
 
     def delete(self, tenant_id: str, schedule_id: str) -> None:
-        self.get(tenant_id, schedule_id)
-        # Occurrences already queued find no schedule and are skipped by the worker.
+        current = self.get(tenant_id, schedule_id)
         self.schedules.delete(tenant_id, schedule_id)
+        self._settle_older(current, None, self._now())
 
     def pause(self, tenant_id: str, schedule_id: str) -> model.Schedule:
         current = self.get(tenant_id, schedule_id)
         if current.state is not model.ScheduleState.ACTIVE:
             return current  # pausing twice is not an error
-        paused = current.paused(self._now())
+        now = self._now()
+        paused = current.paused(now)
         self.schedules.replace(paused, expected_version=current.version)
+        self._settle_older(current, paused, now)
         return paused
+
+    def _settle_older(
+        self, before: model.Schedule, after: model.Schedule | None, now: datetime
+    ) -> int:
+        """After a versioned write (or a delete), settle the schedule's open fires of the
+        older versions: those materialized ahead, or left by a ticker that stopped before
+        sending them, would otherwise stay queued with nothing on their way. The range
+        starts at the earlier of now and the next fire before the change (a row not yet
+        sent is at or after it), less ``claims.SETTLED_ON_CHANGE``; it is bounded by time,
+        not by the schedule's history. Rows older than that have a message on its way,
+        whose worker skips them."""
+        start = min(now, before.next_fire or now) - claims.SETTLED_ON_CHANGE
+        return claims.settle_open(
+            self.occurrences, before.tenant_id, before.schedule_id, after, since=start, now=now
+        )
 
     def resume(self, tenant_id: str, schedule_id: str) -> model.Schedule:
         """Back in the index from where it was paused: the ticker's misfire policy then
@@ -166,20 +197,37 @@ class ScheduleService:
         return resumed
 
     def trigger(self, tenant_id: str, schedule_id: str) -> occurrence.Occurrence:
-        """Fire now, through the same path as a scheduled fire (key, put, message)."""
+        """Fire now: an occurrence queued and sent at once (the same key scheme, put and
+        message as a scheduled fire; no jitter, this is a request to run now).
+
+        Each trigger is a run of its own: its key names this instant to the millisecond,
+        never a whole second (the key of the schedule's own fire at that second), and
+        the millisecond before when another trigger took this one. A retried request is
+        recognised by its Idempotency-Key, not by its time."""
         current = self.get(tenant_id, schedule_id)
         if current.state is model.ScheduleState.PAUSED:
             raise errors.ConflictError(f"schedule {schedule_id} is paused")
         now = self._now()
-        fire_time = now.replace(microsecond=0)
-        dispatch.dispatch(
-            current, [fire_time], now=now, occurrences=self.occurrences, queue=self.queue
-        )
-        found = self.occurrences.get(
-            occurrence.occurrence_key(schedule_id, current.version, fire_time)
-        )
-        assert found is not None  # just written (or found) by dispatch
-        return found
+        # Back, not forward, from a whole second or a taken millisecond: a fire time in
+        # the past is delivered at once, one in the future would wait a second in SQS.
+        fire_time = occurrence.key_time(now, exact=True)
+        for _ in range(TRIGGER_TRIES):
+            if fire_time.microsecond == 0:
+                fire_time -= timedelta(milliseconds=1)
+            row = occurrence.new(
+                tenant_id=tenant_id,
+                schedule_id=schedule_id,
+                version=current.version,
+                fire_time=fire_time,
+                job_class=current.job_class,
+                created_at=now,
+                exact=True,
+            )
+            if self.occurrences.put_new(row):
+                self._send_row(row)
+                return row
+            fire_time -= timedelta(milliseconds=1)
+        raise errors.ConflictError(f"schedule {schedule_id} is being triggered too often")
 
     def preview(self, tenant_id: str, schedule_id: str, count: int = 10) -> builtins.list[datetime]:
         if not 1 <= count <= MAX_PREVIEW:
@@ -213,7 +261,8 @@ class ScheduleService:
             if draft.delay_seconds < 0:
                 raise errors.ValidationError("must not be negative", field="delay_seconds")
             run_at = (now + timedelta(seconds=draft.delay_seconds)).replace(microsecond=0)
-        self._check_target(draft.target)
+        self._check_target(tenant_id, draft.target)
+        model.check_deadline(draft.job_class, draft.deadline_seconds)
         spec = schedule.AtSpec(when=run_at)
         job = model.Schedule(
             tenant_id=tenant_id,
@@ -274,7 +323,10 @@ class ScheduleService:
                 try:
                     self.schedules.replace(cancelled, expected_version=view.job.version)
                 except errors.ConflictError:
-                    return self.cancel_job(tenant_id, job_id)  # materialized meanwhile
+                    return self.cancel_job(tenant_id, job_id)  # changed meanwhile
+                # The ticker may have materialized its fire after we read it: that fire
+                # is cancelled too, not left queued (its message would find it cancelled).
+                self._settle_older(view.job, cancelled, now)
             return self.get_job(tenant_id, job_id)
         if row.state is occurrence.State.CANCELLED:
             return view
@@ -283,9 +335,9 @@ class ScheduleService:
             if not self.long_jobs.cancel(row):
                 raise errors.ConflictError(f"job {job_id} finished meanwhile")
             return self.get_job(tenant_id, job_id)
-        if not occurrence.can_transition(row.state, occurrence.State.CANCELLED) or (
-            row.state is not occurrence.State.QUEUED
-        ):
+        if row.state not in occurrence.CLAIMABLE:
+            # Queued, or failed with a retry to come, can be cancelled; a running short
+            # job finishes its attempt, and a settled one is past changing.
             raise errors.ConflictError(f"job {job_id} is {row.state.value}: too late to cancel")
         moved = row.moved(occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled")
         if not self.occurrences.transition(moved, expected_state=row.state):
@@ -354,22 +406,38 @@ class ScheduleService:
     def _now(self) -> datetime:
         return self.clock.now()
 
-    def _check_target(self, target: dict[str, Any]) -> None:
+    def _check_target(self, tenant_id: str, target: dict[str, Any]) -> None:
+        """Refuse, at registration, a target no attempt could call."""
+        target_rules.check(target)
+        kind = target.get("type")
         known = self.handlers
-        if (
-            target.get("type") == "python"
-            and known is not None
-            and target.get("handler") not in known
-        ):
+        if kind == "python" and known is not None and target.get("handler") not in known:
             raise errors.ValidationError(
                 f"no handler {target.get('handler')!r} is registered in this deployment",
                 field="target.handler",
+            )
+        if kind == "workflow":
+            self._check_workflow(tenant_id, target)
+
+    def _check_workflow(self, tenant_id: str, target: dict[str, Any]) -> None:
+        if self.workflows is None:
+            raise errors.ValidationError("this deployment runs no workflows", field="target.type")
+        workflow_id = str(target.get("workflow_id"))
+        if not self.workflows.exists(tenant_id, workflow_id):
+            raise errors.ValidationError(
+                f"no workflow {workflow_id!r} is registered", field="target.workflow_id"
+            )
+        version = target.get("version")
+        if version is not None and not self.workflows.exists(tenant_id, workflow_id, version):
+            raise errors.ValidationError(
+                f"workflow {workflow_id!r} has no version {version}", field="target.version"
             )
 
     def _build(
         self, tenant_id: str, schedule_id: str, draft: ScheduleDraft, now: datetime, version: int
     ) -> model.Schedule:
-        self._check_target(draft.target)
+        self._check_target(tenant_id, draft.target)
+        model.check_deadline(draft.job_class, draft.deadline_seconds)
         if natural.looks_natural(draft.spec):
             spec = natural.translate(draft.spec, now).spec
         else:

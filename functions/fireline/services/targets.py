@@ -24,9 +24,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+import botocore.exceptions
+
 from fireline.domain import errors
 
 SIGNATURE_HEADER = "X-Fireline-Signature"
+# What an outcome stores of a target's result: well inside a DynamoDB item's 400 KB and
+# Step Functions' 256 KB; past it, the size and the first characters are kept.
+MAX_OUTPUT_BYTES = 32 * 1024
+PREVIEW_CHARS = 1024
+# SQS's limit on a FIFO message's MessageGroupId.
+MAX_GROUP_ID = 128
 # Python handlers run on a small pool: a job past its deadline is abandoned (its thread
 # cannot be killed) and the worker moves on.
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="fireline-job")
@@ -117,13 +125,30 @@ def verify(secret: bytes, header: str, body: bytes, *, now: int, tolerance: int 
     return abs(now - timestamp) <= tolerance and hmac.compare_digest(expected, parts.get("v1", ""))
 
 
-def jsonable(value: Any) -> Any:
-    """A target's result as stored on the occurrence: itself if JSON can hold it."""
+def jsonable(value: Any, limit: int = MAX_OUTPUT_BYTES) -> Any:
+    """A target's result (or a job's progress) as stored on the occurrence: itself if JSON
+    can hold it within ``limit`` bytes, else an account of it (its size and a preview).
+
+    The row is a DynamoDB item (400 KB at most, the payload and progress beside it) and a
+    long job's output also passes through Step Functions (256 KB) and an SQS message."""
     try:
-        json.dumps(value)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        return repr(value)[:1000]
+        return repr(value)[:PREVIEW_CHARS]
+    size = len(text.encode())
+    if size > limit:
+        return {"truncated": True, "bytes": size, "preview": text[:PREVIEW_CHARS]}
     return value
+
+
+def message_group_id(schedule_id: str) -> str:
+    """The FIFO group of a schedule's (or a workflow node's) messages: its id, or when that
+    is longer than SQS allows (a node id of 128 characters in a run), a prefix and a
+    digest of it, still one group per schedule."""
+    if len(schedule_id) <= MAX_GROUP_ID:
+        return schedule_id
+    digest = hashlib.sha256(schedule_id.encode()).hexdigest()
+    return f"{schedule_id[: MAX_GROUP_ID - len(digest) - 1]}-{digest}"
 
 
 class WorkflowStarter(Protocol):
@@ -151,7 +176,7 @@ class TargetRunner:
         *,
         registry: Registry,
         signing_secret: bytes,
-        lambda_client: Callable[[], Any],
+        lambda_client: Callable[[float], Any],
         sqs_client: Callable[[], Any],
         workflows: Callable[[], WorkflowStarter] | None = None,
     ) -> None:
@@ -166,17 +191,25 @@ class TargetRunner:
         if timeout <= 0:
             raise DeadlineExceeded("no time left before the deadline")
         kind = target.get("type")
-        if kind == "python":
-            return self._python(target, context, timeout)
-        if kind == "http":
-            return self._http(target, context, timeout)
-        if kind == "lambda":
-            return self._invoke(target, context)
-        if kind == "sqs":
-            return self._send(target, context)
-        if kind == "workflow":
-            return self._start_workflow(target, context)
-        raise errors.ValidationError(f"unknown target type {kind!r}", field="target.type")
+        call = {
+            "python": lambda: self._python(target, context, timeout),
+            "http": lambda: self._http(target, context, timeout),
+            "lambda": lambda: self._invoke(target, context, timeout),
+            "sqs": lambda: self._send(target, context),
+            "workflow": lambda: self._start_workflow(target, context),
+        }.get(str(kind))
+        if call is None:
+            raise errors.ValidationError(f"unknown target type {kind!r}", field="target.type")
+        try:
+            return call()
+        except (TargetFailed, errors.ValidationError):
+            raise
+        except Exception as exc:
+            # Whatever else the call raised (a missing function, queue or workflow, an
+            # access error, a header the HTTP client refuses, a throttled service) is this
+            # attempt's failure, retried under the job's policy and then dead: never a
+            # worker error that leaves the occurrence without an outcome.
+            raise TargetFailed(f"{type(exc).__name__}: {exc}") from exc
 
     def _start_workflow(self, target: dict[str, Any], context: JobContext) -> Any:
         """A schedule whose target is a workflow starts a run per fire. The run id comes
@@ -229,12 +262,20 @@ class TargetRunner:
                 raise DeadlineExceeded(f"{target['url']} did not answer in {limit:.0f} s") from exc
             raise TargetFailed(f"{target['url']}: {exc.reason}") from exc
 
-    def _invoke(self, target: dict[str, Any], context: JobContext) -> Any:
-        response = self._lambda().invoke(
-            FunctionName=target["function_arn"],
-            InvocationType="RequestResponse",
-            Payload=json.dumps(context.as_message()).encode(),
-        )
+    def _invoke(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
+        """Invoke synchronously, waiting up to ``timeout`` for the function to end. The
+        client never resends (see wiring): a read timeout leaves the function running and
+        ends this attempt with the deadline, as a slow webhook does."""
+        try:
+            response = self._lambda(timeout).invoke(
+                FunctionName=target["function_arn"],
+                InvocationType="RequestResponse",
+                Payload=json.dumps(context.as_message()).encode(),
+            )
+        except botocore.exceptions.ReadTimeoutError as exc:
+            raise DeadlineExceeded(
+                f"{target['function_arn']} did not answer in {timeout:.0f} s"
+            ) from exc
         payload = response["Payload"].read().decode() if "Payload" in response else ""
         if response.get("FunctionError"):
             raise TargetFailed(f"{target['function_arn']} failed: {payload[:512]}")
@@ -251,7 +292,7 @@ class TargetRunner:
         }
         if url.endswith(".fifo"):
             # A FIFO queue drops a repeat of the same key within 5 minutes by itself.
-            kwargs["MessageGroupId"] = context.schedule_id
+            kwargs["MessageGroupId"] = message_group_id(context.schedule_id)
             kwargs["MessageDeduplicationId"] = hashlib.sha256(
                 context.occurrence_key.encode()
             ).hexdigest()

@@ -4,8 +4,8 @@ Per message, in order:
 1. The occurrence key (no key: a loud failure, never a run without idempotency).
 2. Still wanted? Cancel, pause, delete and update are checks of the row and the schedule
    version, here at the last moment; an unwanted fire is recorded as skipped.
-3. Overlap at run time: a ``forbid``/``buffer_one`` fire waits while an earlier run of
-   its schedule is still running.
+3. Overlap at run time: a ``forbid``/``buffer_one`` fire is skipped (or held) while
+   another run of its schedule holds the schedule's run slot.
 4. A tenant slot (per-tenant concurrency): none free -> deferred, never run over the
    limit, never dropped.
 5. The run, under Powertools idempotency on the occurrence row (claim, then outcome), with
@@ -26,7 +26,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -43,13 +43,11 @@ from fireline.services import long_jobs as long_jobs_service
 
 logger = Logger(service="fireline", child=True)
 
-# Class defaults for a job's deadline (one attempt's run time) when its schedule has none.
-# Within each class's worker timeout (30 s and 120 s in the template), so a job that
-# keeps to its deadline always has its outcome recorded by the invocation that ran it.
-DEFAULT_DEADLINES = {"short": 20, "default": 100, "long": 3600}
 DEFER_SECONDS = 10
 # A slot outlives the job's deadline by this much, then frees itself (a crashed holder).
 SLOT_MARGIN_SECONDS = 60
+# buffer_one's waiting fire keeps the buffer this many of its deferrals long.
+BUFFER_HOLD_DEFERRALS = 3
 # Stop a job this long before the invocation would be killed, to record its outcome.
 STOP_MARGIN_SECONDS = 5.0
 
@@ -152,28 +150,43 @@ class Worker:
         item, why = self._job_for(row)
         if why is not None or item is None:
             return self._skip(row, why or "schedule deleted", now, stored=stored)
-        overlap = self._overlap(item, row)
-        if overlap == "skip":
-            return self._skip(row, "overlap", now, stored=stored)
-        if overlap == "defer":
-            return self._defer(body, row, "overlap", stored=stored)
-        deadline = item.deadline_seconds or DEFAULT_DEADLINES.get(item.job_class, 100)
+        if row.attempts >= item.retry.max_attempts:
+            # Its last attempt ended without an outcome (the invocation was killed, or the
+            # worker failed): another attempt would pass the cap, so it is dead now.
+            return self._exhausted(row, now)
+        deadline = model.deadline_for(item.job_class, item.deadline_seconds)
         if self.long_jobs is None and remaining_ms() / 1000 - STOP_MARGIN_SECONDS < min(
             deadline, 5
         ):
             # Too little of this invocation is left to run it: leave the message for a
             # redelivery rather than spend an attempt on a run that cannot finish.
             raise Busy(f"{key}: not enough time left in this invocation")
-        slot = self._take_slot(item.tenant_id, key, deadline, now)
+        # Slots last as long as the job may run: one attempt here, every attempt of a
+        # long job (its state machine retries without coming back here).
+        held_for = (
+            long_jobs_service.hold(item.retry, deadline)
+            if self.long_jobs is not None
+            else timedelta(seconds=deadline + SLOT_MARGIN_SECONDS)
+        )
+        overlap, took_run = self._overlap(item, row, held_for, now)
+        if overlap == "skip":
+            return self._skip(row, "overlap", now, stored=stored)
+        if overlap == "defer":
+            return self._defer(body, row, "overlap", stored=stored)
+        slot = self._take_slot(item.tenant_id, key, held_for, now)
         if slot is None:
+            self._end_run(item, key, took_run)
             return self._defer(body, row, "tenant limit", stored=stored)
         if self.long_jobs is not None:
-            return self._start_long(item, row, slot, deadline, now)
+            return self._start_long(item, row, slot, deadline, now, took_run, fresh=not stored)
         try:
-            outcome = self._run_once(body, item, row, deadline, remaining_ms, lambda_context)
+            outcome = self._run_once(
+                body, item, row, deadline, remaining_ms, lambda_context, fresh=not stored
+            )
         finally:
             if slot is not quota.UNLIMITED_SLOT:
                 self.slots.give_back(item.tenant_id, slot, key)
+            self._end_run(item, key, took_run)
         return self._after(body, row, outcome)
 
     def _job_for(self, row: occurrence.Occurrence) -> tuple[model.Schedule | None, str | None]:
@@ -194,9 +207,12 @@ class Worker:
         slot: int,
         deadline: int,
         now: datetime,
+        took_run: bool,
+        *,
+        fresh: bool,
     ) -> Result:
-        """Claim, then hand the run to its state machine; the slot stays held until the
-        outcome message (or its expiry, should that never come)."""
+        """Claim, then hand the run to its state machine; the slots stay held until the
+        outcome message (or their expiry, should that never come)."""
         assert self.long_jobs is not None
         key = row.key
         claimed, current = self.occurrences.claim(
@@ -204,14 +220,29 @@ class Worker:
         )
         if not claimed:
             self._release_slot(item.tenant_id, key, slot)
+            self._end_run(item, key, took_run)
             if current is not None and current.execution:
                 return Result.SETTLED  # its execution is in flight: this was a repeat
             raise Busy(f"{key} is being started elsewhere")
         assert current is not None
+        why = self._unwanted_after_claim(current, fresh=fresh)
+        if why is not None:
+            self.occurrences.settle(
+                key,
+                state=occurrence.State.SKIPPED,
+                now=now,
+                exit_reason=f"skipped: {why}",
+                attempt=current.attempts,
+            )
+            self._release_slot(item.tenant_id, key, slot)
+            self._end_run(item, key, took_run)
+            self.metrics.add_metric("Skipped", "Count", 1)
+            return Result.SKIPPED
         try:
             self.long_jobs.start(item, current, deadline)
         except Exception:
             self._release_slot(item.tenant_id, key, slot)
+            self._end_run(item, key, took_run)
             raise
         self.metrics.add_metric("LongJobsStarted", "Count", 1)
         return Result.STARTED
@@ -223,6 +254,7 @@ class Worker:
         row = self.occurrences.get(body["occurrence_key"])
         if row is not None:
             self._release_slot(row.tenant_id, row.key, None)
+            long_jobs_service.release_run(self.slots, row)
         if state is occurrence.State.SUCCEEDED:
             self.metrics.add_metric("Succeeded", "Count", 1)
             return Result.SUCCEEDED
@@ -236,11 +268,8 @@ class Worker:
         if slot == quota.UNLIMITED_SLOT:
             return
         if slot is None:
-            held, _ = self.slots.held(tenant_id)
-            mine = next((s for s in held if s.holder == key), None)
-            if mine is None:
-                return
-            slot = mine.number
+            long_jobs_service.release_slot(self.slots, tenant_id, key)
+            return
         self.slots.give_back(tenant_id, slot, key)
 
     # --- steps -----------------------------------------------------------------------------
@@ -261,26 +290,73 @@ class Worker:
         self.metrics.add_metric("Skipped", "Count", 1)
         return Result.SKIPPED
 
-    def _overlap(self, item: model.Schedule, row: occurrence.Occurrence) -> str | None:
-        """The overlap policy, decided now that the fire is due: "skip", "defer" or None.
-
-        forbid skips while an earlier run of the schedule is running; buffer_one holds
-        this fire until that run ends, unless an earlier fire already holds the buffer.
-        """
-        if item.overlap is policies.OverlapPolicy.ALLOW:
-            return None
-        recent = self.occurrences.history(item.tenant_id, item.schedule_id, limit=10).items
-        earlier = [o for o in recent if o.fire_time < row.fire_time]
-        if not any(o.state is occurrence.State.RUNNING for o in earlier):
-            return None
-        if item.overlap is policies.OverlapPolicy.FORBID:
-            return "skip"
-        buffered = any(
-            o.state in (occurrence.State.QUEUED, occurrence.State.FAILED) for o in earlier
+    def _exhausted(self, row: occurrence.Occurrence, now: datetime) -> Result:
+        dead = row.moved(
+            occurrence.State.DEAD,
+            finished_at=now,
+            exit_reason="error: the last attempt ended without an outcome",
+            in_progress_until=None,
         )
-        return "skip" if buffered else "defer"
+        if not self.occurrences.transition(dead, expected_state=row.state):
+            raise Busy(f"{row.key} changed while being recorded dead")
+        logger.error("dead", extra={"action": "worker.exhausted", "key": row.key})
+        self.metrics.add_metric("Failed", "Count", 1)
+        self.metrics.add_metric("DeadLettered", "Count", 1)
+        return Result.DEAD
 
-    def _take_slot(self, tenant_id: str, key: str, deadline: int, now: datetime) -> int | None:
+    def _overlap(
+        self, item: model.Schedule, row: occurrence.Occurrence, held_for: timedelta, now: datetime
+    ) -> tuple[str | None, bool]:
+        """The overlap policy, decided now that the fire is due, on the schedule's own
+        slots (see quota): "skip", "defer" or None (run), and whether this delivery took
+        the run slot (then it gives it back when its run ends).
+
+        forbid skips a fire while another run of the schedule holds the run slot;
+        buffer_one keeps one such fire waiting (the buffer slot) and skips the others. A
+        retry of an earlier fire waits its turn: it is that fire's run, not a new one."""
+        if item.overlap is policies.OverlapPolicy.ALLOW:
+            return None, False
+        scope = quota.overlap_scope(item.tenant_id, item.schedule_id)
+        now_ms = int(now.timestamp() * 1000)
+        held, _ = self.slots.held(scope)
+        running = quota.holder_of(held, quota.RUN_SLOT, now_ms)
+        if running == row.key:
+            return None, False  # a delivery of this fire holds it: the claim decides
+        until_ms = now_ms + int(held_for.total_seconds() * 1000)
+        # Two fires racing for a free run slot: the conditional take lets one run.
+        if running is None and self.slots.take(
+            scope, quota.RUN_SLOT, row.key, now_ms=now_ms, expires_at_ms=until_ms
+        ):
+            if quota.holder_of(held, quota.BUFFER_SLOT, now_ms) == row.key:
+                self.slots.give_back(scope, quota.BUFFER_SLOT, row.key)
+            return None, True
+        if row.attempts > 0:
+            return "defer", False
+        if item.overlap is policies.OverlapPolicy.FORBID:
+            return "skip", False
+        buffered = quota.holder_of(held, quota.BUFFER_SLOT, now_ms)
+        if buffered == row.key:
+            return "defer", False
+        # The buffer lasts until the running fire's slot ends, and a few deferrals more
+        # (the buffered fire looks again every one or two): then this fire takes the run
+        # slot, or, if it went missing, another fire may take the buffer.
+        run_until = max([s.expires_at_ms for s in held if s.number == quota.RUN_SLOT] + [until_ms])
+        buffer_until = run_until + BUFFER_HOLD_DEFERRALS * 2 * self.config.defer_seconds * 1000
+        if buffered is None and self.slots.take(
+            scope, quota.BUFFER_SLOT, row.key, now_ms=now_ms, expires_at_ms=buffer_until
+        ):
+            return "defer", False
+        return "skip", False
+
+    def _end_run(self, item: model.Schedule, key: str, took_run: bool) -> None:
+        """Give back the schedule's run slot this delivery took."""
+        if took_run:
+            scope = quota.overlap_scope(item.tenant_id, item.schedule_id)
+            self.slots.give_back(scope, quota.RUN_SLOT, key)
+
+    def _take_slot(
+        self, tenant_id: str, key: str, held_for: timedelta, now: datetime
+    ) -> int | None:
         held, override = self.slots.held(tenant_id)
         limit = self.config.tenant_limit if override is None else override
         if limit == quota.UNLIMITED:
@@ -290,7 +366,7 @@ class Worker:
             # Another delivery of this occurrence holds its slot (running, or a holder
             # that died): this one must not run beside it nor free the slot it holds.
             return None
-        expires = now_ms + (deadline + SLOT_MARGIN_SECONDS) * 1000
+        expires = now_ms + int(held_for.total_seconds() * 1000)
         free = quota.free_slots(held, limit, now_ms)
         self.rng.shuffle(free)
         for number in free[:3]:  # a few tries; losing every race means it is busy: defer
@@ -320,6 +396,8 @@ class Worker:
         deadline: int,
         remaining_ms: Callable[[], int],
         lambda_context: Any,
+        *,
+        fresh: bool,
     ) -> dict[str, Any]:
         config = IdempotencyConfig(
             event_key_jmespath="occurrence_key", raise_on_no_idempotency_key=True
@@ -332,7 +410,7 @@ class Worker:
         def run_occurrence(message: dict[str, Any]) -> dict[str, Any]:
             claimed = self.idempotency.claimed
             assert claimed is not None  # the claim (the record's put) just succeeded
-            return self._execute(item, claimed, deadline, remaining_ms)
+            return self._execute(item, claimed, deadline, remaining_ms, fresh=fresh)
 
         guarded = idempotent_function(
             run_occurrence,
@@ -351,8 +429,19 @@ class Worker:
         claimed: occurrence.Occurrence,
         deadline: int,
         remaining_ms: Callable[[], int],
+        *,
+        fresh: bool,
     ) -> dict[str, Any]:
         """Run the target; the outcome as the idempotency record's result."""
+        why = self._unwanted_after_claim(claimed, fresh=fresh)
+        if why is not None:
+            # A change returned between our first read and the claim: not run, recorded
+            # skipped as the change would have (this attempt never started).
+            return {
+                "state": occurrence.State.SKIPPED.value,
+                "exit_reason": f"skipped: {why}",
+                "attempt": claimed.attempts,
+            }
         context = targets.JobContext(
             occurrence_key=claimed.key,
             tenant_id=claimed.tenant_id,
@@ -378,6 +467,21 @@ class Worker:
             "seconds": round(self.clock.monotonic() - started, 3),
             "output": targets.jsonable(output),
         }
+
+    def _unwanted_after_claim(self, claimed: occurrence.Occurrence, *, fresh: bool) -> str | None:
+        """Is a claimed occurrence still wanted? A pause, update, delete or cancel settles
+        every open row of an older version from ``claims.SETTLED_ON_CHANGE`` before it on,
+        racing the claim on the row, so a claim that won over an existing row did so
+        before the change returned. Read the schedule again after the claim when that
+        race did not happen: the claim created the row (the ticker sends fires without
+        rows, so there was none to settle), or the fire is older than
+        ``claims.RECHECK_OLDER_THAN`` (its row may lie outside the change's range). A
+        change that returned before that read stops the run."""
+        if workflow.is_node_key(claimed.key):
+            return None  # a workflow node's run is governed by its run (cancel)
+        if not fresh and claimed.fire_time >= self.clock.now() - claims.RECHECK_OLDER_THAN:
+            return None
+        return claims.unwanted(self.schedules.get(claimed.tenant_id, claimed.schedule_id), claimed)
 
     def _failed(
         self,
@@ -413,6 +517,10 @@ class Worker:
             logger.warning("failed, retrying", extra={**extra, "reason": outcome["exit_reason"]})
             self.metrics.add_metric("Failed", "Count", 1)
             return Result.RETRYING
+        if state is occurrence.State.SKIPPED:
+            logger.info("skipped", extra={**extra, "reason": outcome["exit_reason"]})
+            self.metrics.add_metric("Skipped", "Count", 1)
+            return Result.SKIPPED
         if state is occurrence.State.DEAD:
             logger.error("dead", extra={**extra, "reason": outcome["exit_reason"]})
             self.metrics.add_metric("Failed", "Count", 1)

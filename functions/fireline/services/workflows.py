@@ -47,6 +47,7 @@ from aws_lambda_powertools import Logger
 
 from fireline import ports
 from fireline.domain import dag, errors, model, occurrence, workflow
+from fireline.domain import target as target_rules
 from fireline.services import dispatch
 
 if TYPE_CHECKING:  # long_jobs imports this module (NodeJobs)
@@ -254,20 +255,15 @@ class Controller:
         run = self.store.get_run(run_id)
         if run is None or run.state is not workflow.RunState.CANCELLED:
             return report
-        for state in (NodeState.WAITING, NodeState.DISPATCHED):
-            cursor = None
-            while True:
-                page = self.store.nodes_in_state(run_id, state, limit=1000, cursor=cursor)
-                for node in page.items:
-                    if state is NodeState.DISPATCHED and not self._stop_long(run, node):
-                        continue
-                    if self.store.move_node(
-                        run_id, node.node_id, expected=state, to=NodeState.CANCELLED
-                    ):
-                        report.cancelled.append(node.node_id)
-                if page.cursor is None:
-                    break
-                cursor = page.cursor
+        # The node rows, not the state index: a node the index has not seen move (it
+        # lags) would keep waiting, or its long job running, under a cancelled run.
+        for node in self.store.all_nodes(run_id):
+            if node.state is NodeState.DISPATCHED and not self._stop_long(run, node):
+                continue
+            if node.state in (NodeState.WAITING, NodeState.DISPATCHED) and self.store.move_node(
+                run_id, node.node_id, expected=node.state, to=NodeState.CANCELLED
+            ):
+                report.cancelled.append(node.node_id)
         return report
 
     def _stop_long(self, run: workflow.Run, node: workflow.RunNode) -> bool:
@@ -596,13 +592,23 @@ class Controller:
     def _finish_if_done(self, run: workflow.Run, report: Report) -> None:
         """Record the run's end once, if no node is waiting or dispatched.
 
-        The listing reads its rows back consistently, so a node it returns is still
-        unfinished; a full page (a cursor) means unfinished for sure.
+        The state index answers "not yet" cheaply: a node it lists is read back
+        consistently, so it is unfinished for sure. Its "nothing left" is not trusted:
+        the index lags, and a node can move from waiting to dispatched between two
+        listings. The end is decided on the node rows themselves, read consistently from
+        the base table, once the index has nothing to show: about once per run.
+        Finished node states are final within a generation, and a new generation ("retry
+        failed") changes the run's generation, on which the end's write is conditional;
+        so rows read page after page that are all finished were all finished at the end
+        of the read.
         """
         for state in (NodeState.DISPATCHED, NodeState.WAITING):
             page = self.store.nodes_in_state(run.run_id, state, limit=CONFIRM_PAGE)
             if page.items or page.cursor is not None:
                 return
+        rows = self.store.all_nodes(run.run_id)
+        if any(r.state in (NodeState.WAITING, NodeState.DISPATCHED) for r in rows):
+            return
         current = self.store.get_run(run.run_id)
         if current is None or current.state is not workflow.RunState.RUNNING:
             return
@@ -669,6 +675,11 @@ class WorkflowService:
         edges: list[tuple[str, str]],
     ) -> workflow.DefinitionMeta:
         """Validate and store a new version (the first is 1). Bad input changes nothing."""
+        for index, spec in enumerate(specs):
+            target_rules.check(spec.target, field=f"nodes[{index}].target")
+            model.check_deadline(
+                spec.job_class, spec.deadline_seconds, field=f"nodes[{index}].deadline_seconds"
+            )
         latest = self.store.latest_definition(tenant_id, workflow_id)
         version = (latest.version if latest else 0) + 1
         definition = workflow.Definition.build(tenant_id, workflow_id, version, specs, edges)
@@ -709,6 +720,12 @@ class WorkflowService:
                 field="upload_id",
             )
         return raw
+
+    def exists(self, tenant_id: str, workflow_id: str, version: int | None = None) -> bool:
+        """Whether the tenant has the workflow (the given version, or any)."""
+        if version is None:
+            return self.store.latest_definition(tenant_id, workflow_id) is not None
+        return self.store.get_definition(tenant_id, workflow_id, version) is not None
 
     def get(self, tenant_id: str, workflow_id: str) -> workflow.DefinitionMeta:
         meta = self.store.latest_definition(tenant_id, workflow_id)

@@ -1,0 +1,54 @@
+"""What a target must be for a worker to be able to call it, checked at registration.
+
+A target that cannot even be sent (an HTTP header the client refuses) would fail every
+attempt; it is refused when it is registered instead, naming the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from fireline.domain import errors
+
+# RFC 9110 field names are tokens.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# Field values: visible characters, spaces and tabs; never CR, LF, NUL or other controls
+# (a CR/LF would let a value start a header of its own).
+_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
+# Headers every call carries: set by Fireline (the idempotency key, the signature, the
+# body's type) or by the HTTP client itself; a target may not replace them.
+RESERVED_HEADERS = frozenset(
+    {
+        "idempotency-key",
+        "x-fireline-signature",
+        "content-type",
+        "user-agent",
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+    }
+)
+
+
+def check_headers(headers: Mapping[str, Any], *, field: str = "target.headers") -> None:
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise errors.ValidationError(
+                f"{name!r} is not a header name (letters, digits and !#$%&'*+-.^_`|~)",
+                field=field,
+            )
+        if name.lower() in RESERVED_HEADERS:
+            raise errors.ValidationError(f"{name} is set by Fireline", field=field)
+        if not isinstance(value, str) or not _VALUE.fullmatch(value):
+            raise errors.ValidationError(
+                f"the value of {name} holds a line break or a control character", field=field
+            )
+
+
+def check(target: Mapping[str, Any], *, field: str = "target") -> None:
+    """Refuse a target no attempt could call (typed error naming the field)."""
+    if target.get("type") == "http":
+        check_headers(target.get("headers") or {}, field=f"{field}.headers")

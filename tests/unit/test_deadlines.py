@@ -1,0 +1,128 @@
+"""Deadlines every attempt can keep: refused at registration when a class's runner could
+never give them, and a long job's heartbeat interval always inside its deadline."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from fireline.adapters import memory
+from fireline.domain import errors, workflow
+from fireline.services import schedules, worker, workflows
+from helpers.memory_system import MemorySystem
+from helpers.supervisors import RecordingSupervisor
+
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+PYTHON = {"type": "python", "handler": "noop"}
+
+
+def service() -> tuple[schedules.ScheduleService, memory.MemoryScheduleStore]:
+    clock = memory.FakeClock(NOW)
+    store = memory.MemoryScheduleStore()
+    return (
+        schedules.ScheduleService(
+            schedules=store,
+            occurrences=memory.MemoryOccurrenceStore(),
+            queue=memory.MemoryWorkQueue(clock),
+            clock=clock,
+        ),
+        store,
+    )
+
+
+@pytest.mark.parametrize(
+    ("job_class", "deadline"), [("short", 21), ("default", 101), ("long", 841), ("long", 3600)]
+)
+def test_a_deadline_longer_than_its_class_can_run_is_refused_and_nothing_is_stored(
+    job_class: str, deadline: int
+) -> None:
+    api, store = service()
+    # WHEN a schedule and a job ask for more time than their class's function can give
+    draft = schedules.ScheduleDraft(
+        spec="rate(1 hour)", job_class=job_class, target=PYTHON, deadline_seconds=deadline
+    )
+    job = schedules.JobDraft(
+        delay_seconds=5, job_class=job_class, target=PYTHON, deadline_seconds=deadline
+    )
+    # THEN each is refused naming deadline_seconds, and nothing is stored
+    with pytest.raises(errors.ValidationError) as refused:
+        api.create("tenant-a", draft)
+    assert refused.value.field == "deadline_seconds"
+    with pytest.raises(errors.ValidationError) as refused:
+        api.create_job("tenant-a", job)
+    assert refused.value.field == "deadline_seconds"
+    assert store.list("tenant-a", limit=10).items == []
+
+
+def test_a_long_deadline_too_short_for_a_heartbeat_inside_it_is_refused() -> None:
+    api, _ = service()
+    job = schedules.JobDraft(delay_seconds=5, job_class="long", target=PYTHON, deadline_seconds=1)
+    with pytest.raises(errors.ValidationError) as refused:
+        api.create_job("tenant-a", job)
+    assert refused.value.field == "deadline_seconds"
+
+
+def test_an_update_to_a_deadline_its_class_cannot_give_changes_nothing() -> None:
+    api, store = service()
+    kept = api.create("tenant-a", schedules.ScheduleDraft(spec="rate(1 hour)", target=PYTHON))
+    too_long = schedules.ScheduleDraft(
+        spec="rate(1 hour)", job_class="short", target=PYTHON, deadline_seconds=60
+    )
+    with pytest.raises(errors.ValidationError) as refused:
+        api.update("tenant-a", kept.schedule_id, too_long)
+    assert refused.value.field == "deadline_seconds"
+    assert store.get("tenant-a", kept.schedule_id) == kept
+
+
+def test_a_workflow_node_whose_deadline_its_class_cannot_give_is_refused_by_position() -> None:
+    clock = memory.FakeClock(NOW)
+    store = memory.MemoryWorkflowStore()
+    documents = memory.MemoryDocumentStore()
+    api = workflows.WorkflowService(
+        store=store, documents=documents, queue=memory.MemoryWorkQueue(clock), clock=clock
+    )
+    specs = [
+        workflow.NodeSpec("a", PYTHON),
+        workflow.NodeSpec("b", PYTHON, job_class="long", deadline_seconds=3600),
+    ]
+    with pytest.raises(errors.ValidationError) as refused:
+        api.register("tenant-a", "wf", specs, [("a", "b")])
+    assert refused.value.field == "nodes[1].deadline_seconds"
+    assert store.latest_definition("tenant-a", "wf") is None
+    assert documents.keys() == []
+
+
+def start_long(deadline: int | None, heartbeat_seconds: int = 60) -> dict[str, Any]:
+    """A long job due now, handed to the long class's worker; what its execution got."""
+    system = MemorySystem()
+    supervisor = RecordingSupervisor()
+    jobs = system.long_jobs(supervisor, heartbeat_seconds=heartbeat_seconds)
+    body = system.due_job(job_class="long", deadline_seconds=deadline)
+    result = system.worker(job_class="long", long=jobs).handle(body, remaining_ms=lambda: 60_000)
+    assert result is worker.Result.STARTED
+    (given,) = supervisor.inputs
+    return given
+
+
+def test_a_long_job_without_a_deadline_gets_one_its_runner_can_give() -> None:
+    # WHEN a long job that names no deadline is started
+    given = start_long(None)
+    # THEN each attempt's deadline fits in the runner function's 900 s, with room to
+    # report the outcome, and the heartbeat interval is shorter than it
+    assert given["deadline_seconds"] <= 900 - 60
+    assert given["heartbeat_seconds"] < given["deadline_seconds"]
+
+
+@pytest.mark.parametrize(("deadline", "heartbeat"), [(30, 60), (60, 60), (2, 60)])
+def test_the_heartbeat_interval_is_always_shorter_than_the_deadline(
+    deadline: int, heartbeat: int
+) -> None:
+    # GIVEN the deployment asks for a heartbeat every 60 s
+    # WHEN a long job's deadline is that long or shorter
+    given = start_long(deadline, heartbeat_seconds=heartbeat)
+    # THEN the state machine is given a heartbeat interval inside the deadline (Step
+    # Functions requires HeartbeatSeconds < TimeoutSeconds), at least a second
+    assert given["deadline_seconds"] == deadline
+    assert 1 <= given["heartbeat_seconds"] < deadline
