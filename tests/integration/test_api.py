@@ -14,6 +14,7 @@ from openapi_spec_validator import validate
 
 from fireline.domain import model, occurrence, schedule
 from fireline.services import claims
+from fireline.services.worker import Result
 from helpers.system import START, System
 
 A, B = "tenant-a", "tenant-b"
@@ -367,25 +368,35 @@ def test_pause_leaves_no_next_fire_and_resume_restores_it(system: System) -> Non
     ],
     ids=["pause", "update", "delete"],
 )
-def test_a_change_settles_the_fires_materialized_ahead_before_it_returns(
+def test_no_fire_materialized_ahead_runs_once_a_change_has_returned(
     system: System, method: str, suffix: str, body: Any, reason: str
 ) -> None:
-    # GIVEN a schedule every minute whose next fires the ticker materialized ahead
+    # GIVEN a schedule every minute whose next quarter hour of fires the ticker sent ahead
+    # (messages on the queue, no rows yet)
     created = create(system)
     system.clock.advance(55)
     system.ticker(use_lease=False).tick()
-    ahead = [o for o in system.occurrences.history(A, created["id"], limit=100).items]
-    assert len(ahead) >= 3 and {o.state.value for o in ahead} == {"queued"}
+    ahead = list(system.log.sent)
+    assert len(ahead) == 15
     # WHEN the schedule is changed
     system.log.reset()
     status, _ = system.call(method, f"/schedules/{created['id']}{suffix}", body)
-    # THEN by the time the call returns each of them is skipped with the reason
     assert status in (200, 204)
-    settled = [system.occurrences.get(o.key) for o in ahead]
-    assert {(o.state.value, o.exit_reason) for o in settled if o} == {("skipped", reason)}
-    # AND it cost one Query of the schedule's rows and one write per fire settled
+    # THEN the change cost one Query (no row of its fires to settle) and its own write
     assert system.log.count("Query") == 1
-    assert system.log.count("PutItem") == len(ahead) + (method != "DELETE")
+    assert system.log.count("PutItem", "DeleteItem") == 1
+    # AND when those fires' messages arrive, each is recorded skipped with the reason and
+    # none runs
+    ran: list[str] = []
+    system.registry.register("noop")(lambda context: ran.append(context.occurrence_key))
+    system.clock.advance(900)
+    outcomes = [
+        system.worker().handle(m.body, remaining_ms=lambda: 60_000) for m in system.receive()
+    ]
+    assert len(outcomes) == 15 and set(outcomes) == {Result.SKIPPED}
+    assert ran == []
+    settled = [system.occurrences.get(key) for key in ahead]
+    assert {(o.state.value, o.exit_reason) for o in settled if o} == {("skipped", reason)}
 
 
 # --- POST /schedules/{id}/trigger --------------------------------------------------------

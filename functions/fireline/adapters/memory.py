@@ -501,6 +501,26 @@ class MemoryWorkQueue:
             del self._receipts[receipt]
             self._queues[job_class].messages.pop(found[1], None)
 
+    def delete_batch(self, job_class: str, receipts: Sequence[str]) -> None:
+        """What an event source mapping does with a batch's successes: one request."""
+        with self._lock:
+            for receipt in receipts:
+                self.delete(job_class, receipt)
+            self.requests["DeleteMessage"] -= len(receipts)
+            self.requests["DeleteMessageBatch"] += 1
+
+    def next_visible_at(self, job_class: str) -> datetime | None:
+        """When the next message becomes visible (what long polling waits for)."""
+        with self._lock:
+            queue = self._queues[job_class]
+            while queue.heap:
+                visible_at, _, message_id = queue.heap[0]
+                message = queue.messages.get(message_id)
+                if message is not None and message.visible_at == visible_at:
+                    return visible_at
+                heapq.heappop(queue.heap)  # a stale entry
+            return None
+
     def change_visibility(self, job_class: str, receipt: str, seconds: int) -> None:
         now = self._clock.now()
         with self._lock:

@@ -1,4 +1,5 @@
-"""SQS (one queue per job class) -> the worker, with partial batch failures.
+"""SQS (one queue per job class) -> the worker, a batch's records side by side, with
+partial batch failures.
 
 A record that fails (another delivery is running it, no occurrence key, a worker error)
 is reported in batchItemFailures and comes back after its visibility timeout; the others
@@ -10,33 +11,42 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    process_partial_response,
-)
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fireline import wiring
+from fireline.adapters import threads
 
 logger = wiring.logger()
 metrics = wiring.metrics()
-processor = BatchProcessor(event_type=EventType.SQS)
 
 
 @metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    worker = wiring.worker()
-
-    def record_handler(record: SQSRecord) -> str:
-        body = json.loads(record.body)
-        return worker.handle(
-            body, remaining_ms=context.get_remaining_time_in_millis, lambda_context=context
-        ).value
-
-    response = process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
-    return dict(response)
+    records = event.get("Records") or []
+    bodies: list[dict[str, Any]] = []
+    failures: list[dict[str, str]] = []
+    for record in records:
+        try:
+            bodies.append(json.loads(record["body"]))
+        except (KeyError, TypeError, ValueError):
+            bodies.append({})  # refused below, like any message without a key
+    with threads.ThreadPool(max(1, len(bodies)), name="worker-record") as pool:
+        outcomes = wiring.worker().handle_batch(
+            bodies,
+            remaining_ms=context.get_remaining_time_in_millis,
+            parallel=pool,
+            lambda_context=context,
+        )
+    for record, outcome in zip(records, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            logger.warning(
+                "record failed",
+                extra={
+                    "action": "worker.record_failed",
+                    "message_id": record.get("messageId"),
+                    "error": f"{type(outcome).__name__}: {outcome}",
+                },
+            )
+            failures.append({"itemIdentifier": record["messageId"]})
+    return {"batchItemFailures": failures}

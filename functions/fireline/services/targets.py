@@ -12,10 +12,10 @@ not worker errors.
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import hmac
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -37,7 +37,6 @@ PREVIEW_CHARS = 1024
 MAX_GROUP_ID = 128
 # Python handlers run on a small pool: a job past its deadline is abandoned (its thread
 # cannot be killed) and the worker moves on.
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="fireline-job")
 
 
 class TargetFailed(Exception):
@@ -46,6 +45,36 @@ class TargetFailed(Exception):
 
 class DeadlineExceeded(TargetFailed):
     """The target did not finish before the job's deadline."""
+
+
+# Runs a registered Python handler for a job within a timeout (DeadlineExceeded past it).
+PythonRunner = Callable[[Callable[["JobContext"], Any], "JobContext", float], Any]
+
+
+def run_in_own_thread(
+    handler: Callable[[JobContext], Any], context: JobContext, timeout: float
+) -> Any:
+    """A thread of its own per job, so the records of a batch never queue for a shared
+    pool (a record's deadline must count from its own start). A thread cannot be
+    stopped: one past its deadline is abandoned, and finishes or not on its own."""
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            outcome["value"] = handler(context)
+        except BaseException as exc:  # handed to the waiting caller
+            outcome["error"] = exc
+
+    thread = threading.Thread(
+        target=call, name=f"fireline-job-{context.occurrence_key}", daemon=True
+    )
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise DeadlineExceeded(f"ran past {timeout:.0f} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 @dataclass(frozen=True)
@@ -179,8 +208,10 @@ class TargetRunner:
         lambda_client: Callable[[float], Any],
         sqs_client: Callable[[], Any],
         workflows: Callable[[], WorkflowStarter] | None = None,
+        python: PythonRunner | None = None,
     ) -> None:
         self._workflows = workflows
+        self._python_runner = python or run_in_own_thread
         self.registry = registry
         self._secret = signing_secret
         self._lambda = lambda_client
@@ -227,10 +258,9 @@ class TargetRunner:
 
     def _python(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
         handler = self.registry.get(target["handler"])
-        future = _POOL.submit(handler, context)
         try:
-            return future.result(timeout=timeout)
-        except concurrent.futures.TimeoutError as exc:
+            return self._python_runner(handler, context, timeout)
+        except DeadlineExceeded as exc:
             raise DeadlineExceeded(f"{target['handler']} ran past {timeout:.0f} s") from exc
         except TargetFailed:
             raise

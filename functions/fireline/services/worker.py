@@ -22,9 +22,10 @@ the worker itself, a poison the occurrence row cannot even record.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,6 +45,9 @@ from fireline.services import long_jobs as long_jobs_service
 logger = Logger(service="fireline", child=True)
 
 DEFER_SECONDS = 10
+# The ticker's delays put a fire on the queue at most a second early; a little more
+# covers the clocks of the ticker's and the worker's hosts.
+EARLY_HOLD_SECONDS = 2.0
 # A slot outlives the job's deadline by this much, then frees itself (a crashed holder).
 SLOT_MARGIN_SECONDS = 60
 # buffer_one's waiting fire keeps the buffer this many of its deferrals long.
@@ -76,6 +80,8 @@ class WorkerConfig:
     job_class: str = "default"
     tenant_limit: int = quota.DEFAULT_LIMIT
     defer_seconds: int = DEFER_SECONDS
+    # A message visible before its fire time is held until then, up to this long.
+    early_hold_seconds: float = EARLY_HOLD_SECONDS
 
 
 class _NoMetrics:
@@ -108,9 +114,28 @@ class Worker:
         self.config = config or WorkerConfig()
         self.metrics = metrics or _NoMetrics()
         self.rng = rng or random.Random()
-        self.idempotency = OccurrenceIdempotency(occurrences, clock)
         self.long_jobs = long_jobs
         self.nodes = nodes
+
+    def handle_batch(
+        self,
+        bodies: Sequence[dict[str, Any]],
+        *,
+        remaining_ms: Callable[[], int],
+        parallel: ports.Parallel,
+        lambda_context: Any = None,
+    ) -> list[Result | Exception]:
+        """Process a batch's messages side by side: each record's deadline counts from
+        its own start, so its place in the batch never decides its outcome. Each one's
+        Result, or the exception it raised (Busy: leave it to SQS), in order."""
+        return parallel.run(
+            [
+                functools.partial(
+                    self.handle, body, remaining_ms=remaining_ms, lambda_context=lambda_context
+                )
+                for body in bodies
+            ]
+        )
 
     def handle(
         self, body: dict[str, Any], *, remaining_ms: Callable[[], int], lambda_context: Any = None
@@ -143,6 +168,15 @@ class Worker:
             self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
             return Result.SETTLED
         now = self.clock.now()
+        early = (row.fire_time - now).total_seconds()
+        if early > 0:
+            # The ticker rounds delays down (SQS counts whole seconds), so a fire arrives
+            # up to a second before its time: wait it out, and decide everything at the
+            # fire time. Far earlier (a clock far off) goes back to the queue instead.
+            if early > self.config.early_hold_seconds:
+                return self._requeue(body, row, math.ceil(early))
+            self.clock.sleep(early)
+            now = self.clock.now()
         if row.state is occurrence.State.RUNNING and not _abandoned(row, now):
             if row.execution:
                 return Result.SETTLED  # a long job whose execution is in flight
@@ -388,6 +422,12 @@ class Worker:
         self.metrics.add_metric("Deferred", "Count", 1)
         return Result.DEFERRED
 
+    def _requeue(self, body: dict[str, Any], row: occurrence.Occurrence, delay: int) -> Result:
+        """Send the message again to arrive at its fire time (nothing else is decided)."""
+        self._send_again(body, row.job_class, delay)
+        self.metrics.add_metric("Requeued", "Count", 1)
+        return Result.DEFERRED
+
     def _run_once(
         self,
         body: dict[str, Any],
@@ -405,17 +445,20 @@ class Worker:
         # Powertools reads the remaining time from a Lambda context; outside Lambda the
         # caller's remaining_ms plays that part.
         config.register_lambda_context(lambda_context or _Remaining(remaining_ms))  # type: ignore[arg-type]
-        self.idempotency.bind(remaining_ms, intent=row)
+        # A persistence layer per record: the records of a batch run side by side, and
+        # the layer carries the record's claim between Powertools' calls.
+        layer = OccurrenceIdempotency(self.occurrences, self.clock)
+        layer.bind(remaining_ms, intent=row)
 
         def run_occurrence(message: dict[str, Any]) -> dict[str, Any]:
-            claimed = self.idempotency.claimed
+            claimed = layer.claimed
             assert claimed is not None  # the claim (the record's put) just succeeded
             return self._execute(item, claimed, deadline, remaining_ms, fresh=fresh)
 
         guarded = idempotent_function(
             run_occurrence,
             data_keyword_argument="message",
-            persistence_store=self.idempotency,
+            persistence_store=layer,
             config=config,
         )
         try:

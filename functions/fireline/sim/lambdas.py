@@ -99,3 +99,112 @@ class TickerFleet:
             invocation.report = tk.run(lambda: int((deadline - k.now()) * 1000))
 
         k.spawn(handler, process=process, name=f"ticker-{group}-{number}")
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+# Lambda's SQS event source mapping, standard mode: five concurrent batches when messages
+# appear, then up to 300 more a minute, to the maximum concurrency (AWS Lambda developer
+# guide, "Configuring scaling behavior for SQS event source mappings"). Provisioned mode
+# keeps its pollers ready: all of the maximum at once.
+ESM_START = 5
+ESM_RAMP_PER_SECOND = 300 / 60
+# A warm invocation's overhead beyond the handler (the Invoke round trip).
+INVOKE_OVERHEAD_SECONDS = 0.015
+
+
+def run_inline(handler: Callable[..., Any], context: Any, timeout: float) -> Any:
+    """The Python job runner for simulated jobs: on the calling (simulated) thread."""
+    return handler(context)
+
+
+@dataclass
+class WorkerFleet:
+    """An event source mapping feeding one job class's worker function."""
+
+    kernel: sim_kernel.Kernel
+    queue: ports.WorkQueue
+    peek: Callable[[], float | None]  # virtual time the next message becomes visible
+    make_worker: Callable[[], Any]  # a services.worker.Worker for one invocation
+    job_class: str = "default"
+    max_concurrency: int = 50
+    batch_size: int = 10
+    timeout_seconds: float = 120.0
+    visibility_timeout: int = 720
+    memory_mb: int = 512
+    measure_cpu: bool = True
+    provisioned: bool = False
+    invocations: int = 0
+    record_failures: int = 0
+    active_since: float | None = None
+
+    def start(self, at: float = 0.0) -> None:
+        for poller in range(self.max_concurrency):
+            self.kernel.spawn(self._poller(poller), at=at, name=f"esm-{self.job_class}-{poller}")
+
+    def _allowed(self, now: float) -> int:
+        if self.provisioned:
+            return self.max_concurrency
+        if self.active_since is None:
+            return ESM_START
+        ramped = ESM_START + int((now - self.active_since) * ESM_RAMP_PER_SECOND)
+        return min(self.max_concurrency, ramped)
+
+    def _poller(self, index: int) -> Callable[[], None]:
+        k = self.kernel
+
+        def poll() -> None:
+            while True:
+                if index >= self._allowed(k.now()):
+                    k.sleep(1.0)  # not scaled out this far yet
+                    continue
+                received = self.queue.receive(
+                    self.job_class,
+                    max_messages=self.batch_size,
+                    visibility_timeout=self.visibility_timeout,
+                )
+                if not received:
+                    # Long polling returns as soon as a message arrives.
+                    upcoming = self.peek()
+                    wait = 1.0 if upcoming is None else upcoming - k.now()
+                    k.sleep(min(1.0, max(0.01, wait)))
+                    continue
+                if self.active_since is None:
+                    self.active_since = k.now()
+                self._invoke(received)
+
+        return poll
+
+    def _invoke(self, received: list[ports.ReceivedMessage]) -> None:
+        k = self.kernel
+        self.invocations += 1
+        k.sleep(INVOKE_OVERHEAD_SECONDS)
+        process = sim_kernel.Process(
+            f"worker-{self.job_class}-{self.invocations}",
+            share=cpu_share(self.memory_mb),
+            measure=self.measure_cpu,
+        )
+        deadline = k.now() + self.timeout_seconds
+        k.kill_at(process, deadline)
+        outcomes: list[Any] = []
+
+        def handler() -> None:
+            worker = self.make_worker()
+            outcomes.extend(
+                worker.handle_batch(
+                    [m.body for m in received],
+                    remaining_ms=lambda: int((deadline - k.now()) * 1000),
+                    parallel=sim_network.SimPool(k, len(received)),
+                )
+            )
+
+        k.join([k.spawn(handler, process=process, name=process.name)])
+        # What the mapping deletes: the records that did not fail (none if it was killed).
+        done = [
+            m.receipt
+            for m, outcome in zip(received, outcomes, strict=False)
+            if not isinstance(outcome, Exception)
+        ]
+        self.record_failures += len(received) - len(done)
+        if done:
+            self.queue.delete_batch(self.job_class, done)  # type: ignore[attr-defined]

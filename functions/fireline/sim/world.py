@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -17,7 +17,10 @@ from typing import Any, cast
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import model, occurrence, schedule
+from fireline.services import targets
+from fireline.services import worker as worker_service
 from fireline.sim import kernel as sim_kernel
+from fireline.sim import lambdas
 from fireline.sim import network as sim_network
 
 
@@ -242,3 +245,51 @@ class Delivery:
             lateness=Spread.of(late),
             early=Spread.of(early),
         )
+
+
+class Jobs:
+    """Simulated Python jobs: each records when it started (virtual) and then works for
+    its duration, in virtual time."""
+
+    def __init__(self, kernel: sim_kernel.Kernel, seconds: float = 1.0) -> None:
+        self.kernel = kernel
+        self.seconds = seconds
+        self.started: dict[str, float] = {}
+        self.runs: Counter[str] = Counter()
+        self.registry = targets.Registry()
+        self.registry.register("sim.work")(self._work)
+
+    def _work(self, context: targets.JobContext) -> None:
+        self.started.setdefault(context.occurrence_key, self.kernel.now())
+        self.runs[context.occurrence_key] += 1
+        self.kernel.sleep(self.seconds)
+
+
+def worker_for(
+    world: World, jobs: Jobs, *, job_class: str = "default", tenant_limit: int = 0
+) -> worker_service.Worker:
+    """The real worker service over the world's simulated stores, running simulated jobs."""
+    runner = targets.TargetRunner(
+        registry=jobs.registry,
+        signing_secret=b"simulated-signing-secret",
+        lambda_client=lambda timeout: None,
+        sqs_client=lambda: None,
+        python=lambdas.run_inline,
+    )
+    return worker_service.Worker(
+        schedules=world.schedules,
+        occurrences=world.occurrences,
+        queue=world.queue,
+        slots=world.slots,
+        clock=world.clock,
+        runner=runner,
+        config=worker_service.WorkerConfig(job_class=job_class, tenant_limit=tenant_limit),
+    )
+
+
+def next_visible(world: World, job_class: str = "default") -> Callable[[], float | None]:
+    def peek() -> float | None:
+        moment = world.memory_queue.next_visible_at(job_class)
+        return None if moment is None else world.seconds(moment)
+
+    return peek

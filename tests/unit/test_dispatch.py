@@ -1,0 +1,71 @@
+"""Recording the fires a misfire plan skips: every one accounted for, none left waiting."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from fireline.adapters import memory
+from fireline.domain import model, occurrence, policies, schedule
+from fireline.services import dispatch
+
+T0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+NOW = T0 + 30 * MINUTE
+
+
+def every_minute() -> model.Schedule:
+    timing = schedule.Timing(spec=schedule.parse_spec("rate(1 minute)"))
+    return model.Schedule(
+        tenant_id="tenant-a",
+        schedule_id="minutely",
+        timing=timing,
+        spec_text="rate(1 minute)",
+        next_fire=T0,
+    )
+
+
+def test_a_skipped_fire_whose_row_waits_queued_is_settled_not_left_waiting() -> None:
+    # GIVEN a fire with a queued row (written, its message not sent: an interrupted
+    # trigger) that the misfire plan now skips
+    item = every_minute()
+    store = memory.MemoryOccurrenceStore()
+    waiting = dispatch.row_for(item, T0 + MINUTE, T0)
+    assert store.put_new(waiting)
+    report = dispatch.DispatchReport()
+    # WHEN the plan's skips are recorded
+    dispatch.record_skips(
+        item,
+        [dispatch.Skip(T0 + MINUTE, "skipped: misfire")],
+        None,
+        now=NOW,
+        occurrences=store,
+        report=report,
+    )
+    # THEN the waiting row is skipped with the plan's reason, not left queued forever
+    row = store.get(waiting.key)
+    assert row is not None and row.state is occurrence.State.SKIPPED
+    assert row.exit_reason == "skipped: misfire"
+    assert report.skipped == 1
+
+
+def test_a_summary_whose_first_fire_ran_starts_at_the_next_and_counts_one_less() -> None:
+    # GIVEN a summary of 20 missed fires whose first one ran after all (an interrupted tick
+    # had sent it, and a worker claimed it before the plan was recorded)
+    item = every_minute()
+    store = memory.MemoryOccurrenceStore()
+    ran = dispatch.row_for(item, T0, T0)
+    store.put_new(ran)
+    claimed, _ = store.claim(ran.key, now=T0, until=T0 + MINUTE)
+    assert claimed
+    summary = policies.SkippedSummary(count=20, first=T0, last=T0 + 19 * MINUTE)
+    report = dispatch.DispatchReport()
+    # WHEN the summary is recorded
+    dispatch.record_skips(item, [], summary, now=NOW, occurrences=store, report=report)
+    # THEN the fire that ran keeps its own row, and the summary is keyed at the next fire,
+    # counting the 19 that did not run: none counted twice, none lost
+    assert store.get(ran.key).state is occurrence.State.RUNNING  # type: ignore[union-attr]
+    second = store.get(occurrence.occurrence_key("minutely", 1, T0 + MINUTE))
+    assert second is not None and second.state is occurrence.State.SKIPPED
+    assert second.exit_reason == (
+        "skipped: misfire (19 fires from 2026-05-01T12:01:00Z to 2026-05-01T12:19:00Z)"
+    )
