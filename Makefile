@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# One worker per core; a test file stays on one worker, so its module fixtures (a local
+# cloud, a synthesized app) are built once.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $${TEST_WORKERS:-auto} --dist loadfile
 
 lint: install
 	$(BIN)/ruff check functions tests
