@@ -46,6 +46,8 @@ class LocalOptions:
     state_dir: Path | None = None  # export on stop, import on start
     log_path: Path | None = None
     stack_name: str = "fireline-local"
+    # The SAM template, or a template the CDK synthesized (cdk.out/<stack>.template.json).
+    template_path: Path = deploy.TEMPLATE
     long_job_heartbeat_seconds: int = 10
     # Execution environments per function (each runs one invocation at a time); the
     # ticker always gets one, as its lease would idle any other.
@@ -114,7 +116,12 @@ class LocalCloud:
                 method="POST",
             )
             urllib.request.urlopen(request, timeout=10).close()
-        self.deployed = deploy.deploy(self, stack_name=o.stack_name, parameters=LOCAL_PARAMETERS)
+        self.deployed = deploy.deploy(
+            self,
+            stack_name=o.stack_name,
+            parameters=LOCAL_PARAMETERS,
+            template_path=o.template_path,
+        )
         if self._server is not None:
             self._register_state_machines()
         self._collector = runtime.Collector(

@@ -40,6 +40,14 @@ def add_local_command(subparsers: Any) -> None:
     )
     parser.add_argument("--state-dir", type=Path, help="keep state here across restarts")
     parser.add_argument(
+        "--template",
+        type=Path,
+        help=(
+            "deploy this template instead of infra/template.yaml: another SAM template, or "
+            "one the CDK synthesized (cdk.out/<stack>.template.json, assets beside it)"
+        ),
+    )
+    parser.add_argument(
         "--key",
         dest="keys",
         action="append",
@@ -89,7 +97,10 @@ def run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         log_path=args.log_file,
     )
-    console.print("[bold]Fireline local cloud[/bold]: deploying infra/template.yaml ...")
+    if args.template:
+        options.template_path = args.template
+    shown = args.template or "infra/template.yaml"
+    console.print(f"[bold]Fireline local cloud[/bold]: deploying {shown} ...")
     cloud = LocalCloud(options)
     started = time.monotonic()
     cloud.start()
