@@ -120,13 +120,22 @@ def package(template: dict[str, Any], s3: Any, base: Path) -> dict[str, Any]:
     return inline_definitions(template, base)
 
 
+CDK_TEMPLATE_SUFFIX = ".template.json"
+
+
 def is_cloud_assembly_template(template_path: Path) -> bool:
-    """A template the CDK synthesized: its assets manifest lies beside it."""
-    return assets_manifest(template_path).is_file()
+    """A template the CDK synthesized: <stack>.template.json, its assets manifest
+    (<stack>.assets.json) beside it. Any other name is a SAM template, whatever lies
+    beside it."""
+    return (
+        template_path.name.endswith(CDK_TEMPLATE_SUFFIX)
+        and assets_manifest(template_path).is_file()
+    )
 
 
 def assets_manifest(template_path: Path) -> Path:
-    return template_path.with_name(template_path.name.replace(".template.json", ".assets.json"))
+    stack = template_path.name.removesuffix(CDK_TEMPLATE_SUFFIX)
+    return template_path.with_name(f"{stack}.assets.json")
 
 
 def publish_assets(template_path: Path, session: Any) -> None:
