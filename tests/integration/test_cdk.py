@@ -375,14 +375,25 @@ def test_on_the_cdk_stack_a_schedule_fires_and_its_job_succeeds(cdk_cloud: Local
     a_schedule_fires_and_its_job_succeeds(cdk_cloud)
 
 
-def test_code_asset_is_the_functions_folder(synthesized: Synthesized) -> None:
-    # The asset the functions' Code names holds the package (with bundling off, alone).
+def test_every_function_runs_the_code_asset_of_the_functions_folder(
+    synthesized: Synthesized, sam_translated: dict[str, Any]
+) -> None:
+    # GIVEN the zip asset the assets manifest lists
     manifest = json.loads((synthesized.outdir / f"{example.STACK_NAME}.assets.json").read_text())
-    folders = [
-        synthesized.outdir / asset["source"]["path"]
-        for asset in manifest["files"].values()
-        if asset["source"].get("packaging") == "zip"
+    (asset,) = [a for a in manifest["files"].values() if a["source"].get("packaging") == "zip"]
+    (destination,) = asset["destinations"].values()
+    folder = synthesized.outdir / asset["source"]["path"]
+    functions = [
+        r["Properties"]
+        for r in _scheduler_resources(synthesized).values()
+        if r["Type"] == "AWS::Lambda::Function"
     ]
-    (folder,) = folders
+
+    # THEN it holds the package (with bundling off, alone), and every function runs it
     assert (folder / "fireline" / "handlers" / "worker.py").is_file()
     assert not list(folder.rglob("__pycache__"))
+    sam_functions = [
+        r for r in sam_translated["Resources"].values() if r["Type"] == "AWS::Lambda::Function"
+    ]
+    assert len(functions) == len(sam_functions) > 0
+    assert {f["Code"]["S3Key"] for f in functions} == {destination["objectKey"]}

@@ -184,9 +184,12 @@ class Fireline(Construct):
             exclude=["**/__pycache__", "**/*.pyc", "*.egg-info"],
             bundling=bundling.options(code_folder) if bundle_dependencies else None,
         )
+        placeholder = {"S3Bucket": CODE_PLACEHOLDER["Bucket"], "S3Key": CODE_PLACEHOLDER["Key"]}
         for logical_id, resource in translated["Resources"].items():
             if resource["Type"] != "AWS::Lambda::Function":
                 continue
+            if resource["Properties"].get("Code") != placeholder:
+                continue  # a function with code of its own keeps it
             function = self.template.get_resource(logical_id)
             assert isinstance(function, lambda_.CfnFunction)
             function.code = lambda_.CfnFunction.CodeProperty(
