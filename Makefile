@@ -35,8 +35,9 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis cdk.out
 
 # The example CDK app synthesized into cdk.out/, offline: no AWS account or credentials.
-# Dependencies are bundled with pip (from PyPI); BUNDLE=false packages the code alone.
-BUNDLE ?= true
+# The code is packaged alone (enough for the local cloud); BUNDLE=true pip-installs its
+# requirements from PyPI into the asset, as `cdk deploy` needs.
+BUNDLE ?= false
 cdk-synth: install
 	CDK_OUTDIR=cdk.out CDK_CONTEXT_JSON='{"fireline:bundle-dependencies": "$(BUNDLE)"}' \
 		$(BIN)/python infra/cdk/app.py
