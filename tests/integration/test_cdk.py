@@ -11,7 +11,7 @@ import copy
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from samtranslator.yaml_helper import yaml_parse
 
 from fireline.local import deploy
 from fireline.local.cloud import LocalCloud, LocalOptions
-from fireline_cdk import PROP_PARAMETERS, Fireline, construct, example
+from fireline_cdk import PROP_PARAMETERS, Fireline, acknowledgements, construct, example
 from helpers.local_cloud import TEST_KEYS, a_schedule_fires_and_its_job_succeeds
 
 ROOT = Path(__file__).parents[2]
@@ -236,15 +236,82 @@ def test_cdk_nag_finds_nothing_unacknowledged(synthesized: Synthesized) -> None:
     assert report.success
 
 
-def test_every_acknowledged_finding_carries_a_reason(synthesized: Synthesized) -> None:
-    acknowledged: dict[str, str] = {}
-    for node in synthesized.app.node.find_all():
-        for entry in node.node.metadata:
-            if entry.type == cdk.Validations.ACKNOWLEDGED_RULES_METADATA_KEY:
-                acknowledged.update(entry.data)
+def _acknowledged(app: cdk.App) -> dict[tuple[str, str], str]:
+    """(construct path, finding) -> reason, for every acknowledgement in the app.
 
-    assert any("AwsSolutions-IAM5" in finding for finding in acknowledged)
+    aws-cdk-lib records an id of no validator it knows (cdk-nag's) as
+    ``Annotation::<id>``; cdk-nag reads it without the prefix, and so does this."""
+    return {
+        (node.node.path, re.sub(r"^annotation::", "", finding, flags=re.IGNORECASE)): reason
+        for node in app.node.find_all()
+        for entry in node.node.metadata
+        if entry.type == cdk.Validations.ACKNOWLEDGED_RULES_METADATA_KEY
+        for finding, reason in entry.data.items()
+    }
+
+
+def _stale(acknowledged: Iterable[tuple[str, str]], findings: set[tuple[str, str]]) -> list[str]:
+    """The acknowledgements that no finding on their construct or below it matches."""
+    return sorted(
+        f"{path}: {finding}"
+        for path, finding in acknowledged
+        if not any(
+            found == finding and (at == path or at.startswith(f"{path}/")) for at, found in findings
+        )
+    )
+
+
+@pytest.fixture(scope="session")
+def findings(synthesized: Synthesized) -> set[tuple[str, str]]:
+    """(construct path, finding) for everything the example app trips with no
+    acknowledgement: cdk-nag's AwsSolutions on the app built again without them, and the
+    template validator's from the synth's report, where acknowledged findings are kept."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(acknowledgements, "_ack", lambda scope, finding, reason: None)
+        bare = example.build(bundle_dependencies=False)
+    report = AwsSolutionsChecks().validate_scope(bare)
+    found = {
+        (resource.construct_path, violation.rule_name)
+        for violation in report.violations
+        for resource in violation.violating_resources
+    }
+    validation = json.loads((synthesized.outdir / "validation-report.json").read_text())
+    for plugin in validation["pluginReports"]:
+        if plugin["pluginName"] != "CloudFormation Validate":
+            continue
+        for violation in plugin["violations"] + plugin.get("suppressedViolations", []):
+            for at in violation["violatingConstructs"]:
+                found.add(
+                    (at["constructPath"], f"CloudFormation-Validate::{violation['ruleName']}")
+                )
+    return found
+
+
+def test_every_acknowledged_finding_carries_a_reason(synthesized: Synthesized) -> None:
+    acknowledged = _acknowledged(synthesized.app)
+
+    assert any("AwsSolutions-IAM5" in finding for _, finding in acknowledged)
     assert [finding for finding, reason in acknowledged.items() if len(reason) < 40] == []
+
+
+def test_every_acknowledgement_has_a_finding_it_silences(
+    synthesized: Synthesized, findings: set[tuple[str, str]]
+) -> None:
+    # THEN no acknowledgement outlives its finding: each one, on its construct or below it,
+    # meets a finding cdk-nag or the template validator reports without it
+    assert ("Fireline", "CloudFormation-Validate::W8003") in findings
+    assert _stale(_acknowledged(synthesized.app), findings) == []
+
+
+def test_the_stale_check_sees_an_acknowledgement_nothing_trips(
+    synthesized: Synthesized, findings: set[tuple[str, str]]
+) -> None:
+    # GIVEN the app's acknowledgements and one more, for a rule the table does not trip
+    table = f"{example.STACK_NAME}/Scheduler/Template/LeasesTable"
+    acknowledged = {*_acknowledged(synthesized.app), (table, "AwsSolutions-S1")}
+
+    # WHEN they are held to the findings THEN exactly that one is reported
+    assert _stale(acknowledged, findings) == [f"{table}: AwsSolutions-S1"]
 
 
 # ---------------------------------------------------------------- props and template changes
@@ -354,14 +421,55 @@ def cdk_cloud(
         yield started
 
 
+def _conditions_that_hold(template: dict[str, Any], values: dict[str, Any]) -> set[str]:
+    """The template's conditions that hold with ``values`` for its parameters (the rest
+    at their defaults), as CloudFormation evaluates them; a value known only at deploy
+    time (a reference) reads as set."""
+    parameters: dict[str, Any] = {}
+    for name, declared in template.get("Parameters", {}).items():
+        value = values.get(name, declared.get("Default", ""))
+        if declared["Type"] == "CommaDelimitedList" and isinstance(value, str):
+            value = value.split(",")
+        parameters[name] = construct.SET_AT_DEPLOY if isinstance(value, dict) else value
+
+    def evaluate(node: Any) -> Any:
+        if not isinstance(node, dict):
+            return node
+        ((function, argument),) = node.items()
+        operations = {
+            "Ref": lambda: parameters[argument],
+            "Condition": lambda: evaluate(template["Conditions"][argument]),
+            "Fn::Not": lambda: not evaluate(argument[0]),
+            "Fn::And": lambda: all(evaluate(a) for a in argument),
+            "Fn::Or": lambda: any(evaluate(a) for a in argument),
+            "Fn::Equals": lambda: str(evaluate(argument[0])) == str(evaluate(argument[1])),
+            "Fn::Join": lambda: argument[0].join(map(str, evaluate(argument[1]))),
+        }
+        return operations[function]()
+
+    return {name for name, condition in template["Conditions"].items() if evaluate(condition)}
+
+
 def test_the_cdk_stack_deploys_into_the_local_cloud_with_the_sam_stacks_resources(
-    cdk_cloud: LocalCloud, sam_translated: dict[str, Any]
+    cdk_cloud: LocalCloud, sam_translated: dict[str, Any], synthesized: Synthesized
 ) -> None:
     assert cdk_cloud.deployed is not None
     deployed = set(cdk_cloud.deployed.resources) | set(cdk_cloud.deployed.set_aside)
+    holds = _conditions_that_hold(sam_translated, synthesized.values)
+    expected = {
+        name
+        for name, resource in sam_translated["Resources"].items()
+        if resource.get("Condition") in {None, *holds}
+    }
 
-    # THEN every resource of the SAM template is in the stack or played by the local cloud
-    assert set(sam_translated["Resources"]) - deployed == set()
+    # THEN the stack holds exactly the SAM template's resources whose conditions hold for
+    # the app's props (two ticker groups: group 1's rule, not group 2's), each created or
+    # played by the local cloud
+    assert "TickerGroup1Rule" in expected and "TickerGroup2Rule" not in expected
+    assert deployed & synthesized.scheduler_ids == expected
+    # AND the local cloud runs one ticker process per rule that starts it, so each ticker
+    # group's invocation runs under its own lease, as two reserved slots per group allow
+    assert cdk_cloud.hosts["TickerFunction"].spec.concurrency == 2
     # AND the functions run the handlers the template names, with the app's memory
     lambdas = cdk_cloud.client("lambda")
     worker = lambdas.get_function_configuration(

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import urllib.request
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,8 @@ class LocalOptions:
     template_path: Path = deploy.TEMPLATE
     long_job_heartbeat_seconds: int = 10
     # Execution environments per function (each runs one invocation at a time); the
-    # ticker always gets one, as its lease would idle any other.
+    # ticker gets one per rule that starts it (one per ticker group), as its group's lease
+    # would idle any other.
     function_processes: int = 2
     extra_environment: dict[str, str] = field(default_factory=dict)
 
@@ -170,6 +171,7 @@ class LocalCloud:
     def _start_functions(self) -> None:
         assert self.deployed is not None
         lambdas = self.client("lambda")
+        started_by = self._schedule_rules_by_function()
         for logical, name in self.deployed.of_type("AWS::Lambda::Function").items():
             config = lambdas.get_function_configuration(FunctionName=name)
             variables = config.get("Environment", {}).get("Variables", {})
@@ -190,11 +192,25 @@ class LocalCloud:
                 handler=config["Handler"],
                 timeout_seconds=int(config.get("Timeout", 3)),
                 environment=environment,
-                concurrency=1 if logical == "TickerFunction" else self.options.function_processes,
+                concurrency=(
+                    max(1, started_by[name])
+                    if logical == "TickerFunction"
+                    else self.options.function_processes
+                ),
             )
             host = runtime.FunctionHost(spec, self._collector.lines)
             host.start()
             self.hosts[logical] = host
+
+    def _schedule_rules_by_function(self) -> Counter[str]:
+        """Function name -> how many of this stack's schedule rules invoke it."""
+        assert self.deployed is not None
+        events = self.client("events")
+        counts: Counter[str] = Counter()
+        for rule in self.deployed.of_type("AWS::Events::Rule").values():
+            for target in events.list_targets_by_rule(Rule=rule)["Targets"]:
+                counts[_function_name(target["Arn"])] += 1
+        return counts
 
     def _register_state_machines(self) -> None:
         """moto keeps state machines created by its CloudFormation apart from the ones its
@@ -221,7 +237,7 @@ class LocalCloud:
 
     def _host_by_name(self, function: str) -> runtime.FunctionHost | None:
         """The host of one of this stack's functions (None for another stack's)."""
-        name = function.split(":function:")[-1].split(":")[0]
+        name = _function_name(function)
         return next((h for h in self.hosts.values() if h.spec.name == name), None)
 
     def _start_event_sources(self) -> None:
@@ -314,3 +330,8 @@ class LocalCloud:
             "lease": holder,
             "api_requests": self.gateway.requests,
         }
+
+
+def _function_name(function: str) -> str:
+    """A function's name from its name or ARN (qualified or not)."""
+    return function.split(":function:")[-1].split(":")[0]

@@ -1,15 +1,18 @@
-"""cdk-nag AwsSolutions findings Fireline accepts, each with its reason.
+"""Findings Fireline accepts, each with its reason: cdk-nag's AwsSolutions rules and the
+CDK's own template validator (CloudFormation-Validate).
 
 Acknowledged through aws-cdk-lib's own ``Validations`` (what cdk-nag reads), so an app
 that runs cdk-nag sees only what its own resources add, and the construct needs no
 cdk-nag at run time. Findings on named resources are acknowledged on those resources
 only: a new table, queue or role in the template that trips a rule fails the check until
-someone writes down why it is acceptable.
+someone writes down why it is acceptable. The tests fail on an acknowledgement nothing
+trips any more, so none outlives its finding.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 import aws_cdk as cdk
@@ -72,6 +75,13 @@ WILDCARD_ROLES = {
 OPTIONAL_VPC = (
     "Empty subnet and security group ids only when HasWorkerVpc is false, and then "
     "VpcConfig is AWS::NoValue: the function joins no VPC."
+)
+
+# A prop replaces its parameter by a value at synth, so a condition on it is decided there.
+CONSTANT_CONDITIONS = (
+    "Conditions on parameters the app's props set ({}) are decided at synth by design: "
+    "the props replace those parameters by their values (a value known only at deploy "
+    "time reads as set), and CloudFormation evaluates the conditions as written."
 )
 
 QUEUES_OVER_HTTPS = (
@@ -150,14 +160,34 @@ RESOURCES = {
 }
 
 
-def acknowledge(scope: Construct, template: cfn_include.CfnInclude, translated: Any) -> None:
+def acknowledge(
+    scope: Construct,
+    template: cfn_include.CfnInclude,
+    translated: Any,
+    replaced: Collection[str],
+) -> None:
+    """Acknowledge on ``scope`` (the Fireline construct) and the template's resources what
+    the template's own resources trip; ``replaced`` names the parameters props replaced."""
     resources = translated["Resources"]
+    constant = constant_conditions(translated, replaced)
+    if constant:
+        # The template validator reports a constant condition on the stack, not on the
+        # condition, so this is the one acknowledgement the construct makes on its stack.
+        _ack(
+            cdk.Stack.of(scope),
+            "CloudFormation-Validate::W8003",
+            CONSTANT_CONDITIONS.format(", ".join(constant)),
+        )
     for finding, reason in EVERY_ROLE.items():
         _ack(scope, finding, reason)
+    wildcards = _policy_template_wildcards(resources)
     for logical_id, resource in resources.items():
         if resource["Type"] == "AWS::IAM::Role":
-            for finding, reason in _policy_template_wildcards(resources).items():
-                _ack(template.get_resource(logical_id), finding, reason)
+            # Each role only for the tables and buckets its own policies name.
+            for sub in _subs(resource):
+                finding = _resource_finding(sub)
+                if finding in wildcards:
+                    _ack(template.get_resource(logical_id), finding, wildcards[finding])
     for role, reason in WILDCARD_ROLES.items():
         if role in resources:
             _ack(template.get_resource(role), "AwsSolutions-IAM5[Resource::*]", reason)
@@ -169,6 +199,25 @@ def acknowledge(scope: Construct, template: cfn_include.CfnInclude, translated: 
         if logical_id in resources:
             for finding, reason in findings.items():
                 _ack(template.get_resource(logical_id), finding, reason)
+
+
+def constant_conditions(translated: Any, replaced: Collection[str]) -> list[str]:
+    """The template's conditions that test (directly or through another condition) a
+    parameter a prop replaced by its value: constant once included."""
+    conditions: dict[str, Any] = translated.get("Conditions", {})
+
+    def tests(node: Any) -> bool:
+        if isinstance(node, dict):
+            if set(node) == {"Ref"}:
+                return node["Ref"] in replaced
+            if set(node) == {"Condition"}:
+                return tests(conditions[node["Condition"]])
+            return any(tests(value) for value in node.values())
+        if isinstance(node, list):
+            return any(tests(item) for item in node)
+        return False
+
+    return sorted(name for name, expression in conditions.items() if tests(expression))
 
 
 def _policy_template_wildcards(resources: dict[str, Any]) -> dict[str, str]:
@@ -191,7 +240,17 @@ def _policy_template_wildcards(resources: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-def _resource_finding(sub: list[Any]) -> str:
+def _subs(node: Any) -> list[Any]:
+    """Every Fn::Sub in ``node``, in order."""
+    if isinstance(node, list):
+        return [sub for item in node for sub in _subs(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [node["Fn::Sub"]] if set(node) == {"Fn::Sub"} else []
+    return own + [sub for value in node.values() for sub in _subs(value)]
+
+
+def _resource_finding(sub: Any) -> str:
     # cdk-nag names a wildcard finding by the resource's Fn::Sub, as compact JSON.
     return f"AwsSolutions-IAM5[Resource::{json.dumps(sub, separators=(',', ':'))}]"
 

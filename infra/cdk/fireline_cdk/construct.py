@@ -50,6 +50,7 @@ PROP_PARAMETERS = {
     "alarm_topic": "AlarmTopicArn",
     "stage_name": "StageName",
     "due_shards": "DueShards",
+    "ticker_groups": "TickerGroups",
     "lookahead_seconds": "LookaheadSeconds",
     "horizon_seconds": "HorizonSeconds",
     "lag_alarm_threshold_seconds": "LagAlarmThresholdSeconds",
@@ -90,7 +91,9 @@ class ApiThrottling:
 class Fireline(Construct):
     """Fireline's resources, as infra/template.yaml defines them.
 
-    Props left at None keep the template's defaults. ``vpc`` puts the functions that call
+    Props left at None keep the template's defaults. ``ticker_groups`` (1 to 8, at most
+    ``due_shards``) splits the due index's shards over that many leased tickers, each with
+    its own rule, lease and two reserved invocations. ``vpc`` puts the functions that call
     tenant targets (default and short workers, long runner) in ``vpc_subnets`` of it
     (private subnets with egress by default) with ``security_groups`` (one allowing all
     outbound traffic is created if none is given). ``removal_policy`` applies to what the
@@ -107,6 +110,7 @@ class Fireline(Construct):
         alarm_topic: sns.ITopic | None = None,
         stage_name: str | None = None,
         due_shards: int | None = None,
+        ticker_groups: int | None = None,
         lookahead_seconds: int | None = None,
         horizon_seconds: int | None = None,
         lag_alarm_threshold_seconds: int | None = None,
@@ -130,6 +134,7 @@ class Fireline(Construct):
             "alarm_topic": alarm_topic.topic_arn if alarm_topic else None,
             "stage_name": stage_name,
             "due_shards": due_shards,
+            "ticker_groups": ticker_groups,
             "lookahead_seconds": lookahead_seconds,
             "horizon_seconds": horizon_seconds,
             "lag_alarm_threshold_seconds": lag_alarm_threshold_seconds,
@@ -199,7 +204,7 @@ class Fireline(Construct):
             for logical_id, resource in translated["Resources"].items():
                 if resource.get("DeletionPolicy") == "Retain":
                     self.template.get_resource(logical_id).apply_removal_policy(removal_policy)
-        acknowledgements.acknowledge(self, self.template, translated)
+        acknowledgements.acknowledge(self, self.template, translated, set(self.parameter_values))
 
     def resource(self, logical_id: str) -> cdk.CfnResource:
         """A resource of the template by its logical id (as in infra/template.yaml or its

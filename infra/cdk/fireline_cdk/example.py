@@ -37,6 +37,7 @@ class FirelineStack(cdk.Stack):
             self,
             "Scheduler",
             alarm_topic=topic,
+            ticker_groups=2,
             tenant_concurrency_limit=20,
             lag_alarm_threshold_seconds=5,
             memory_sizes=MemorySizes(worker=1024, workflow=2048),
