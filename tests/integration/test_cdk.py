@@ -470,7 +470,12 @@ def test_the_cdk_stack_deploys_into_the_local_cloud_with_the_sam_stacks_resource
     # AND the local cloud runs one ticker process per rule that starts it, so each ticker
     # group's invocation runs under its own lease, as two reserved slots per group allow
     assert cdk_cloud.hosts["TickerFunction"].spec.concurrency == 2
-    # AND the functions run the handlers the template names, with the app's memory
+    # AND each function runs with the memory the template gives it (the ticker's default
+    # is a full vCPU), the app's props applied
+    memory = {logical: host.spec.memory_mb for logical, host in cdk_cloud.hosts.items()}
+    assert (memory["TickerFunction"], memory["DefaultWorkerFunction"]) == (1769, 1024)
+    assert memory["WorkflowFunction"] == 2048
+    # AND the functions run the handlers the template names, with the app's settings
     lambdas = cdk_cloud.client("lambda")
     worker = lambdas.get_function_configuration(
         FunctionName=cdk_cloud.deployed.physical("DefaultWorkerFunction")

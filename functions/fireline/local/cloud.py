@@ -183,6 +183,7 @@ class LocalCloud:
                 "AWS_DEFAULT_REGION": REGION,
                 "AWS_LAMBDA_FUNCTION_NAME": name,
                 "AWS_LAMBDA_FUNCTION_TIMEOUT": str(config.get("Timeout", 3)),
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(config.get("MemorySize", 128)),
                 "LONG_JOB_HEARTBEAT_SECONDS": str(self.options.long_job_heartbeat_seconds),
                 **self.options.extra_environment,
             }
@@ -192,6 +193,7 @@ class LocalCloud:
                 handler=config["Handler"],
                 timeout_seconds=int(config.get("Timeout", 3)),
                 environment=environment,
+                memory_mb=int(config.get("MemorySize", 128)),
                 concurrency=(
                     max(1, started_by[name])
                     if logical == "TickerFunction"

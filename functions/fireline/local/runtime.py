@@ -49,6 +49,7 @@ class FunctionSpec:
     timeout_seconds: int
     environment: dict[str, str]
     concurrency: int = 1  # execution environments (processes)
+    memory_mb: int = 128  # as deployed; reported to the handler, not enforced
 
 
 class _Context:
@@ -58,7 +59,7 @@ class _Context:
         self.function_name = spec.name
         self.function_version = "$LATEST"
         self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{spec.name}"
-        self.memory_limit_in_mb = 512
+        self.memory_limit_in_mb = spec.memory_mb
         self.aws_request_id = request_id
         self.log_group_name = f"/aws/lambda/{spec.name}"
         self.log_stream_name = "local"
