@@ -23,8 +23,9 @@ from aws_cdk import aws_ec2 as ec2
 from cdk_nag import AwsSolutionsChecks
 from samtranslator.yaml_helper import yaml_parse
 
-from fireline.local import deploy
-from fireline.local.cloud import LocalCloud, LocalOptions
+from fireline.cli import main
+from fireline.local import command, deploy
+from fireline.local.cloud import LocalCloud
 from fireline_cdk import PROP_PARAMETERS, Fireline, acknowledgements, construct, example
 from helpers.local_cloud import TEST_KEYS, a_schedule_fires_and_its_job_succeeds
 
@@ -408,15 +409,17 @@ def test_a_template_change_reaches_the_construct_without_an_edit(tmp_path: Path)
 def cdk_cloud(
     synthesized: Synthesized, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalCloud]:
-    # GIVEN the synthesized template deployed into the local cloud, as `fireline local
-    # --template cdk.out/Fireline.template.json` deploys it: assets published, stack created
-    options = LocalOptions(
-        api_port=0,
-        api_keys=dict(TEST_KEYS),
-        log_path=tmp_path_factory.mktemp("cdk-local") / "local.log",
-        stack_name="fireline-cdk",
-        template_path=synthesized.outdir / f"{example.STACK_NAME}.template.json",
+    # GIVEN the synthesized template deployed into the local cloud by `fireline local
+    # --template cdk.out/Fireline.template.json`'s own options: assets published, stack
+    # created (named apart from the SAM stack an earlier test left in the same emulator)
+    keys = [f"--key={key}={tenant}" for key, tenant in TEST_KEYS.items()]
+    template = synthesized.outdir / f"{example.STACK_NAME}.template.json"
+    log = tmp_path_factory.mktemp("cdk-local") / "local.log"
+    argv = ["local", f"--template={template}", "--port=0", "--stack-name=fireline-cdk"]
+    options = command.options_from(
+        main.build_parser().parse_args([*argv, f"--log-file={log}", *keys])
     )
+    assert options.template_path == template
     with LocalCloud(options) as started:
         yield started
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the heavy imports wait for `fireline local` itself
     from rich.console import Group
 
-    from fireline.local.cloud import LocalCloud
+    from fireline.local.cloud import LocalCloud, LocalOptions
 
 
 def add_local_command(subparsers: Any) -> None:
@@ -48,6 +48,10 @@ def add_local_command(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
+        "--stack-name",
+        help="the stack's name (default fireline-local), e.g. for two stacks in one emulator",
+    )
+    parser.add_argument(
         "--key",
         dest="keys",
         action="append",
@@ -79,15 +83,10 @@ def keys_from(args: argparse.Namespace) -> dict[str, str]:
     return keys or dict(DEFAULT_KEYS)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.live import Live
+def options_from(args: argparse.Namespace) -> LocalOptions:
+    """What `fireline local ARGS` starts: the local cloud's options from its flags."""
+    from fireline.local.cloud import LocalOptions
 
-    from fireline.local import examples
-    from fireline.local.cloud import LocalCloud, LocalOptions
-
-    console = Console()
-    args.log_file.parent.mkdir(parents=True, exist_ok=True)
     options = LocalOptions(
         api_port=args.port,
         emulator_port=args.emulator_port,
@@ -97,8 +96,23 @@ def run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         log_path=args.log_file,
     )
+    if args.stack_name:
+        options.stack_name = args.stack_name
     if args.template:
         options.template_path = args.template
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from fireline.local import examples
+    from fireline.local.cloud import LocalCloud
+
+    console = Console()
+    args.log_file.parent.mkdir(parents=True, exist_ok=True)
+    options = options_from(args)
     shown = args.template or "infra/template.yaml"
     console.print(f"[bold]Fireline local cloud[/bold]: deploying {shown} ...")
     cloud = LocalCloud(options)
