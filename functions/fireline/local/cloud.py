@@ -145,8 +145,12 @@ class LocalCloud:
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
+        # Every function is asked to stop first, so their grace periods run side by side.
         for host in self.hosts.values():
-            host.stop()
+            host.request_stop()
+        deadline = time.monotonic() + runtime.STOP_GRACE_SECONDS
+        for host in self.hosts.values():
+            host.stop(deadline)
         # Exported last, once nothing runs any more, so no outcome lands after the export.
         if self.options.state_dir is not None and self.deployed is not None:
             state.save(self, self.options.state_dir)
