@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench clean run localstack-test
+.PHONY: install test lint bench clean run localstack-test cdk-synth
 
 install: $(STAMP)
 
@@ -21,8 +21,8 @@ test: install
 	$(BIN)/python -m pytest -q -n $${TEST_WORKERS:-auto} --dist loadfile
 
 lint: install
-	$(BIN)/ruff check functions tests
-	$(BIN)/ruff format --check functions tests
+	$(BIN)/ruff check functions infra/cdk tests
+	$(BIN)/ruff format --check functions infra/cdk tests
 	$(BIN)/mypy
 
 # Opt-in: the local cloud's end-to-end tests against LocalStack (or another emulator).
@@ -34,7 +34,15 @@ bench: install
 	$(BIN)/python -m pytest -q -s tests/bench -o python_files="bench_*.py"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis cdk.out
+
+# The example CDK app synthesized into cdk.out/, offline: no AWS account or credentials.
+# The code is packaged alone (enough for the local cloud); BUNDLE=true pip-installs its
+# requirements from PyPI into the asset, as `cdk deploy` needs.
+BUNDLE ?= false
+cdk-synth: install
+	CDK_OUTDIR=cdk.out CDK_CONTEXT_JSON='{"fireline:bundle-dependencies": "$(BUNDLE)"}' \
+		$(BIN)/python infra/cdk/app.py
 
 # The whole scheduler on the embedded local cloud (moto), with example schedules.
 # Extra flags: make run ARGS="--port 9000 --state-dir .fireline/state"

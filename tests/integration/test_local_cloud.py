@@ -4,19 +4,23 @@ handlers in their own processes, everything reached over HTTP like a user would.
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fireline.local.cloud import LocalCloud, LocalOptions
-
-KEY = "test-key-tenant-a"
-OTHER_KEY = "test-key-tenant-b"
+from helpers.local_cloud import (
+    KEY,
+    OTHER_KEY,
+    TEST_KEYS,
+    a_schedule_fires_and_its_job_succeeds,
+    call,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +28,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
     log = tmp_path_factory.mktemp("local") / "local.log"
     options = LocalOptions(
         api_port=0,
-        api_keys={KEY: "tenant-a", OTHER_KEY: "tenant-b"},
+        api_keys=dict(TEST_KEYS),
         log_path=log,
         long_job_heartbeat_seconds=4,
     )
@@ -32,59 +36,8 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
         yield started
 
 
-def call(
-    cloud: LocalCloud, method: str, path: str, body: Any = None, key: str | None = KEY
-) -> tuple[int, Any]:
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["x-api-key"] = key
-    request = urllib.request.Request(
-        cloud.api_url + path,
-        data=json.dumps(body).encode() if body is not None else None,
-        method=method,
-        headers=headers,
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            text = response.read()
-            return response.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        text = exc.read()
-        return exc.code, json.loads(text) if text else None
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError("timed out")
-
-
 def test_a_schedule_due_in_two_seconds_fires_and_succeeds(cloud: LocalCloud) -> None:
-    # GIVEN a schedule registered over HTTP with an API key, due two seconds from now (as
-    # the API's clock reads it: a time computed here could be past by the time a cold
-    # API function reads the request)
-    status, created = call(
-        cloud,
-        "POST",
-        "/schedules",
-        {"spec": "in 2 seconds", "target": {"type": "python", "handler": "echo"}},
-    )
-    assert status == 201, created
-    at = created["spec"].removeprefix("at(").removesuffix(")")
-
-    # WHEN the ticker and the default class's worker run it
-    def succeeded() -> Any:
-        _, page = call(cloud, "GET", f"/schedules/{created['id']}/occurrences")
-        return [o for o in page["items"] if o["state"] == "succeeded"]
-
-    (done,) = wait_for(succeeded, timeout=60)
-    # THEN its occurrence succeeded, fired at its time, seen through the API
-    assert done["fire_time"] == at
-    assert done["attempts"] == 1 and done["exit_reason"] == "succeeded"
+    a_schedule_fires_and_its_job_succeeds(cloud)
 
 
 def test_requests_without_a_valid_key_are_401_and_tenants_are_isolated(cloud: LocalCloud) -> None:

@@ -6,8 +6,7 @@ import itertools
 from pathlib import Path
 
 from fireline.local.cloud import LocalCloud, LocalOptions
-
-from .test_local_cloud import KEY, call
+from helpers.local_cloud import KEY, call
 
 _runs = itertools.count()
 

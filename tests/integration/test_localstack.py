@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from fireline.local.cloud import LocalCloud, LocalOptions
-
-from .test_local_cloud import KEY, call, wait_for
+from helpers.local_cloud import KEY, a_schedule_fires_and_its_job_succeeds
 
 pytestmark = pytest.mark.localstack
 
@@ -30,17 +28,4 @@ def cloud() -> Iterator[LocalCloud]:
 
 
 def test_a_schedule_fires_and_succeeds_on_the_external_emulator(cloud: LocalCloud) -> None:
-    at = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    status, created = call(
-        cloud,
-        "POST",
-        "/schedules",
-        {"spec": f"at({at})", "target": {"type": "python", "handler": "echo"}},
-    )
-    assert status == 201
-
-    def succeeded() -> object:
-        _, page = call(cloud, "GET", f"/schedules/{created['id']}/occurrences")
-        return [o for o in page["items"] if o["state"] == "succeeded"]
-
-    assert wait_for(succeeded, timeout=90)
+    a_schedule_fires_and_its_job_succeeds(cloud, timeout=90)

@@ -234,6 +234,20 @@ def _referenced(node: Any) -> set[str]:
     return found
 
 
+def _default(template: dict[str, Any], value: Any) -> Any:
+    """``value``, or the default of the parameter it refers to (what a deploy that sets
+    no parameter gets)."""
+    if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in template["Parameters"]:
+        return template["Parameters"][value["Ref"]]["Default"]
+    return value
+
+
+def _sizes(template: dict[str, Any], function: str) -> tuple[int, int]:
+    """A function's timeout and memory, parameters at their defaults."""
+    props = template["Resources"][function]["Properties"]
+    return props["Timeout"], _default(template, props["MemorySize"])
+
+
 def _definition_string(state_machine: dict[str, Any]) -> str:
     """The translated state machine's definition, as CloudFormation joins it."""
     separator, lines = state_machine["Properties"]["DefinitionString"]["Fn::Join"]
@@ -350,6 +364,16 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "TenantConcurrencyLimit",
         "WebhookSigningSecret",
         "AlarmTopicArn",
+        "ApiThrottlingRateLimit",
+        "ApiThrottlingBurstLimit",
+        "ApiMemorySize",
+        "TickerMemorySize",
+        "WorkerMemorySize",
+        "LongRunnerMemorySize",
+        "WorkflowMemorySize",
+        "LogRetentionDays",
+        "WorkerSubnetIds",
+        "WorkerSecurityGroupIds",
     }
     assert parameters["StageName"]["Default"] == "prod"
     due_shards = parameters["DueShards"]
@@ -729,6 +753,45 @@ def test_every_function_gets_the_shared_runtime_and_environment(
     assert props["Architectures"] == ["arm64"]
     assert props["TracingConfig"] == {"Mode": "Active"}
     assert props["Code"] == {"S3Bucket": "fireline-artifacts", "S3Key": "functions.zip"}
+    assert props["LoggingConfig"] == {"LogGroup": {"Ref": "FunctionLogGroup"}}
+
+
+def test_function_logs_expire_after_the_retention_parameter(translated: dict[str, Any]) -> None:
+    # GIVEN the one log group every function writes to
+    (name,) = _resources_of_type(translated, "AWS::Logs::LogGroup")
+    group = translated["Resources"][name]
+    retention = translated["Parameters"]["LogRetentionDays"]
+
+    # THEN its retention is the parameter (30 days unless set), one CloudWatch accepts
+    assert group["Properties"] == {"RetentionInDays": {"Ref": "LogRetentionDays"}}
+    assert retention["Default"] == 30 and retention["Default"] in retention["AllowedValues"]
+    # AND like the run history it outlives the stack, expiring by its retention
+    assert (group["DeletionPolicy"], group["UpdateReplacePolicy"]) == ("Retain", "Retain")
+
+
+@pytest.mark.parametrize("function", sorted(HANDLERS))
+def test_only_the_target_runners_join_the_worker_vpc_when_subnets_are_given(
+    translated: dict[str, Any], function: str
+) -> None:
+    # HTTP targets may live inside a VPC; only the functions that call targets join it,
+    # and only when WorkerSubnetIds is not empty.
+    props = translated["Resources"][function]["Properties"]
+    joins = {
+        "Fn::If": [
+            "HasWorkerVpc",
+            {
+                "SubnetIds": {"Ref": "WorkerSubnetIds"},
+                "SecurityGroupIds": {"Ref": "WorkerSecurityGroupIds"},
+            },
+            {"Ref": "AWS::NoValue"},
+        ]
+    }
+
+    assert props.get("VpcConfig") == (joins if function in TARGET_RUNNERS else None)
+    assert translated["Conditions"]["HasWorkerVpc"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Fn::Join": ["", {"Ref": "WorkerSubnetIds"}]}, ""]}]
+    }
+    assert translated["Parameters"]["WorkerSubnetIds"]["Default"] == ""
 
 
 def test_ticker_runs_under_a_minute_on_a_full_vcpu_with_two_slots_per_group(
@@ -736,7 +799,8 @@ def test_ticker_runs_under_a_minute_on_a_full_vcpu_with_two_slots_per_group(
 ) -> None:
     props = translated["Resources"]["TickerFunction"]["Properties"]
 
-    assert (props["Timeout"], props["MemorySize"]) == (60, 1769)
+    assert _sizes(translated, "TickerFunction") == (60, 1769)
+    assert props["MemorySize"] == {"Ref": "TickerMemorySize"}
     assert props["ReservedConcurrentExecutions"] == {
         "Fn::FindInMap": ["TickerConcurrency", {"Ref": "TickerGroups"}, "Reserved"]
     }
@@ -746,9 +810,12 @@ def test_ticker_runs_under_a_minute_on_a_full_vcpu_with_two_slots_per_group(
 
 def test_other_functions_keep_the_global_sizes(translated: dict[str, Any]) -> None:
     api = translated["Resources"]["ApiFunction"]["Properties"]
+    authorizer = translated["Resources"]["AuthorizerFunction"]["Properties"]
 
-    assert (api["Timeout"], api["MemorySize"]) == (30, 256)
+    assert _sizes(translated, "ApiFunction") == (30, 256)
+    assert api["MemorySize"] == {"Ref": "ApiMemorySize"}
     assert "ReservedConcurrentExecutions" not in api
+    assert (authorizer["Timeout"], authorizer["MemorySize"]) == (10, 256)
 
 
 def test_a_rule_per_ticker_group_and_one_for_the_workflow_reconcile_every_minute(
@@ -802,7 +869,7 @@ def test_each_worker_has_its_class_timeout_and_no_reserved_concurrency(
     _, timeout, memory, _ = WORKERS[worker]
     props = translated["Resources"][worker]["Properties"]
 
-    assert (props["Timeout"], props["MemorySize"]) == (timeout, memory)
+    assert _sizes(translated, worker) == (timeout, memory)
     # Concurrency is capped per class by the event source mapping, not reserved.
     assert "ReservedConcurrentExecutions" not in props
 
@@ -824,7 +891,8 @@ def test_workflow_controller_has_time_for_a_large_run_and_no_reserved_concurrenc
 ) -> None:
     props = translated["Resources"][WORKFLOW_CONTROLLER]["Properties"]
 
-    assert (props["Timeout"], props["MemorySize"]) == (WORKFLOW_TIMEOUT, 1024)
+    assert _sizes(translated, WORKFLOW_CONTROLLER) == (WORKFLOW_TIMEOUT, 1024)
+    assert props["MemorySize"] == {"Ref": "WorkflowMemorySize"}
     # Concurrency is capped by its event source mapping.
     assert "ReservedConcurrentExecutions" not in props
 
@@ -834,7 +902,8 @@ def test_long_runner_may_take_lambdas_whole_limit_with_no_reserved_concurrency(
 ) -> None:
     props = translated["Resources"][LONG_RUNNER]["Properties"]
 
-    assert (props["Timeout"], props["MemorySize"]) == (900, 1024)
+    assert _sizes(translated, LONG_RUNNER) == (900, 1024)
+    assert props["MemorySize"] == {"Ref": "LongRunnerMemorySize"}
     assert "ReservedConcurrentExecutions" not in props
 
 
@@ -936,7 +1005,12 @@ def test_api_is_a_rest_api_with_a_traced_throttled_stage(translated: dict[str, A
     assert props["StageName"] == {"Ref": "StageName"}
     assert props["TracingEnabled"] is True
     assert [
-        (s["ResourcePath"], s["HttpMethod"], s["ThrottlingRateLimit"], s["ThrottlingBurstLimit"])
+        (
+            s["ResourcePath"],
+            s["HttpMethod"],
+            _default(translated, s["ThrottlingRateLimit"]),
+            _default(translated, s["ThrottlingBurstLimit"]),
+        )
         for s in props["MethodSettings"]
     ] == [("/*", "*", 500, 1000)]
 

@@ -14,11 +14,13 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fireline.cli import client, main
+from fireline.local import command as local_command
 
 KEY = "tenant-a-key"
 
@@ -659,3 +661,15 @@ def test_another_command_group_can_sit_beside_the_operator_commands(
 
 def test_ids_are_quoted_as_one_path_segment() -> None:
     assert client.route("schedules", "a/b c", "pause") == "/schedules/a%2Fb%20c/pause"
+
+
+def test_local_takes_a_synthesized_template_and_a_stack_name() -> None:
+    # WHEN `fireline local` is given a CDK template and a stack name
+    args = main.build_parser().parse_args(
+        ["local", "--template", "cdk.out/Fireline.template.json", "--stack-name", "mine"]
+    )
+    options = local_command.options_from(args)
+
+    # THEN the local cloud deploys that template under that name; the rest keeps defaults
+    assert options.template_path == Path("cdk.out/Fireline.template.json")
+    assert (options.stack_name, options.api_port) == ("mine", 8080)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from samtranslator.yaml_helper import yaml_parse
+
 from fireline.domain import model
+from fireline_cdk import PROP_PARAMETERS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -25,3 +28,26 @@ def test_the_default_deadlines_in_the_readme_are_the_ones_the_worker_uses() -> N
     # THEN each figure is the class's default deadline in the code
     stated = dict(zip(("short", "default", "long"), map(number, found.groups()), strict=True))
     assert stated == {c: model.deadline_for(c, None) for c in model.JOB_CLASSES}
+
+
+def test_the_deploy_tables_defaults_and_props_are_the_templates_and_the_constructs() -> None:
+    # GIVEN the Deploy section's rows that name template parameters and their defaults
+    template = README.parent / "infra" / "template.yaml"
+    declared = yaml_parse(template.read_text())["Parameters"]
+    rows = re.findall(
+        r"^\| (`[A-Z]\w*`(?:, `\w+`)*) \| (.+?) \| (.+?) \|", README.read_text(), re.M
+    )
+    stated: dict[str, str] = {}
+    props: set[str] = set()
+    for names, prop_cell, defaults in rows:
+        parameters = re.findall(r"`(\w+)`", names)
+        props.update(re.findall(r"`(\w+)[`=(]", prop_cell))
+        figures = re.findall(r"[\d,]+", defaults)
+        if len(figures) == len(parameters):
+            stated.update(zip(parameters, (number(f) for f in figures), strict=True))
+    assert {"TickerGroups", "TickerMemorySize", "LookaheadSeconds"} <= set(stated)
+
+    # THEN each stated default is the template's, and every prop of the construct is listed
+    assert stated == {name: number(str(declared[name]["Default"])) for name in stated}
+    top_level_props = {prop.split(".")[0] for prop in PROP_PARAMETERS}
+    assert top_level_props - props == set()

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import urllib.request
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,9 +46,12 @@ class LocalOptions:
     state_dir: Path | None = None  # export on stop, import on start
     log_path: Path | None = None
     stack_name: str = "fireline-local"
+    # The SAM template, or a template the CDK synthesized (cdk.out/<stack>.template.json).
+    template_path: Path = deploy.TEMPLATE
     long_job_heartbeat_seconds: int = 10
     # Execution environments per function (each runs one invocation at a time); the
-    # ticker always gets one, as its lease would idle any other.
+    # ticker gets one per rule that starts it (one per ticker group), as its group's lease
+    # would idle any other.
     function_processes: int = 2
     extra_environment: dict[str, str] = field(default_factory=dict)
 
@@ -114,7 +117,12 @@ class LocalCloud:
                 method="POST",
             )
             urllib.request.urlopen(request, timeout=10).close()
-        self.deployed = deploy.deploy(self, stack_name=o.stack_name, parameters=LOCAL_PARAMETERS)
+        self.deployed = deploy.deploy(
+            self,
+            stack_name=o.stack_name,
+            parameters=LOCAL_PARAMETERS,
+            template_path=o.template_path,
+        )
         if self._server is not None:
             self._register_state_machines()
         self._collector = runtime.Collector(
@@ -137,8 +145,12 @@ class LocalCloud:
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
+        # Every function is asked to stop first, so their grace periods run side by side.
         for host in self.hosts.values():
-            host.stop()
+            host.request_stop()
+        deadline = time.monotonic() + runtime.STOP_GRACE_SECONDS
+        for host in self.hosts.values():
+            host.stop(deadline)
         # Exported last, once nothing runs any more, so no outcome lands after the export.
         if self.options.state_dir is not None and self.deployed is not None:
             state.save(self, self.options.state_dir)
@@ -163,6 +175,7 @@ class LocalCloud:
     def _start_functions(self) -> None:
         assert self.deployed is not None
         lambdas = self.client("lambda")
+        started_by = self._schedule_rules_by_function()
         for logical, name in self.deployed.of_type("AWS::Lambda::Function").items():
             config = lambdas.get_function_configuration(FunctionName=name)
             variables = config.get("Environment", {}).get("Variables", {})
@@ -174,6 +187,7 @@ class LocalCloud:
                 "AWS_DEFAULT_REGION": REGION,
                 "AWS_LAMBDA_FUNCTION_NAME": name,
                 "AWS_LAMBDA_FUNCTION_TIMEOUT": str(config.get("Timeout", 3)),
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(config.get("MemorySize", 128)),
                 "LONG_JOB_HEARTBEAT_SECONDS": str(self.options.long_job_heartbeat_seconds),
                 **self.options.extra_environment,
             }
@@ -183,11 +197,26 @@ class LocalCloud:
                 handler=config["Handler"],
                 timeout_seconds=int(config.get("Timeout", 3)),
                 environment=environment,
-                concurrency=1 if logical == "TickerFunction" else self.options.function_processes,
+                memory_mb=int(config.get("MemorySize", 128)),
+                concurrency=(
+                    max(1, started_by[name])
+                    if logical == "TickerFunction"
+                    else self.options.function_processes
+                ),
             )
             host = runtime.FunctionHost(spec, self._collector.lines)
             host.start()
             self.hosts[logical] = host
+
+    def _schedule_rules_by_function(self) -> Counter[str]:
+        """Function name -> how many of this stack's schedule rules invoke it."""
+        assert self.deployed is not None
+        events = self.client("events")
+        counts: Counter[str] = Counter()
+        for rule in self.deployed.of_type("AWS::Events::Rule").values():
+            for target in events.list_targets_by_rule(Rule=rule)["Targets"]:
+                counts[_function_name(target["Arn"])] += 1
+        return counts
 
     def _register_state_machines(self) -> None:
         """moto keeps state machines created by its CloudFormation apart from the ones its
@@ -214,7 +243,7 @@ class LocalCloud:
 
     def _host_by_name(self, function: str) -> runtime.FunctionHost | None:
         """The host of one of this stack's functions (None for another stack's)."""
-        name = function.split(":function:")[-1].split(":")[0]
+        name = _function_name(function)
         return next((h for h in self.hosts.values() if h.spec.name == name), None)
 
     def _start_event_sources(self) -> None:
@@ -307,3 +336,8 @@ class LocalCloud:
             "lease": holder,
             "api_requests": self.gateway.requests,
         }
+
+
+def _function_name(function: str) -> str:
+    """A function's name from its name or ARN (qualified or not)."""
+    return function.split(":function:")[-1].split(":")[0]

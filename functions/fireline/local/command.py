@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the heavy imports wait for `fireline local` itself
     from rich.console import Group
 
-    from fireline.local.cloud import LocalCloud
+    from fireline.local.cloud import LocalCloud, LocalOptions
 
 
 def add_local_command(subparsers: Any) -> None:
@@ -39,6 +39,18 @@ def add_local_command(subparsers: Any) -> None:
         help="seconds between ticker invocations (the rule says 60; each ticks for ~55 s)",
     )
     parser.add_argument("--state-dir", type=Path, help="keep state here across restarts")
+    parser.add_argument(
+        "--template",
+        type=Path,
+        help=(
+            "deploy this template instead of infra/template.yaml: another SAM template, or "
+            "one the CDK synthesized (cdk.out/<stack>.template.json, assets beside it)"
+        ),
+    )
+    parser.add_argument(
+        "--stack-name",
+        help="the stack's name (default fireline-local), e.g. for two stacks in one emulator",
+    )
     parser.add_argument(
         "--key",
         dest="keys",
@@ -71,15 +83,10 @@ def keys_from(args: argparse.Namespace) -> dict[str, str]:
     return keys or dict(DEFAULT_KEYS)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.live import Live
+def options_from(args: argparse.Namespace) -> LocalOptions:
+    """What `fireline local ARGS` starts: the local cloud's options from its flags."""
+    from fireline.local.cloud import LocalOptions
 
-    from fireline.local import examples
-    from fireline.local.cloud import LocalCloud, LocalOptions
-
-    console = Console()
-    args.log_file.parent.mkdir(parents=True, exist_ok=True)
     options = LocalOptions(
         api_port=args.port,
         emulator_port=args.emulator_port,
@@ -89,7 +96,25 @@ def run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         log_path=args.log_file,
     )
-    console.print("[bold]Fireline local cloud[/bold]: deploying infra/template.yaml ...")
+    if args.stack_name:
+        options.stack_name = args.stack_name
+    if args.template:
+        options.template_path = args.template
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.live import Live
+
+    from fireline.local import examples
+    from fireline.local.cloud import LocalCloud
+
+    console = Console()
+    args.log_file.parent.mkdir(parents=True, exist_ok=True)
+    options = options_from(args)
+    shown = args.template or "infra/template.yaml"
+    console.print(f"[bold]Fireline local cloud[/bold]: deploying {shown} ...")
     cloud = LocalCloud(options)
     started = time.monotonic()
     cloud.start()

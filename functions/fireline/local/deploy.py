@@ -5,6 +5,11 @@
    Definition (its DefinitionSubstitutions stay and CloudFormation applies them).
 2. Transform: aws-sam-translator turns the SAM template into plain CloudFormation, with
    managed policy names resolved offline.
+
+A template synthesized by the CDK (cdk.out/<stack>.template.json) takes the way
+`cdk deploy` would instead of steps 1-2: the emulator is bootstrapped as `cdk bootstrap`
+would (the assets bucket and the bootstrap version parameter) and the stack's assets
+(cdk.out/<stack>.assets.json) are published to it. Both ways then go on with:
 3. Set aside what the emulator cannot create, and say so: the API Gateway REST API built
    from an OpenAPI body (the local cloud serves the API itself), its deployment, stage,
    authorizer and invoke permissions, and CloudWatch alarms (and outputs naming them).
@@ -32,7 +37,13 @@ TEMPLATE = ROOT / "infra" / "template.yaml"
 ARTIFACTS_BUCKET = "fireline-local-artifacts"
 # Resource types the local cloud plays itself (or that the emulator cannot create).
 PLAYED_LOCALLY = ("AWS::ApiGateway::",)
-SKIPPED = ("AWS::CloudWatch::Alarm",)
+# CDK::Metadata only reports the CDK version to AWS; CloudFormation creates nothing for it.
+SKIPPED = ("AWS::CloudWatch::Alarm", "AWS::CDK::Metadata")
+# What `cdk bootstrap` leaves for a stack synthesized with the default synthesizer: its
+# template checks this SSM parameter, and its assets go to a bucket named after the
+# account and region. The version is one any current CDK accepts.
+BOOTSTRAP_VERSION_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
+BOOTSTRAP_VERSION = "30"
 
 
 class _OfflinePolicies:
@@ -60,14 +71,27 @@ class Deployed:
         return {logical: pid for logical, (t, pid) in self.resources.items() if t == kind}
 
 
-def code_zip(source: Path) -> bytes:
-    """The functions/ folder as a Lambda deployment package."""
+def code_zip(source: Path, pattern: str = "*.py") -> bytes:
+    """The functions/ folder as a Lambda deployment package (or any folder's files that
+    match ``pattern``, zipped as the CDK zips a directory asset)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted(source.rglob("*.py")):
-            if "__pycache__" not in path.parts:
+        for path in sorted(source.rglob(pattern)):
+            if path.is_file() and "__pycache__" not in path.parts:
                 archive.write(path, path.relative_to(source).as_posix())
     return buffer.getvalue()
+
+
+def inline_definitions(template: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Each state machine's local DefinitionUri file read into its Definition: the
+    transform takes a definition from S3 or inline, never from a local path."""
+    for resource in template["Resources"].values():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::Serverless::StateMachine" and "DefinitionUri" in props:
+            uri = props["DefinitionUri"]
+            if isinstance(uri, str) and not uri.startswith("s3://"):
+                props["Definition"] = json.loads((base / props.pop("DefinitionUri")).read_text())
+    return template
 
 
 def package(template: dict[str, Any], s3: Any, base: Path) -> dict[str, Any]:
@@ -93,10 +117,53 @@ def package(template: dict[str, Any], s3: Any, base: Path) -> dict[str, Any]:
         props = resource.get("Properties", {})
         if resource["Type"] == "AWS::Serverless::Function" and "CodeUri" in props:
             props["CodeUri"] = upload(props["CodeUri"])
-        if resource["Type"] == "AWS::Serverless::StateMachine" and "DefinitionUri" in props:
-            uri = props.pop("DefinitionUri")
-            props["Definition"] = json.loads((base / uri).read_text())
-    return template
+    return inline_definitions(template, base)
+
+
+CDK_TEMPLATE_SUFFIX = ".template.json"
+
+
+def is_cloud_assembly_template(template_path: Path) -> bool:
+    """A template the CDK synthesized: <stack>.template.json, its assets manifest
+    (<stack>.assets.json) beside it. Any other name is a SAM template, whatever lies
+    beside it."""
+    return (
+        template_path.name.endswith(CDK_TEMPLATE_SUFFIX)
+        and assets_manifest(template_path).is_file()
+    )
+
+
+def assets_manifest(template_path: Path) -> Path:
+    stack = template_path.name.removesuffix(CDK_TEMPLATE_SUFFIX)
+    return template_path.with_name(f"{stack}.assets.json")
+
+
+def publish_assets(template_path: Path, session: Any) -> None:
+    """Bootstrap the emulator and publish the stack's file assets, as `cdk deploy` does.
+
+    Each destination names its bucket and key with ${AWS::AccountId}, ${AWS::Region} and
+    ${AWS::Partition} placeholders, filled in here for the emulator's account."""
+    s3, ssm = session.client("s3"), session.client("ssm")
+    identity = session.client("sts").get_caller_identity()
+    placeholders = {
+        "${AWS::AccountId}": identity["Account"],
+        "${AWS::Region}": s3.meta.region_name,
+        "${AWS::Partition}": "aws",
+    }
+    ssm.put_parameter(
+        Name=BOOTSTRAP_VERSION_PARAMETER, Value=BOOTSTRAP_VERSION, Type="String", Overwrite=True
+    )
+    manifest = json.loads(assets_manifest(template_path).read_text())
+    for asset in manifest.get("files", {}).values():
+        source = template_path.parent / asset["source"]["path"]
+        zipped = asset["source"].get("packaging") == "zip"
+        body = code_zip(source, "*") if zipped else source.read_bytes()
+        for destination in asset["destinations"].values():
+            bucket, key = destination["bucketName"], destination["objectKey"]
+            for placeholder, value in placeholders.items():
+                bucket, key = bucket.replace(placeholder, value), key.replace(placeholder, value)
+            s3.create_bucket(Bucket=bucket)
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
 
 
 def translate(template: dict[str, Any], region: str = "us-east-1") -> dict[str, Any]:
@@ -165,14 +232,24 @@ def deploy(
 ) -> Deployed:
     s3 = session.client("s3")
     cloudformation = session.client("cloudformation")
-    template = yaml_parse(template_path.read_text())
-    packaged = package(template, s3, template_path.parent)
-    translated, dropped = set_aside(substitute_definitions(translate(packaged)))
+    if is_cloud_assembly_template(template_path):
+        publish_assets(template_path, session)
+        synthesized: dict[str, Any] = json.loads(template_path.read_text())
+        translated, dropped = set_aside(substitute_definitions(synthesized))
+    else:
+        template = yaml_parse(template_path.read_text())
+        packaged = package(template, s3, template_path.parent)
+        translated, dropped = set_aside(substitute_definitions(translate(packaged)))
+    # A CDK app may have replaced a parameter with its prop's value: only the parameters
+    # the template still declares can be given.
+    declared = translated.get("Parameters", {})
     cloudformation.create_stack(
         StackName=stack_name,
         TemplateBody=json.dumps(translated),
         Parameters=[
-            {"ParameterKey": k, "ParameterValue": v} for k, v in (parameters or {}).items()
+            {"ParameterKey": k, "ParameterValue": v}
+            for k, v in (parameters or {}).items()
+            if k in declared
         ],
         Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
     )

@@ -49,6 +49,7 @@ class FunctionSpec:
     timeout_seconds: int
     environment: dict[str, str]
     concurrency: int = 1  # execution environments (processes)
+    memory_mb: int = 128  # as deployed; reported to the handler, not enforced
 
 
 class _Context:
@@ -58,7 +59,7 @@ class _Context:
         self.function_name = spec.name
         self.function_version = "$LATEST"
         self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{spec.name}"
-        self.memory_limit_in_mb = 512
+        self.memory_limit_in_mb = spec.memory_mb
         self.aws_request_id = request_id
         self.log_group_name = f"/aws/lambda/{spec.name}"
         self.log_stream_name = "local"
@@ -123,6 +124,10 @@ class FunctionError(Exception):
         self.payload = payload
 
 
+# How long a stopping function's invocation may still run before its process is ended.
+STOP_GRACE_SECONDS = 3
+
+
 class FunctionHost:
     """One deployed function: ``spec.concurrency`` processes (execution environments),
     each taking the next invocation when it is free."""
@@ -181,11 +186,20 @@ class FunctionHost:
                 else:
                     future.set_exception(FunctionError(payload))
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask each process to exit once its invocation ends (stop() waits for that)."""
         for _ in self._processes:
             self._requests.put(None)
+
+    def stop(self, deadline: float | None = None) -> None:
+        """Stop: each process may finish its invocation until ``deadline`` (monotonic;
+        by default 3 s from now, asking it to stop first), then it is terminated, as
+        Lambda ends an environment."""
+        if deadline is None:
+            self.request_stop()
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
         for process in self._processes:
-            process.join(timeout=3)
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.terminate()
         with self._lock:

@@ -1,0 +1,8 @@
+"""The example CDK app, for `cdk synth` and `cdk deploy` (see cdk.json and README: Deploy).
+
+The stack is defined in fireline_cdk/example.py, where it is linted and type-checked.
+"""
+
+from fireline_cdk import example
+
+example.main()

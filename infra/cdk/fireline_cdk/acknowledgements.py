@@ -1,0 +1,259 @@
+"""Findings Fireline accepts, each with its reason: cdk-nag's AwsSolutions rules and the
+CDK's own template validator (CloudFormation-Validate).
+
+Acknowledged through aws-cdk-lib's own ``Validations`` (what cdk-nag reads), so an app
+that runs cdk-nag sees only what its own resources add, and the construct needs no
+cdk-nag at run time. Findings on named resources are acknowledged on those resources
+only: a new table, queue or role in the template that trips a rule fails the check until
+someone writes down why it is acceptable. The tests fail on an acknowledgement nothing
+trips any more, so none outlives its finding.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import cloudformation_include as cfn_include
+from constructs import Construct
+
+# The translation's AWS managed policies: the partition is the one it ran for.
+MANAGED = "arn:aws:iam::aws:policy/"
+
+# finding -> reason, for every role the SAM transform generates.
+EVERY_ROLE = {
+    f"AwsSolutions-IAM4[Policy::{MANAGED}service-role/AWSLambdaBasicExecutionRole]": (
+        "Added by the SAM transform to every function: writing its own logs only."
+    ),
+    f"AwsSolutions-IAM4[Policy::{MANAGED}AWSXrayWriteOnlyAccess]": (
+        "Added by the SAM transform for Tracing: Active: sending trace segments only."
+    ),
+    f"AwsSolutions-IAM4[Policy::{MANAGED}service-role/AWSLambdaSQSQueueExecutionRole]": (
+        "Added by the SAM transform to functions fed by an SQS event source mapping: "
+        "receiving and deleting the mapping's messages."
+    ),
+    f"AwsSolutions-IAM4[Policy::{MANAGED}service-role/AWSLambdaVPCAccessExecutionRole]": (
+        "Added by the SAM transform to the functions that may join the workers' VPC "
+        "(WorkerSubnetIds): managing their own network interfaces."
+    ),
+    "AwsSolutions-IAM5[Action::sqs:SendMessage*]": (
+        "SAM's SQSSendMessagePolicy: SendMessage and SendMessageBatch, on one named queue."
+    ),
+    "AwsSolutions-L1": (
+        "Every function runs python3.11, the version the package supports and is tested "
+        "on (requires-python >= 3.11); a runtime upgrade is a template change of its own."
+    ),
+}
+
+# role -> why it acts on "*": resources not known when the stack is deployed.
+WILDCARD_ROLES = {
+    "ApiFunctionRole": (
+        "A tenant's heartbeat and cancel act on the task token or execution of that job, "
+        "whose ARN exists only once the execution starts."
+    ),
+    "DefaultWorkerFunctionRole": (
+        "Jobs' Lambda and SQS targets are the tenants' own functions and queues, unknown "
+        "at deploy time."
+    ),
+    "ShortWorkerFunctionRole": (
+        "Jobs' Lambda and SQS targets are the tenants' own functions and queues, unknown "
+        "at deploy time."
+    ),
+    "LongRunnerFunctionRole": (
+        "Long jobs' Lambda and SQS targets are the tenants' own functions and queues, "
+        "unknown at deploy time."
+    ),
+    "WorkflowFunctionRole": (
+        "Cancelling a run stops its long nodes' executions, whose ARNs exist only once they start."
+    ),
+}
+
+# The template validator reads the empty default of WorkerSubnetIds and
+# WorkerSecurityGroupIds as ids; they are empty only when HasWorkerVpc is false.
+OPTIONAL_VPC = (
+    "Empty subnet and security group ids only when HasWorkerVpc is false, and then "
+    "VpcConfig is AWS::NoValue: the function joins no VPC."
+)
+
+# A prop replaces its parameter by a value at synth, so a condition on it is decided there.
+CONSTANT_CONDITIONS = (
+    "Conditions on parameters the app's props set ({}) are decided at synth by design: "
+    "the props replace those parameters by their values (a value known only at deploy "
+    "time reads as set), and CloudFormation evaluates the conditions as written."
+)
+
+QUEUES_OVER_HTTPS = (
+    "No queue policy grants anyone access: only Fireline's roles and its state machine use "
+    "the queues, through the AWS SDK, which uses HTTPS."
+)
+
+# logical id -> {finding: reason}
+RESOURCES = {
+    **{
+        table: {
+            "AwsSolutions-DDB3": (
+                "Seconds-to-hours lived records (leases, idempotency records, tenant "
+                "slots): nothing to restore to a point in time."
+            )
+        }
+        for table in ("LeasesTable", "IdempotencyTable", "SlotsTable")
+    },
+    "DefinitionsBucket": {
+        "AwsSolutions-S1": (
+            "Only Fireline's functions read and write it (their roles are the only grants, "
+            "public access is blocked); object-level audit is CloudTrail data events, which "
+            "an organisation enables account-wide, not a log bucket per deployment."
+        ),
+        "AwsSolutions-S10": (
+            "No bucket policy grants anyone access; Fireline's roles reach it through the "
+            "AWS SDK, which uses HTTPS, and presigned upload URLs are HTTPS."
+        ),
+    },
+    **{
+        f"{queue}{kind}": {"AwsSolutions-SQS4": QUEUES_OVER_HTTPS}
+        for queue in ("Default", "Short", "Long", "Workflow")
+        for kind in ("Queue", "DeadLetterQueue")
+    },
+    "LongTaskQueue": {
+        "AwsSolutions-SQS4": QUEUES_OVER_HTTPS,
+        "AwsSolutions-SQS3": (
+            "Each message is an attempt the state machine waits on with a heartbeat and a "
+            "deadline: an attempt never answered times out there and is retried or "
+            "reported dead to LongQueue, which has its dead-letter queue and alarm."
+        ),
+    },
+    "LongJobStateMachine": {
+        "AwsSolutions-SF1": (
+            "Each attempt's progress, heartbeats and outcome are recorded on the occurrence "
+            "row and in the worker and runner logs; Step Functions keeps execution history."
+        ),
+        "AwsSolutions-SF2": (
+            "The functions on both ends of each task are traced (Tracing: Active); the "
+            "state machine itself only waits on a task token."
+        ),
+    },
+    "FirelineApi": {
+        "AwsSolutions-APIG2": (
+            "The API function validates every request against its pydantic models (the "
+            "source of the OpenAPI document) and answers 400 naming the field."
+        ),
+    },
+    "FirelineApiStage": {
+        "AwsSolutions-APIG1": (
+            "Every request reaches the API function, whose log group records each "
+            "invocation (START and REPORT lines with the request id), and the stage is "
+            "traced with X-Ray; stage logs need the account-wide API Gateway logging role "
+            "(AWS::ApiGateway::Account), which an application stack does not own."
+        ),
+        "AwsSolutions-APIG6": (
+            "As for access logs: execution logging needs the account-wide API Gateway "
+            "logging role; each request's invocation is in the API function's log group."
+        ),
+        "AwsSolutions-APIG3": (
+            "A WAF web ACL is the account's or organisation's choice (Firewall Manager); "
+            "every route but the public API description needs a key, and the stage is "
+            "throttled (ApiThrottlingRateLimit, ApiThrottlingBurstLimit)."
+        ),
+    },
+}
+
+
+def acknowledge(
+    scope: Construct,
+    template: cfn_include.CfnInclude,
+    translated: Any,
+    replaced: Collection[str],
+) -> None:
+    """Acknowledge on ``scope`` (the Fireline construct) and the template's resources what
+    the template's own resources trip; ``replaced`` names the parameters props replaced."""
+    resources = translated["Resources"]
+    constant = constant_conditions(translated, replaced)
+    if constant:
+        # The template validator reports a constant condition on the stack, not on the
+        # condition, so this is the one acknowledgement the construct makes on its stack.
+        _ack(
+            cdk.Stack.of(scope),
+            "CloudFormation-Validate::W8003",
+            CONSTANT_CONDITIONS.format(", ".join(constant)),
+        )
+    for finding, reason in EVERY_ROLE.items():
+        _ack(scope, finding, reason)
+    wildcards = _policy_template_wildcards(resources)
+    for logical_id, resource in resources.items():
+        if resource["Type"] == "AWS::IAM::Role":
+            # Each role only for the tables and buckets its own policies name.
+            for sub in _subs(resource):
+                finding = _resource_finding(sub)
+                if finding in wildcards:
+                    _ack(template.get_resource(logical_id), finding, wildcards[finding])
+    for role, reason in WILDCARD_ROLES.items():
+        if role in resources:
+            _ack(template.get_resource(role), "AwsSolutions-IAM5[Resource::*]", reason)
+    for logical_id, resource in resources.items():
+        if "VpcConfig" in resource.get("Properties", {}):
+            for finding in ("CloudFormation-Validate::F3031", "CloudFormation-Validate::E1150"):
+                _ack(template.get_resource(logical_id), finding, OPTIONAL_VPC)
+    for logical_id, findings in RESOURCES.items():
+        if logical_id in resources:
+            for finding, reason in findings.items():
+                _ack(template.get_resource(logical_id), finding, reason)
+
+
+def constant_conditions(translated: Any, replaced: Collection[str]) -> list[str]:
+    """The template's conditions that test (directly or through another condition) a
+    parameter a prop replaced by its value: constant once included."""
+    conditions: dict[str, Any] = translated.get("Conditions", {})
+
+    def tests(node: Any) -> bool:
+        if isinstance(node, dict):
+            if set(node) == {"Ref"}:
+                return node["Ref"] in replaced
+            if set(node) == {"Condition"}:
+                return tests(conditions[node["Condition"]])
+            return any(tests(value) for value in node.values())
+        if isinstance(node, list):
+            return any(tests(item) for item in node)
+        return False
+
+    return sorted(name for name, expression in conditions.items() if tests(expression))
+
+
+def _policy_template_wildcards(resources: dict[str, Any]) -> dict[str, str]:
+    """The wildcards SAM's policy templates write for the template's own tables and
+    buckets: a table's indexes and a bucket's objects, nothing beyond them."""
+    found = {}
+    for logical_id, resource in resources.items():
+        if resource["Type"] == "AWS::DynamoDB::Table":
+            arn = "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}"
+            pattern = [f"{arn}:table/${{tableName}}/index/*", {"tableName": {"Ref": logical_id}}]
+            found[_resource_finding(pattern)] = (
+                f"SAM's DynamoDB policy templates: the indexes of {logical_id}, no other table."
+            )
+        if resource["Type"] == "AWS::S3::Bucket":
+            objects = "arn:${AWS::Partition}:s3:::${bucketName}/*"
+            pattern = [objects, {"bucketName": {"Ref": logical_id}}]
+            found[_resource_finding(pattern)] = (
+                f"SAM's S3 policy templates: the objects of {logical_id}, no other bucket."
+            )
+    return found
+
+
+def _subs(node: Any) -> list[Any]:
+    """Every Fn::Sub in ``node``, in order."""
+    if isinstance(node, list):
+        return [sub for item in node for sub in _subs(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [node["Fn::Sub"]] if set(node) == {"Fn::Sub"} else []
+    return own + [sub for value in node.values() for sub in _subs(value)]
+
+
+def _resource_finding(sub: Any) -> str:
+    # cdk-nag names a wildcard finding by the resource's Fn::Sub, as compact JSON.
+    return f"AwsSolutions-IAM5[Resource::{json.dumps(sub, separators=(',', ':'))}]"
+
+
+def _ack(scope: Construct, finding: str, reason: str) -> None:
+    cdk.Validations.of(scope).acknowledge(cdk.Acknowledgment(id=finding, reason=reason))
