@@ -30,7 +30,9 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
         api_port=0,
         api_keys=dict(TEST_KEYS),
         log_path=log,
-        long_job_heartbeat_seconds=4,
+        # The local cloud's own window. A heartbeat goes every third of it, so only a runner
+        # starved for over 6 s misses one: a shorter window failed on a loaded machine.
+        long_job_heartbeat_seconds=10,
     )
     with LocalCloud(options) as started:
         yield started
@@ -80,7 +82,7 @@ def test_a_poison_job_goes_dead_and_can_be_redriven(cloud: LocalCloud) -> None:
 
 
 def test_a_long_job_runs_under_the_state_machine_with_heartbeats(cloud: LocalCloud) -> None:
-    # GIVEN a long job that works 8 s (twice the 4 s heartbeat window), reporting progress
+    # GIVEN a long job that works 20 s (twice the 10 s heartbeat window), reporting progress
     status, job = call(
         cloud,
         "POST",
@@ -89,7 +91,7 @@ def test_a_long_job_runs_under_the_state_machine_with_heartbeats(cloud: LocalClo
             "delay_seconds": 0,
             "job_class": "long",
             "target": {"type": "python", "handler": "progress-demo"},
-            "payload": {"steps": 8, "seconds_per_step": 1},
+            "payload": {"steps": 8, "seconds_per_step": 2.5},
         },
     )
     assert status == 201

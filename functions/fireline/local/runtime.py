@@ -126,6 +126,9 @@ class FunctionError(Exception):
 
 # How long a stopping function's invocation may still run before its process is ended.
 STOP_GRACE_SECONDS = 3
+# How long the gateway waits for the authorizer and the API: API Gateway's 29 s integration
+# limit, plus a cold start's init (Lambda gives init its own 10 s, outside the timeout).
+INTEGRATION_TIMEOUT_SECONDS = 35
 
 
 class FunctionHost:
@@ -422,9 +425,13 @@ class ApiGateway:
             "requestContext": {"stage": self.stage, "httpMethod": method},
         }
         try:
-            decision = self.authorizer.invoke(event, timeout=10)
-        except (FunctionError, TimeoutError):
-            return None  # "Unauthorized" (or no answer in time): the key is refused
+            # API Gateway waits up to its integration limit, a cold start included; a key
+            # the authorizer refuses raises "Unauthorized". No answer in time is the
+            # gateway's failure (500), not the key's: a cold authorizer on a busy machine
+            # must not turn a good key away.
+            decision = self.authorizer.invoke(event, timeout=INTEGRATION_TIMEOUT_SECONDS)
+        except FunctionError:
+            return None
         statement = decision.get("policyDocument", {}).get("Statement", [{}])[0]
         if statement.get("Effect") != "Allow":
             return None
@@ -442,7 +449,10 @@ class ApiGateway:
         query = dict(parse_qsl(parts.query))
         context: dict[str, Any] | None = None
         if path not in self.public_paths:
-            context = self.authorize(headers, method, path)
+            try:
+                context = self.authorize(headers, method, path)
+            except TimeoutError:
+                return 500, {"Content-Type": "application/json"}, b'{"message":null}'
             if context is None:
                 return 401, {"Content-Type": "application/json"}, b'{"message":"Unauthorized"}'
         event = {
@@ -468,7 +478,7 @@ class ApiGateway:
             },
         }
         try:
-            response = self.api.invoke(event, timeout=35)
+            response = self.api.invoke(event, timeout=INTEGRATION_TIMEOUT_SECONDS)
         except (FunctionError, TimeoutError):
             return 502, {"Content-Type": "application/json"}, b'{"message":"Internal server error"}'
         out_headers = {str(k): str(v) for k, v in (response.get("headers") or {}).items()}
