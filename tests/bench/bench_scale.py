@@ -366,6 +366,7 @@ def test_workers_under_a_burst(sdk: sim_network.SdkCost) -> None:
         (500, True, 512),
         (1_000, True, 512),
         (1_000, True, 1769),
+        (2_000, True, 1769),
     ]
     runs = {
         f"concurrency_{c}_{'provisioned' if p else 'standard'}_{m}mb": worker_burst(

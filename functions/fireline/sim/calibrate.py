@@ -43,13 +43,17 @@ def _moto_server() -> Iterator[str]:
 
 def _clients(endpoint: str) -> tuple[Any, Any]:
     import boto3
+    from botocore.config import Config
 
     from fireline import wiring
 
     session = boto3.session.Session(
         aws_access_key_id="calibration", aws_secret_access_key="calibration", region_name=REGION
     )
-    config = wiring.BOTO_CONFIG
+    # The production client's options, but a local server on a busy machine may take longer
+    # than its read timeout: a wait costs no client CPU, so waiting longer changes nothing
+    # measured.
+    config = wiring.BOTO_CONFIG.merge(Config(read_timeout=120))
     return (
         session.client("dynamodb", endpoint_url=endpoint, config=config),
         session.client("sqs", endpoint_url=endpoint, config=config),
