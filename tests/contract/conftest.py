@@ -1,7 +1,8 @@
 """One contract suite for every implementation of the ports.
 
 Each test asks for a port (``schedule_store``, ``occurrence_store``, ``work_queue``,
-``lease_store``, ``slot_store``) and runs once per backend in BACKENDS. The tests speak
+``lease_store``, ``slot_store``) and runs once per backend in BACKENDS: memory, memory
+with a lagging index, and DynamoDB and SQS on moto. The tests speak
 only through the Protocols in fireline.ports, so a backend passes by behaving like the
 others, not by sharing their internals. To hold another implementation to the same
 behaviour (DynamoDB and SQS on moto), add a Backend to BACKENDS; its factories honour the
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -95,6 +96,26 @@ class _Moto:
         return sqs.SqsWorkQueue(client, urls, dead)
 
 
+class _Lagging:
+    """The memory adapters with their indexes lagging, as DynamoDB's GSIs do: a write
+    reaches the due index only when the test lets the index catch up (``settle``), so
+    every test that reads the index right after a write sees it stale, and the contract
+    states what must hold then too."""
+
+    lag: memory.IndexLag
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[object]:
+        self.lag = memory.IndexLag()  # no clock: nothing shows until settled
+        yield self
+
+    def schedule_store(self) -> ports.ScheduleStore:
+        return memory.MemoryScheduleStore(shards=SHARDS, lag=self.lag)
+
+    def settle(self) -> None:
+        self.lag.settle()
+
+
 # Where moto departs from AWS, named with the reason; these tests run on memory only.
 MOTO_DEPARTURES = {
     "test_given_a_message_received_again_when_deleted_with_the_old_receipt_then_it_stays": (
@@ -114,6 +135,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 _copies = itertools.count()
 _moto = _Moto()
+_lagging = _Lagging()
 
 BACKENDS: dict[str, Backend] = {
     "memory": Backend(
@@ -122,6 +144,15 @@ BACKENDS: dict[str, Backend] = {
         work_queue=_memory_queue,
         lease_store=memory.MemoryLeaseStore,
         slot_store=memory.MemorySlotStore,
+    ),
+    "lagging": Backend(
+        schedule_store=_lagging.schedule_store,
+        occurrence_store=memory.MemoryOccurrenceStore,
+        work_queue=_memory_queue,
+        lease_store=memory.MemoryLeaseStore,
+        slot_store=memory.MemorySlotStore,
+        session=_lagging.session,
+        settle=_lagging.settle,
     ),
     "moto": Backend(
         schedule_store=_moto.schedule_store,
@@ -149,6 +180,17 @@ def clock() -> memory.FakeClock:
 @pytest.fixture
 def schedule_store(backend: Backend) -> ports.ScheduleStore:
     return backend.schedule_store()
+
+
+@pytest.fixture
+def settled(backend: Backend) -> Callable[[ports.ScheduleStore], ports.ScheduleStore]:
+    """``settled(store)``: the store once its index has seen every write made so far."""
+
+    def wait(store: ports.ScheduleStore) -> ports.ScheduleStore:
+        backend.settle()
+        return store
+
+    return wait
 
 
 @pytest.fixture
