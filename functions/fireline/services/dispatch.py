@@ -30,6 +30,7 @@ from fireline import ports
 from fireline.domain import errors, model, occurrence, policies, schedule
 
 MESSAGE_VERSION = 1
+IN_FLIGHT = timedelta(milliseconds=250)
 SEND_ATTEMPTS = 3
 SQS_BATCH = 10
 
@@ -279,7 +280,10 @@ def send_batches(
 def _send_now(
     queue: Sender, job_class: str, batch: Sequence[Outbound], clock: ports.Clock | None
 ) -> None:
-    now = clock.now() if clock is not None else None
+    # The delay counts from when SQS takes the batch, a moment after this reading: the
+    # batch's own CPU, the pool's other calls ahead of it, the network. Counting from a
+    # little later keeps the rounded-down delay from landing after the fire time.
+    now = clock.now() + IN_FLIGHT if clock is not None else None
     _send(
         queue,
         job_class,
