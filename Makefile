@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench clean run localstack-test
+.PHONY: install test lint bench campaign clean run localstack-test
 
 install: $(STAMP)
 
@@ -30,6 +30,17 @@ localstack-test: install
 
 bench: install
 	$(BIN)/python -m pytest -q -s tests/bench -o python_files="bench_*.py"
+
+# The fault campaign, long: CAMPAIGN_EXAMPLES random runs of the whole scheduler under
+# faults (tests/campaign). It prints its seed first; `make campaign SEED=n` replays that run.
+CAMPAIGN_EXAMPLES ?= 10000
+ifndef SEED
+SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+campaign: install
+	@echo "campaign seed $(SEED): make campaign SEED=$(SEED) replays this run"
+	FIRELINE_CAMPAIGN_EXAMPLES=$(CAMPAIGN_EXAMPLES) $(BIN)/python -m pytest -q -s \
+		--hypothesis-seed=$(SEED) tests/campaign
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
