@@ -7,6 +7,10 @@ only through the Protocols in fireline.ports, so a backend passes by behaving li
 others, not by sharing their internals. To hold another implementation to the same
 behaviour (DynamoDB and SQS on moto), add a Backend to BACKENDS; its factories honour the
 settings in support.
+
+The DynamoDB ports also run on dynalite, an independent DynamoDB implementation started
+on 127.0.0.1 for the session (helpers.dynalite): a strictness check on moto and on our
+reading of DynamoDB. What dynalite does not implement is named in DYNALITE_DEPARTURES.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from moto import mock_aws
 from fireline import ports
 from fireline.adapters import dynamodb, memory, sqs
 from fireline.domain import model
+from helpers import dynalite
 from helpers.aws import REGION, Stack, serialized_item_writes, sqs_follows
 
 from .support import MAX_RECEIVE_COUNT, SHARDS, START, VISIBILITY_TIMEOUT, Backend
@@ -116,6 +121,48 @@ class _Lagging:
         self.lag.settle()
 
 
+class _Dynalite:
+    """The DynamoDB adapters on dynalite (the server runs for the whole session); each
+    factory call creates a fresh copy of the template's table. It has no SQS."""
+
+    endpoint: str
+
+    def _table(self, logical: str) -> tuple[Any, str]:
+        ddb = dynalite.client(self.endpoint)
+        return ddb, dynalite.create_table(ddb, logical)
+
+    def schedule_store(self) -> ports.ScheduleStore:
+        return dynamodb.DynamoScheduleStore(*self._table("SchedulesTable"), shards=SHARDS)
+
+    def occurrence_store(self) -> ports.OccurrenceStore:
+        return dynamodb.DynamoOccurrenceStore(*self._table("OccurrencesTable"))
+
+    def lease_store(self) -> ports.LeaseStore:
+        return dynamodb.DynamoLeaseStore(*self._table("LeasesTable"))
+
+    def slot_store(self) -> ports.SlotStore:
+        return dynamodb.DynamoSlotStore(*self._table("SlotsTable"))
+
+    def work_queue(self, clock: memory.FakeClock) -> ports.WorkQueue:
+        pytest.skip("dynalite is DynamoDB only: the queue's contract runs on memory and moto")
+
+
+# Where dynalite departs from DynamoDB, named with the reason; these run on the others.
+# Each of these calls a conditional write that reads the failed condition's item back.
+DYNALITE_DEPARTURES: dict[str, str] = dict.fromkeys(
+    [
+        "test_given_a_running_occurrence_when_claimed_before_its_hold_ends_then_refused",
+        "test_given_an_occurrence_with_an_outcome_when_claimed_then_refused_and_unchanged",
+        "test_given_a_settled_row_when_claimed_with_an_intent_then_nothing_changes",
+        "test_given_deliveries_racing_to_write_a_fires_row_then_exactly_one_claims_it",
+        "test_given_deliveries_racing_to_claim_one_occurrence_then_exactly_one_runs_it",
+        "test_given_two_workers_claiming_one_occurrence_then_the_second_is_refused",
+        "test_given_a_finished_occurrence_when_a_late_update_expects_running_then_false",
+        "test_given_another_version_when_replaced_then_conflict_and_nothing_changes",
+    ],
+    dynalite.NO_RETURN_VALUES_ON_FAILURE,
+)
+
 # Where moto departs from AWS, named with the reason; these tests run on memory only.
 MOTO_DEPARTURES = {
     "test_given_a_message_received_again_when_deleted_with_the_old_receipt_then_it_stays": (
@@ -129,13 +176,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         name = getattr(item, "originalname", item.name)
         callspec = getattr(item, "callspec", None)
-        if callspec and callspec.params.get("backend") == "moto" and name in MOTO_DEPARTURES:
+        chosen = callspec.params.get("backend") if callspec else None
+        if chosen == "moto" and name in MOTO_DEPARTURES:
             item.add_marker(pytest.mark.skip(reason=MOTO_DEPARTURES[name]))
+        if chosen == "dynalite" and name in DYNALITE_DEPARTURES:
+            item.add_marker(pytest.mark.skip(reason=DYNALITE_DEPARTURES[name]))
 
 
 _copies = itertools.count()
 _moto = _Moto()
 _lagging = _Lagging()
+_dynalite = _Dynalite()
 
 BACKENDS: dict[str, Backend] = {
     "memory": Backend(
@@ -164,9 +215,30 @@ BACKENDS: dict[str, Backend] = {
     ),
 }
 
+if dynalite.ENABLED:
+    BACKENDS["dynalite"] = Backend(
+        schedule_store=_dynalite.schedule_store,
+        occurrence_store=_dynalite.occurrence_store,
+        work_queue=_dynalite.work_queue,
+        lease_store=_dynalite.lease_store,
+        slot_store=_dynalite.slot_store,
+    )
+
+
+@pytest.fixture(scope="session")
+def dynalite_endpoint() -> Iterator[str]:
+    """dynalite on 127.0.0.1 for the session (installed on first use)."""
+    why = dynalite.unavailable()
+    if why is not None:
+        pytest.skip(why)
+    with dynalite.server() as endpoint:
+        yield endpoint
+
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "dynalite":
+        _dynalite.endpoint = request.getfixturevalue("dynalite_endpoint")
     chosen = BACKENDS[request.param]
     with chosen.session():
         yield chosen
