@@ -3,7 +3,8 @@
 Every node move is conditional on the state read, and a node's success decrements each
 child once however often it is applied. The stores are built here (not in conftest's
 Backend) from the template's WorkflowsTable and DefinitionsBucket, deployed on moto fresh
-for each test.
+for each test. With FIRELINE_DYNALITE=1 the workflow store runs on dynalite too (see
+helpers.dynalite), its documents in memory.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from fireline import ports
 from fireline.adapters import memory, s3, workflows_dynamodb
 from fireline.domain import errors, workflow
 from fireline.domain.dag import NodeState
+from helpers import dynalite
 from helpers.aws import REGION, Stack, serialized_item_writes
 
 from .support import START, TENANT
 
 _copies = itertools.count()
 # memory; memory whose state index lags (as DynamoDB's GSI does); DynamoDB and S3 on moto.
-BACKEND_NAMES = ["lagging", "memory", "moto"]
+BACKEND_NAMES = ["lagging", "memory", "moto", *(["dynalite"] if dynalite.ENABLED else [])]
 # The store once its state index has seen every write so far.
 Settled = Callable[[ports.WorkflowStore], ports.WorkflowStore]
 
@@ -78,7 +80,16 @@ def settled(lag: memory.IndexLag | None) -> Settled:
 
 
 @pytest.fixture
-def store(stack: Stack | None, lag: memory.IndexLag | None) -> ports.WorkflowStore:
+def store(
+    request: pytest.FixtureRequest,
+    backend_name: str,
+    stack: Stack | None,
+    lag: memory.IndexLag | None,
+) -> ports.WorkflowStore:
+    if backend_name == "dynalite":
+        ddb = dynalite.client(request.getfixturevalue("dynalite_endpoint"))
+        table = dynalite.create_table(ddb, "WorkflowsTable")
+        return workflows_dynamodb.DynamoWorkflowStore(ddb, table, sleep=lambda _: None)
     if stack is None:
         return memory.MemoryWorkflowStore(lag=lag)
     return workflows_dynamodb.DynamoWorkflowStore(
