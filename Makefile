@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench clean run localstack-test cdk-synth
+.PHONY: install test lint bench campaign stories strictness clean run localstack-test cdk-synth
 
 install: $(STAMP)
 
@@ -32,6 +32,44 @@ localstack-test: install
 
 bench: install
 	$(BIN)/python -m pytest -q -s tests/bench -o python_files="bench_*.py"
+
+# The DynamoDB contract tests on dynalite too, an independent DynamoDB implementation
+# (npm, installed into tests/dynalite on first use, run on 127.0.0.1). CI runs it.
+strictness: install
+	FIRELINE_DYNALITE=1 $(BIN)/python -m pytest -q -rs tests/contract -k dynalite
+
+# The failure stories (tests/failure/README.md) with the figure each prints.
+STORIES := tests/failure \
+	tests/integration/test_ticker.py::test_second_ticker_takes_over_within_ttl_plus_one_tick_and_loses_nothing \
+	tests/integration/test_ticker.py::test_ticker_whose_renewal_fails_stops_and_writes_nothing_more \
+	tests/integration/test_ticker.py::test_stale_ticker_cannot_duplicate_move_backwards_or_lose_a_fire \
+	tests/integration/test_ticker.py::test_clock_set_back_five_minutes_fires_nothing_twice \
+	tests/integration/test_ticker.py::test_clock_set_forward_five_minutes_follows_the_misfire_policy \
+	tests/integration/test_ticker.py::test_cancelled_queued_job_message_is_a_no_op \
+	tests/integration/test_ticker.py::test_two_tickers_without_lease_converge_on_one_row_per_key \
+	tests/integration/test_worker.py::test_kill_after_the_side_effect_before_the_ack_redelivers_and_the_effect_stays_once \
+	tests/integration/test_workflows.py::test_a_failing_node_of_1000_retries_and_no_other_effect_repeats \
+	tests/integration/test_workflows.py::test_a_permanent_failure_of_1000_blocks_descendants_and_retry_failed_finishes \
+	tests/integration/test_long_jobs.py::test_a_thirty_minute_job_does_not_hold_up_one_second_jobs \
+	tests/integration/test_api.py::test_bad_input_is_refused_naming_the_field_and_changes_nothing \
+	tests/unit/test_changes.py::test_cancelling_a_job_whose_fire_was_just_materialized_cancels_that_fire \
+	tests/sim/test_ticker_sim.py::test_an_invocation_killed_at_any_call_of_its_round_loses_nothing \
+	tests/sim/test_ticker_sim.py::test_a_ticker_cut_off_from_its_lease_writes_nothing_once_another_could_hold_it \
+	tests/sim/test_ticker_sim.py::test_a_backlog_larger_than_one_invocation_drains_with_progress_every_invocation \
+	tests/sim/test_ticker_sim.py::test_one_call_in_ten_failing_or_timing_out_loses_no_fire_and_no_invocation
+stories: install
+	POWERTOOLS_LOG_LEVEL=ERROR $(BIN)/python -m pytest -q -s -p no:logging $(STORIES)
+
+# The fault campaign, long: CAMPAIGN_EXAMPLES random runs of the whole scheduler under
+# faults (tests/campaign). It prints its seed first; `make campaign SEED=n` replays that run.
+CAMPAIGN_EXAMPLES ?= 10000
+ifndef SEED
+SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
+campaign: install
+	@echo "campaign seed $(SEED): make campaign SEED=$(SEED) replays this run"
+	FIRELINE_CAMPAIGN_EXAMPLES=$(CAMPAIGN_EXAMPLES) $(BIN)/python -m pytest -q -s \
+		--hypothesis-seed=$(SEED) tests/campaign
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis cdk.out

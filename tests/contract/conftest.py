@@ -1,11 +1,16 @@
 """One contract suite for every implementation of the ports.
 
 Each test asks for a port (``schedule_store``, ``occurrence_store``, ``work_queue``,
-``lease_store``, ``slot_store``) and runs once per backend in BACKENDS. The tests speak
+``lease_store``, ``slot_store``) and runs once per backend in BACKENDS: memory, memory
+with a lagging index, and DynamoDB and SQS on moto. The tests speak
 only through the Protocols in fireline.ports, so a backend passes by behaving like the
 others, not by sharing their internals. To hold another implementation to the same
 behaviour (DynamoDB and SQS on moto), add a Backend to BACKENDS; its factories honour the
 settings in support.
+
+The DynamoDB ports also run on dynalite, an independent DynamoDB implementation started
+on 127.0.0.1 for the session (helpers.dynalite): a strictness check on moto and on our
+reading of DynamoDB. What dynalite does not implement is named in DYNALITE_DEPARTURES.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -23,6 +28,7 @@ from moto import mock_aws
 from fireline import ports
 from fireline.adapters import dynamodb, memory, sqs
 from fireline.domain import model
+from helpers import dynalite
 from helpers.aws import REGION, Stack, serialized_item_writes, sqs_follows
 
 from .support import MAX_RECEIVE_COUNT, SHARDS, START, VISIBILITY_TIMEOUT, Backend
@@ -95,6 +101,78 @@ class _Moto:
         return sqs.SqsWorkQueue(client, urls, dead)
 
 
+class _Lagging:
+    """The memory adapters with their indexes lagging, as DynamoDB's GSIs do: a write
+    reaches the due index only when the test lets the index catch up (``settle``), so
+    every test that reads the index right after a write sees it stale, and the contract
+    states what must hold then too."""
+
+    lag: memory.IndexLag
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[object]:
+        self.lag = memory.IndexLag()  # no clock: nothing shows until settled
+        yield self
+
+    def schedule_store(self) -> ports.ScheduleStore:
+        return memory.MemoryScheduleStore(shards=SHARDS, lag=self.lag)
+
+    def settle(self) -> None:
+        self.lag.settle()
+
+
+class _Dynalite:
+    """The DynamoDB adapters on dynalite (the server runs for the whole session); each
+    factory call creates a fresh copy of the template's table. It has no SQS."""
+
+    endpoint: str
+
+    def _table(self, logical: str) -> tuple[Any, str]:
+        ddb = dynalite.client(self.endpoint)
+        return ddb, dynalite.create_table(ddb, logical)
+
+    def schedule_store(self) -> ports.ScheduleStore:
+        return dynamodb.DynamoScheduleStore(*self._table("SchedulesTable"), shards=SHARDS)
+
+    def occurrence_store(self) -> ports.OccurrenceStore:
+        return dynamodb.DynamoOccurrenceStore(*self._table("OccurrencesTable"))
+
+    def lease_store(self) -> ports.LeaseStore:
+        return dynamodb.DynamoLeaseStore(*self._table("LeasesTable"))
+
+    def slot_store(self) -> ports.SlotStore:
+        return dynamodb.DynamoSlotStore(*self._table("SlotsTable"))
+
+    def work_queue(self, clock: memory.FakeClock) -> ports.WorkQueue:
+        pytest.skip("dynalite is DynamoDB only: the queue's contract runs on memory and moto")
+
+
+# Where dynalite departs from DynamoDB, named with the reason; these run on the others.
+# Each of these calls a conditional write that reads the failed condition's item back.
+DYNALITE_DEPARTURES: dict[str, str] = dict.fromkeys(
+    [
+        "test_given_a_running_occurrence_when_claimed_before_its_hold_ends_then_refused",
+        "test_given_an_occurrence_with_an_outcome_when_claimed_then_refused_and_unchanged",
+        "test_given_a_settled_row_when_claimed_with_an_intent_then_nothing_changes",
+        "test_given_deliveries_racing_to_write_a_fires_row_then_exactly_one_claims_it",
+        "test_given_deliveries_racing_to_claim_one_occurrence_then_exactly_one_runs_it",
+        "test_given_two_workers_claiming_one_occurrence_then_the_second_is_refused",
+        "test_given_a_finished_occurrence_when_a_late_update_expects_running_then_false",
+        "test_given_another_version_when_replaced_then_conflict_and_nothing_changes",
+    ],
+    dynalite.NO_RETURN_VALUES_ON_FAILURE,
+) | dict.fromkeys(
+    # A node's success with children is one transaction (test_workflow_store.py).
+    [
+        "test_given_a_dispatched_node_when_it_succeeds_then_each_child_is_decremented_once",
+        "test_given_a_node_not_dispatched_when_it_succeeds_then_nothing_changes",
+        "test_given_a_missing_node_or_child_then_nothing_changes",
+        "test_given_a_wide_fanout_then_chunks_apply_in_order_once_each",
+        "test_given_a_fan_in_of_150_parents_when_each_succeeds_twice_at_once_then_zero_exactly",
+    ],
+    dynalite.NO_TRANSACTIONS,
+)
+
 # Where moto departs from AWS, named with the reason; these tests run on memory only.
 MOTO_DEPARTURES = {
     "test_given_a_message_received_again_when_deleted_with_the_old_receipt_then_it_stays": (
@@ -108,12 +186,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         name = getattr(item, "originalname", item.name)
         callspec = getattr(item, "callspec", None)
-        if callspec and callspec.params.get("backend") == "moto" and name in MOTO_DEPARTURES:
+        params = callspec.params if callspec else {}
+        chosen = params.get("backend", params.get("backend_name"))
+        if chosen == "moto" and name in MOTO_DEPARTURES:
             item.add_marker(pytest.mark.skip(reason=MOTO_DEPARTURES[name]))
+        if chosen == "dynalite" and name in DYNALITE_DEPARTURES:
+            item.add_marker(pytest.mark.skip(reason=DYNALITE_DEPARTURES[name]))
 
 
 _copies = itertools.count()
 _moto = _Moto()
+_lagging = _Lagging()
+_dynalite = _Dynalite()
 
 BACKENDS: dict[str, Backend] = {
     "memory": Backend(
@@ -122,6 +206,15 @@ BACKENDS: dict[str, Backend] = {
         work_queue=_memory_queue,
         lease_store=memory.MemoryLeaseStore,
         slot_store=memory.MemorySlotStore,
+    ),
+    "lagging": Backend(
+        schedule_store=_lagging.schedule_store,
+        occurrence_store=memory.MemoryOccurrenceStore,
+        work_queue=_memory_queue,
+        lease_store=memory.MemoryLeaseStore,
+        slot_store=memory.MemorySlotStore,
+        session=_lagging.session,
+        settle=_lagging.settle,
     ),
     "moto": Backend(
         schedule_store=_moto.schedule_store,
@@ -133,9 +226,30 @@ BACKENDS: dict[str, Backend] = {
     ),
 }
 
+if dynalite.ENABLED:
+    BACKENDS["dynalite"] = Backend(
+        schedule_store=_dynalite.schedule_store,
+        occurrence_store=_dynalite.occurrence_store,
+        work_queue=_dynalite.work_queue,
+        lease_store=_dynalite.lease_store,
+        slot_store=_dynalite.slot_store,
+    )
+
+
+@pytest.fixture(scope="session")
+def dynalite_endpoint() -> Iterator[str]:
+    """dynalite on 127.0.0.1 for the session (installed on first use)."""
+    why = dynalite.unavailable()
+    if why is not None:
+        pytest.skip(why)
+    with dynalite.server() as endpoint:
+        yield endpoint
+
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "dynalite":
+        _dynalite.endpoint = request.getfixturevalue("dynalite_endpoint")
     chosen = BACKENDS[request.param]
     with chosen.session():
         yield chosen
@@ -149,6 +263,17 @@ def clock() -> memory.FakeClock:
 @pytest.fixture
 def schedule_store(backend: Backend) -> ports.ScheduleStore:
     return backend.schedule_store()
+
+
+@pytest.fixture
+def settled(backend: Backend) -> Callable[[ports.ScheduleStore], ports.ScheduleStore]:
+    """``settled(store)``: the store once its index has seen every write made so far."""
+
+    def wait(store: ports.ScheduleStore) -> ports.ScheduleStore:
+        backend.settle()
+        return store
+
+    return wait
 
 
 @pytest.fixture

@@ -34,6 +34,9 @@ class Backend:
     slot_store: Callable[[], ports.SlotStore]
     # Entered around each test (an emulator session, say); memory needs none.
     session: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext
+    # Waits until the indexes have seen every write made so far (a lagging index's
+    # catching up); the others' indexes are current at once.
+    settle: Callable[[], None] = lambda: None
 
 
 TENANT = "tenant-a"

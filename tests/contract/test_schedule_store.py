@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from datetime import datetime
 
 import pytest
@@ -25,6 +26,8 @@ from .support import (
 )
 
 LATER = START + 5 * MINUTE
+# The store once its due index has seen every write so far (the index lags the table).
+Settled = Callable[[ports.ScheduleStore], ports.ScheduleStore]
 
 
 def due_ids(
@@ -69,7 +72,7 @@ def test_given_no_such_schedule_then_get_returns_none(
 
 
 def test_given_an_existing_id_when_created_again_then_already_exists_and_the_first_stays(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN
     first = a_schedule("nightly", description="first")
@@ -79,7 +82,7 @@ def test_given_an_existing_id_when_created_again_then_already_exists_and_the_fir
         schedule_store.create(a_schedule("nightly", description="second", next_fire=LATER))
     assert schedule_store.get(TENANT, "nightly") == first
     shard = first.shard(SHARDS)
-    assert due_ids(schedule_store, shard, LATER) == [("nightly", START)]
+    assert due_ids(settled(schedule_store), shard, LATER) == [("nightly", START)]
 
 
 def test_given_two_tenants_then_the_same_id_names_two_schedules(
@@ -168,7 +171,7 @@ def test_given_more_schedules_than_the_limit_then_a_full_page_and_a_cursor(
 
 
 def test_given_the_version_read_when_replaced_then_the_new_record_and_due_entry_are_stored(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN
     item = a_schedule("nightly", version=3)
@@ -178,11 +181,11 @@ def test_given_the_version_read_when_replaced_then_the_new_record_and_due_entry_
     schedule_store.replace(changed, expected_version=3)
     # THEN the record is replaced, and the due index moved with it (no stale entry)
     assert schedule_store.get(TENANT, "nightly") == changed
-    assert due_ids(schedule_store, item.shard(SHARDS), LATER) == [("nightly", LATER)]
+    assert due_ids(settled(schedule_store), item.shard(SHARDS), LATER) == [("nightly", LATER)]
 
 
 def test_given_another_version_when_replaced_then_conflict_and_nothing_changes(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN the stored version is 3, but the caller read version 2
     item = a_schedule("nightly", version=3)
@@ -192,11 +195,11 @@ def test_given_another_version_when_replaced_then_conflict_and_nothing_changes(
     with pytest.raises(errors.ConflictError):
         schedule_store.replace(stale, expected_version=2)
     assert schedule_store.get(TENANT, "nightly") == item
-    assert due_ids(schedule_store, item.shard(SHARDS), LATER) == [("nightly", START)]
+    assert due_ids(settled(schedule_store), item.shard(SHARDS), LATER) == [("nightly", START)]
 
 
 def test_given_a_schedule_when_deleted_then_it_is_gone_from_get_list_and_due(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN
     item = a_schedule("nightly")
@@ -208,7 +211,7 @@ def test_given_a_schedule_when_deleted_then_it_is_gone_from_get_list_and_due(
     assert deleted is True
     assert schedule_store.get(TENANT, "nightly") is None
     assert [s.schedule_id for s in schedule_store.list(TENANT, limit=10).items] == ["weekly"]
-    assert ("nightly", START) not in due_ids(schedule_store, item.shard(SHARDS), LATER)
+    assert ("nightly", START) not in due_ids(settled(schedule_store), item.shard(SHARDS), LATER)
     # AND deleting again reports there was nothing
     assert schedule_store.delete(TENANT, "nightly") is False
 
@@ -217,7 +220,7 @@ def test_given_a_schedule_when_deleted_then_it_is_gone_from_get_list_and_due(
 
 
 def test_given_schedules_in_several_shards_then_due_returns_this_shards_up_to_until_earliest_first(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN five schedules in shard 3 at T+4, T+1, T+3, T+2 and T+9 min, and one elsewhere
     here = ids_in_shard(3, 5)
@@ -226,7 +229,7 @@ def test_given_schedules_in_several_shards_then_due_returns_this_shards_up_to_un
     elsewhere = ids_in_shard(4, 1)[0]
     schedule_store.create(a_schedule(elsewhere, next_fire=START))
     # WHEN asking for everything due by T+4 min (inclusive)
-    found = due_ids(schedule_store, 3, START + 4 * MINUTE)
+    found = due_ids(settled(schedule_store), 3, START + 4 * MINUTE)
     # THEN
     assert found == [
         (here[1], START + 1 * MINUTE),
@@ -237,12 +240,12 @@ def test_given_schedules_in_several_shards_then_due_returns_this_shards_up_to_un
 
 
 def test_given_more_due_than_the_limit_then_the_earliest_are_returned(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     ids = ids_in_shard(5, 6)
     for n, schedule_id in enumerate(ids):
         schedule_store.create(a_schedule(schedule_id, next_fire=START + (6 - n) * MINUTE))
-    found = schedule_store.due(5, until=LATER + 5 * MINUTE, limit=2)
+    found = settled(schedule_store).due(5, until=LATER + 5 * MINUTE, limit=2)
     assert [(e.tenant_id, e.schedule_id, e.next_fire) for e in found.items] == [
         (TENANT, ids[5], START + 1 * MINUTE),
         (TENANT, ids[4], START + 2 * MINUTE),
@@ -251,7 +254,7 @@ def test_given_more_due_than_the_limit_then_the_earliest_are_returned(
 
 
 def test_given_a_cursor_then_due_pages_continue_after_it_to_the_end(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN seven due in one shard, three of them at the same instant, one past `until`
     ids = ids_in_shard(5, 8)
@@ -262,7 +265,7 @@ def test_given_a_cursor_then_due_pages_continue_after_it_to_the_end(
     seen: list[tuple[str, datetime]] = []
     cursor: str | None = None
     for _ in range(10):
-        page = schedule_store.due(5, until=START + 5 * MINUTE, limit=2, cursor=cursor)
+        page = settled(schedule_store).due(5, until=START + 5 * MINUTE, limit=2, cursor=cursor)
         seen += [(e.schedule_id, e.next_fire) for e in page.items]
         cursor = page.cursor
         if cursor is None:
@@ -276,7 +279,7 @@ def test_given_a_cursor_then_due_pages_continue_after_it_to_the_end(
 
 
 def test_given_paused_schedules_then_they_are_not_due(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN one created paused and one paused after creation
     created_paused, paused_later, active = ids_in_shard(7, 3)
@@ -288,7 +291,7 @@ def test_given_paused_schedules_then_they_are_not_due(
     paused = dataclasses.replace(item.paused(START), version=2)
     schedule_store.replace(paused, expected_version=1)
     # THEN only the active one is due, and the paused one is still stored
-    assert due_ids(schedule_store, 7, LATER) == [(active, START)]
+    assert due_ids(settled(schedule_store), 7, LATER) == [(active, START)]
     assert schedule_store.get(TENANT, paused_later) == paused
 
 
@@ -296,7 +299,7 @@ def test_given_paused_schedules_then_they_are_not_due(
 
 
 def test_given_the_next_fire_read_when_advanced_then_it_moves_in_the_record_and_the_index(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN
     item = a_schedule("nightly", version=2)
@@ -313,11 +316,13 @@ def test_given_the_next_fire_read_when_advanced_then_it_moves_in_the_record_and_
     # THEN
     assert moved is True
     assert schedule_store.get(TENANT, "nightly") == item.advanced(START + MINUTE, START)
-    assert due_ids(schedule_store, item.shard(SHARDS), LATER) == [("nightly", START + MINUTE)]
+    assert due_ids(settled(schedule_store), item.shard(SHARDS), LATER) == [
+        ("nightly", START + MINUTE)
+    ]
 
 
 def test_given_a_stale_next_fire_when_advanced_then_false_and_nothing_moves_backwards(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN ticker A read next fire T, then ticker B advanced it to T+1 min
     item = a_schedule("nightly")
@@ -343,7 +348,9 @@ def test_given_a_stale_next_fire_when_advanced_then_false_and_nothing_moves_back
     # THEN
     assert moved is False
     assert schedule_store.get(TENANT, "nightly") == after_b
-    assert due_ids(schedule_store, item.shard(SHARDS), LATER) == [("nightly", START + MINUTE)]
+    assert due_ids(settled(schedule_store), item.shard(SHARDS), LATER) == [
+        ("nightly", START + MINUTE)
+    ]
 
 
 def test_given_a_new_version_with_the_same_next_fire_when_advanced_by_the_old_then_false(
@@ -369,7 +376,7 @@ def test_given_a_new_version_with_the_same_next_fire_when_advanced_by_the_old_th
 
 
 def test_given_no_next_fire_when_advanced_then_the_schedule_completes_and_leaves_due(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN a one-off job due at START
     job = a_schedule("once", kind=model.Kind.JOB)
@@ -383,12 +390,12 @@ def test_given_no_next_fire_when_advanced_then_the_schedule_completes_and_leaves
     stored = schedule_store.get(TENANT, "once")
     assert stored is not None
     assert (stored.state, stored.next_fire) == (model.ScheduleState.COMPLETED, None)
-    assert due_ids(schedule_store, job.shard(SHARDS), LATER) == []
+    assert due_ids(settled(schedule_store), job.shard(SHARDS), LATER) == []
 
 
 @pytest.mark.parametrize("paused", [True, False], ids=["paused", "missing"])
 def test_given_a_paused_or_missing_schedule_when_advanced_then_false_and_nothing_appears(
-    schedule_store: ports.ScheduleStore, paused: bool
+    schedule_store: ports.ScheduleStore, settled: Settled, paused: bool
 ) -> None:
     # GIVEN
     if paused:
@@ -406,11 +413,11 @@ def test_given_a_paused_or_missing_schedule_when_advanced_then_false_and_nothing
     # THEN
     assert moved is False
     assert schedule_store.get(TENANT, "nightly") == before
-    assert due_ids(schedule_store, model.due_shard("nightly", SHARDS), LATER) == []
+    assert due_ids(settled(schedule_store), model.due_shard("nightly", SHARDS), LATER) == []
 
 
 def test_given_tickers_racing_to_advance_one_fire_then_exactly_one_succeeds(
-    schedule_store: ports.ScheduleStore,
+    schedule_store: ports.ScheduleStore, settled: Settled
 ) -> None:
     # GIVEN eight tickers that all read next fire START
     schedule_store.create(a_schedule("nightly"))
@@ -439,4 +446,51 @@ def test_given_tickers_racing_to_advance_one_fire_then_exactly_one_succeeds(
     assert len(results) == 8 and len(winners) == 1
     expected = START + (winners[0] + 1) * MINUTE
     shard = model.due_shard("nightly", SHARDS)
-    assert due_ids(schedule_store, shard, START + 10 * MINUTE) == [("nightly", expected)]
+    assert due_ids(settled(schedule_store), shard, START + 10 * MINUTE) == [("nightly", expected)]
+
+
+# --- the index lags the table ---------------------------------------------------------------
+
+
+def test_given_an_advance_the_index_has_not_seen_then_its_entry_is_older_never_newer(
+    schedule_store: ports.ScheduleStore, settled: Settled
+) -> None:
+    # GIVEN a schedule the index lists at START, advanced to START + 1 min
+    item = a_schedule("nightly")
+    schedule_store.create(item)
+    shard = item.shard(SHARDS)
+    settled(schedule_store)
+    assert schedule_store.advance(
+        TENANT,
+        "nightly",
+        expected_next_fire=START,
+        expected_version=1,
+        next_fire=START + MINUTE,
+        now=START,
+    )
+    # WHEN the index is read before it has caught up
+    listed = due_ids(schedule_store, shard, LATER)
+    # THEN it shows the new next fire or the one the schedule has left, one entry
+    # either way, while the table read is current
+    assert listed in ([("nightly", START + MINUTE)], [("nightly", START)])
+    stored = schedule_store.get(TENANT, "nightly")
+    assert stored is not None and stored.next_fire == START + MINUTE
+    # AND once caught up, only the new one
+    assert due_ids(settled(schedule_store), shard, LATER) == [("nightly", START + MINUTE)]
+
+
+def test_given_a_pause_the_index_has_not_seen_then_the_table_says_paused(
+    schedule_store: ports.ScheduleStore, settled: Settled
+) -> None:
+    # GIVEN a due schedule the index lists, then paused
+    item = a_schedule("nightly")
+    schedule_store.create(item)
+    settled(schedule_store)
+    schedule_store.replace(item.paused(START), expected_version=1)
+    # WHEN the lagging index still lists it
+    listed = due_ids(schedule_store, item.shard(SHARDS), LATER)
+    # THEN the table, read by key, is the authority: paused, with no next fire
+    assert listed in ([], [("nightly", START)])
+    (stored,) = schedule_store.get_many([(TENANT, "nightly")])
+    assert stored.state is model.ScheduleState.PAUSED and stored.next_fire is None
+    assert due_ids(settled(schedule_store), item.shard(SHARDS), LATER) == []

@@ -3,7 +3,8 @@
 Every node move is conditional on the state read, and a node's success decrements each
 child once however often it is applied. The stores are built here (not in conftest's
 Backend) from the template's WorkflowsTable and DefinitionsBucket, deployed on moto fresh
-for each test.
+for each test. With FIRELINE_DYNALITE=1 the workflow store runs on dynalite too (see
+helpers.dynalite), its documents in memory.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 from datetime import timedelta
 from typing import Any
@@ -27,12 +28,16 @@ from fireline import ports
 from fireline.adapters import memory, s3, workflows_dynamodb
 from fireline.domain import errors, workflow
 from fireline.domain.dag import NodeState
+from helpers import dynalite
 from helpers.aws import REGION, Stack, serialized_item_writes
 
 from .support import START, TENANT
 
 _copies = itertools.count()
-BACKEND_NAMES = ["memory", "moto"]
+# memory; memory whose state index lags (as DynamoDB's GSI does); DynamoDB and S3 on moto.
+BACKEND_NAMES = ["lagging", "memory", "moto", *(["dynalite"] if dynalite.ENABLED else [])]
+# The store once its state index has seen every write so far.
+Settled = Callable[[ports.WorkflowStore], ports.WorkflowStore]
 
 
 @contextlib.contextmanager
@@ -44,9 +49,14 @@ def moto_stack() -> Iterator[Stack]:
 
 
 @pytest.fixture(params=BACKEND_NAMES)
-def stack(request: pytest.FixtureRequest) -> Iterator[Stack | None]:
-    """The template's resources on moto for "moto"; nothing for "memory"."""
-    if request.param == "memory":
+def backend_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def stack(backend_name: str) -> Iterator[Stack | None]:
+    """The template's resources on moto for "moto"; nothing for the memory ones."""
+    if backend_name != "moto":
         yield None
         return
     with moto_stack() as deployed:
@@ -54,9 +64,34 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack | None]:
 
 
 @pytest.fixture
-def store(stack: Stack | None) -> ports.WorkflowStore:
+def lag(backend_name: str) -> memory.IndexLag | None:
+    # No clock: a write reaches the index only when the test lets it catch up.
+    return memory.IndexLag() if backend_name == "lagging" else None
+
+
+@pytest.fixture
+def settled(lag: memory.IndexLag | None) -> Settled:
+    def wait(store: ports.WorkflowStore) -> ports.WorkflowStore:
+        if lag is not None:
+            lag.settle()
+        return store
+
+    return wait
+
+
+@pytest.fixture
+def store(
+    request: pytest.FixtureRequest,
+    backend_name: str,
+    stack: Stack | None,
+    lag: memory.IndexLag | None,
+) -> ports.WorkflowStore:
+    if backend_name == "dynalite":
+        ddb = dynalite.client(request.getfixturevalue("dynalite_endpoint"))
+        table = dynalite.create_table(ddb, "WorkflowsTable")
+        return workflows_dynamodb.DynamoWorkflowStore(ddb, table, sleep=lambda _: None)
     if stack is None:
-        return memory.MemoryWorkflowStore()
+        return memory.MemoryWorkflowStore(lag=lag)
     return workflows_dynamodb.DynamoWorkflowStore(
         boto3.client("dynamodb", region_name=REGION),
         stack.tables["WorkflowsTable"],
@@ -364,17 +399,18 @@ def test_given_rows_written_in_many_batches_then_all_and_any_read_back(
 
 def test_given_a_row_when_put_again_then_the_new_one_replaces_it(
     store: ports.WorkflowStore,
+    settled: Settled,
 ) -> None:
     store.put_nodes("run-1", [node("a", pending=2)])
     store.put_nodes("run-1", [node("a", NodeState.DISPATCHED, generation=2, fanout=1)])
 
     assert store.all_nodes("run-1") == [node("a", NodeState.DISPATCHED, generation=2, fanout=1)]
-    assert store.count_states("run-1")[NodeState.WAITING] == 0
+    assert settled(store).count_states("run-1")[NodeState.WAITING] == 0
 
 
 @pytest.mark.parametrize(("limit", "sizes"), [(5, [5, 5, 2]), (6, [6, 6]), (50, [12])])
 def test_nodes_in_state_pages_through_one_state_by_node_id(
-    store: ports.WorkflowStore, limit: int, sizes: list[int]
+    store: ports.WorkflowStore, settled: Settled, limit: int, sizes: list[int]
 ) -> None:
     # GIVEN 12 waiting nodes among dispatched ones, and another run's waiting nodes
     waiting = [node(n, pending=1 + i % 3, generation=2, fanout=0) for i, n in enumerate(ids(12))]
@@ -382,21 +418,24 @@ def test_nodes_in_state_pages_through_one_state_by_node_id(
     store.put_nodes("run-1", [*dispatched, *reversed(waiting)])
     store.put_nodes("run-2", [node(n) for n in ids(7)])
     # WHEN
-    pages = every_page(store, "run-1", NodeState.WAITING, limit)
+    pages = every_page(settled(store), "run-1", NodeState.WAITING, limit)
     # THEN the rows as written, in order, the last page ending the listing
     assert [len(p) for p in pages] == sizes
     assert [row for page in pages for row in page] == waiting
-    assert every_page(store, "run-1", NodeState.DISPATCHED, 100) == [dispatched]
-    assert every_page(store, "run-1", NodeState.FAILED, 10) == [[]]
+    assert every_page(settled(store), "run-1", NodeState.DISPATCHED, 100) == [dispatched]
+    assert every_page(settled(store), "run-1", NodeState.FAILED, 10) == [[]]
 
 
-def test_count_states_counts_every_state_of_one_run(store: ports.WorkflowStore) -> None:
+def test_count_states_counts_every_state_of_one_run(
+    store: ports.WorkflowStore,
+    settled: Settled,
+) -> None:
     # GIVEN
     states = [NodeState.WAITING] * 4 + [NodeState.SUCCEEDED] * 3 + [NodeState.FAILED]
     store.put_nodes("run-1", [node(f"n{i}", s) for i, s in enumerate(states)])
     store.put_nodes("run-2", [node("n0", NodeState.DISPATCHED)])
     # THEN every state is there, zeros too
-    assert store.count_states("run-1") == {
+    assert settled(store).count_states("run-1") == {
         NodeState.WAITING: 4,
         NodeState.DISPATCHED: 0,
         NodeState.SUCCEEDED: 3,
@@ -404,7 +443,30 @@ def test_count_states_counts_every_state_of_one_run(store: ports.WorkflowStore) 
         NodeState.BLOCKED: 0,
         NodeState.CANCELLED: 0,
     }
-    assert store.count_states("run-3") == dict.fromkeys(NodeState, 0)
+    assert settled(store).count_states("run-3") == dict.fromkeys(NodeState, 0)
+
+
+def test_given_moves_the_index_has_not_seen_then_a_listing_holds_only_rows_in_that_state(
+    store: ports.WorkflowStore, settled: Settled
+) -> None:
+    # GIVEN four waiting nodes the index lists, two of them then dispatched
+    store.put_nodes("run-1", [node(n) for n in ids(4)])
+    settled(store)
+    for moving in ids(2):
+        assert store.move_node("run-1", moving, expected=NodeState.WAITING, to=NodeState.DISPATCHED)
+    # WHEN both states are listed before the index has caught up
+    waiting = [r.node_id for page in every_page(store, "run-1", NodeState.WAITING, 1) for r in page]
+    dispatched = [
+        r.node_id for page in every_page(store, "run-1", NodeState.DISPATCHED, 1) for r in page
+    ]
+    # THEN every row listed is in the state asked for (read back from the table): a node
+    # that moved may be missing from both listings for a moment, never in the wrong one
+    assert waiting == ids(4)[2:]
+    assert dispatched in ([], ids(2))
+    # AND once caught up, the index lists each node under its state
+    assert every_page(settled(store), "run-1", NodeState.DISPATCHED, 10) == [
+        [node(n, NodeState.DISPATCHED) for n in ids(2)]
+    ]
 
 
 # ---------------------------------------------------------------- move_node
@@ -412,6 +474,7 @@ def test_count_states_counts_every_state_of_one_run(store: ports.WorkflowStore) 
 
 def test_given_a_node_when_moved_from_the_state_read_then_once_and_the_index_follows(
     store: ports.WorkflowStore,
+    settled: Settled,
 ) -> None:
     store.put_nodes("run-1", [node("a", pending=0, generation=1, fanout=0)])
     # WHEN two controllers dispatch it from the same read
@@ -420,21 +483,22 @@ def test_given_a_node_when_moved_from_the_state_read_then_once_and_the_index_fol
     # THEN
     assert (first, second) == (True, False)
     assert store.get_nodes("run-1", ["a"]) == {"a": node("a", NodeState.DISPATCHED)}
-    assert every_page(store, "run-1", NodeState.WAITING, 10) == [[]]
-    assert every_page(store, "run-1", NodeState.DISPATCHED, 10) == [
+    assert every_page(settled(store), "run-1", NodeState.WAITING, 10) == [[]]
+    assert every_page(settled(store), "run-1", NodeState.DISPATCHED, 10) == [
         [node("a", NodeState.DISPATCHED)]
     ]
-    assert store.count_states("run-1")[NodeState.DISPATCHED] == 1
+    assert settled(store).count_states("run-1")[NodeState.DISPATCHED] == 1
 
 
 def test_given_no_node_when_moved_then_false_and_no_row_appears(
     store: ports.WorkflowStore,
+    settled: Settled,
 ) -> None:
     moved = store.move_node("run-1", "ghost", expected=NodeState.WAITING, to=NodeState.BLOCKED)
 
     assert moved is False
     assert store.all_nodes("run-1") == []
-    assert store.count_states("run-1") == dict.fromkeys(NodeState, 0)
+    assert settled(store).count_states("run-1") == dict.fromkeys(NodeState, 0)
 
 
 def test_given_a_node_with_an_unfinished_parent_when_moved_ready_only_then_refused(
@@ -458,6 +522,7 @@ def test_given_a_node_with_an_unfinished_parent_when_moved_ready_only_then_refus
 
 def test_given_a_retry_when_moved_with_generation_and_pending_then_both_reset_and_fanout_too(
     store: ports.WorkflowStore,
+    settled: Settled,
 ) -> None:
     # GIVEN a failed node and a succeeded one whose fan-out ran
     store.put_nodes(
@@ -486,7 +551,7 @@ def test_given_a_retry_when_moved_with_generation_and_pending_then_both_reset_an
         node("b", NodeState.WAITING, pending=0, generation=1, fanout=0),
         node("c", NodeState.WAITING, pending=2, generation=5, fanout=1),
     ]
-    assert [n.node_id for n in every_page(store, "run-1", NodeState.WAITING, 10)[0]] == [
+    assert [n.node_id for n in every_page(settled(store), "run-1", NodeState.WAITING, 10)[0]] == [
         "a",
         "b",
         "c",
@@ -498,6 +563,7 @@ def test_given_a_retry_when_moved_with_generation_and_pending_then_both_reset_an
 
 def test_given_a_dispatched_node_when_it_succeeds_then_each_child_is_decremented_once(
     store: ports.WorkflowStore,
+    settled: Settled,
 ) -> None:
     store.put_nodes(
         "run-1",
@@ -510,7 +576,7 @@ def test_given_a_dispatched_node_when_it_succeeds_then_each_child_is_decremented
     assert (first, second) == (True, False)
     assert store.get_nodes("run-1", ["p"]) == {"p": node("p", NodeState.SUCCEEDED, fanout=1)}
     assert pending_of(store, "run-1", ["c1", "c2"]) == [1, 0]
-    assert store.count_states("run-1")[NodeState.SUCCEEDED] == 1
+    assert settled(store).count_states("run-1")[NodeState.SUCCEEDED] == 1
 
 
 @pytest.mark.parametrize("state", [NodeState.WAITING, NodeState.FAILED, NodeState.CANCELLED])
@@ -550,6 +616,7 @@ def test_given_a_missing_node_or_child_then_nothing_changes(store: ports.Workflo
 
 def test_given_a_wide_fanout_then_chunks_apply_in_order_once_each(
     store: ports.WorkflowStore,
+    settled: Settled,
 ) -> None:
     # GIVEN a parent with 250 children: three transactions of at most 99
     kids = ids(250, prefix="k")
@@ -574,7 +641,7 @@ def test_given_a_wide_fanout_then_chunks_apply_in_order_once_each(
     assert store.succeed_node("run-1", "p", chunk=1, children=chunks[1]) is False
     assert store.succeed_node("run-1", "p", chunk=5, children=chunks[0]) is False
     assert pending_of(store, "run-1", kids) == [0] * 250
-    assert store.count_states("run-1") == {
+    assert settled(store).count_states("run-1") == {
         **dict.fromkeys(NodeState, 0),
         NodeState.WAITING: 250,
         NodeState.SUCCEEDED: 1,
@@ -597,6 +664,7 @@ def test_given_more_than_99_children_then_refused_and_nothing_changes(
 
 def test_given_a_fan_in_of_150_parents_when_each_succeeds_twice_at_once_then_zero_exactly(
     store: ports.WorkflowStore,
+    settled: Settled,
 ) -> None:
     # GIVEN one child waiting for 150 dispatched parents
     parents = ids(150, prefix="p")
@@ -622,7 +690,7 @@ def test_given_a_fan_in_of_150_parents_when_each_succeeds_twice_at_once_then_zer
     # THEN each parent decremented the child once: down to zero, never below
     assert (results.count(True), results.count(False)) == (150, 150)
     assert store.get_nodes("run-1", ["join"]) == {"join": node("join", pending=0)}
-    assert store.count_states("run-1")[NodeState.SUCCEEDED] == 150
+    assert settled(store).count_states("run-1")[NodeState.SUCCEEDED] == 150
     # AND the child is now ready, once
     assert store.move_node(
         "run-1", "join", expected=NodeState.WAITING, to=NodeState.DISPATCHED, ready_only=True

@@ -18,12 +18,14 @@ import boto3
 from moto import mock_aws
 
 from fireline import ports
-from fireline.adapters import dynamodb, memory, sqs, stepfunctions
+from fireline.adapters import dynamodb, memory, s3, sqs, stepfunctions, workflows_dynamodb
 from fireline.api import app as api_app
-from fireline.domain import model
+from fireline.domain import model, workflow
 from fireline.services import claims, long_jobs, schedules, targets, ticker, worker
 
 from .aws import REGION, RequestLog, Stack, serialized_item_writes, sqs_follows
+from .flows import Flow
+from .transactions import item_scoped_transactions
 
 START = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 SIGNING_SECRET = b"test-signing-secret-0123456789"
@@ -199,3 +201,29 @@ def moto_system(start: datetime = START) -> Iterator[System]:
         log.attach(ddb)
         log.attach(sqs_client)
         yield System(stack=stack, clock=clock, log=log, ddb=ddb, sqs_client=sqs_client)
+
+
+def flow_on(system: System) -> Flow:
+    """The workflow pieces of ``system``, driven as a Flow (see helpers.flows)."""
+    stack = system.stack
+    s3_client = boto3.client("s3", region_name=REGION)
+    system.log.attach(s3_client)
+    urls = {c: stack.queues[f"{c.capitalize()}Queue"] for c in model.JOB_CLASSES}
+    urls[workflow.CONTROL_QUEUE] = stack.queues["WorkflowQueue"]
+    return Flow(
+        store=workflows_dynamodb.DynamoWorkflowStore(system.ddb, stack.tables["WorkflowsTable"]),
+        documents=s3.S3DocumentStore(s3_client, stack.buckets["DefinitionsBucket"]),
+        occurrences=system.occurrences,
+        queue=sqs.SqsWorkQueue(system.sqs_client, urls),
+        slots=system.slots,
+        schedules=system.schedules,
+        clock=system.clock,
+    )
+
+
+@contextlib.contextmanager
+def moto_flow() -> Iterator[tuple[System, Flow]]:
+    """A system on moto with the workflow pieces (WorkflowsTable, DefinitionsBucket,
+    WorkflowQueue) as a Flow."""
+    with moto_system() as system, item_scoped_transactions():
+        yield system, flow_on(system)

@@ -1049,6 +1049,7 @@ def test_bad_input_is_refused_naming_the_field_and_changes_nothing(
     # AND the tenant's schedules and jobs are as they were
     assert listing(system) == listed
     assert stored(system) == kept
+    print(f"\n{method} {path}: {status} naming {field!r}, nothing changed")
 
 
 @pytest.mark.parametrize(

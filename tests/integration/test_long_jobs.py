@@ -256,5 +256,6 @@ def test_a_thirty_minute_job_does_not_hold_up_one_second_jobs(
         "succeeded"
     }
     assert state_of(system, key) is occurrence.State.RUNNING
+    print(f"\n{len(quick)} one-second jobs succeeded while the 30-minute job ran")
     release.set()
     plant.pump(until=lambda: state_of(system, key) is occurrence.State.SUCCEEDED)

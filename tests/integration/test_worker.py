@@ -112,6 +112,7 @@ def test_kill_after_the_side_effect_before_the_ack_redelivers_and_the_effect_sta
     assert ledger.effects[key] == 1
     row = system.occurrences.get(key)
     assert row.state is occurrence.State.SUCCEEDED and row.attempts == 2
+    print(f"\nkilled after the effect: ran {ledger.invocations[key]} times, effect once")
 
 
 def test_the_same_message_to_two_concurrent_invocations_has_one_effect(system: System) -> None:

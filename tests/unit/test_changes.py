@@ -134,6 +134,7 @@ def test_cancelling_a_job_whose_fire_was_just_materialized_cancels_that_fire() -
     # AND its message, when it arrives, runs nothing
     assert system.worker().handle(body, remaining_ms=lambda: REMAINING_MS) is Result.SETTLED
     assert ledger.ran == []
+    print("\ncancelled inside the lookahead: its fire cancelled, its delivery ran nothing")
 
 
 def cancel_from(system: MemorySystem, seen: schedules.JobView) -> schedules.JobView:

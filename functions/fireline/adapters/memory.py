@@ -14,9 +14,11 @@ import hashlib
 import heapq
 import itertools
 import json
+import math
+import random
 import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -71,12 +73,85 @@ class FakeClock:
             self._now = moment
 
 
+class IndexLag:
+    """How far an index trails its table, as DynamoDB's global secondary indexes do.
+
+    Each write reaches the index after a delay drawn from a seeded source (0 to
+    ``max_seconds`` on ``clock``'s monotonic reading), one item's writes in the order they
+    were made, so the index always converges on the table. Reads of the table itself stay
+    current. Nothing that decides correctness may trust an index to be current; stores
+    built with a lag make any code that does show it. ``settle`` makes every write made so
+    far visible (what waiting long enough does).
+    """
+
+    def __init__(
+        self, clock: ports.Clock | None = None, *, max_seconds: float = 2.0, seed: int = 0
+    ) -> None:
+        self.clock = clock
+        self.max_seconds = max_seconds
+        self._rng = random.Random(seed)
+        self._writes = itertools.count()
+        self._settled_below = 0
+        self._lock = threading.Lock()
+
+    def schedule(self) -> tuple[float, int]:
+        """When the write being made now reaches the index (inf without a clock: only
+        ``settle`` shows it), and its place in the order of writes."""
+        with self._lock:
+            seq = next(self._writes)
+            if self.clock is None:
+                return math.inf, seq
+            return self.clock.monotonic() + self._rng.uniform(0, self.max_seconds), seq
+
+    def visible(self, at: float, seq: int) -> bool:
+        with self._lock:
+            if seq < self._settled_below:
+                return True
+        return self.clock is not None and at <= self.clock.monotonic()
+
+    def settle(self) -> None:
+        with self._lock:
+            self._settled_below = next(self._writes)
+
+
+class _Propagation:
+    """The writes an index has yet to see, applied in the order they were made once
+    visible. (A write is visible once its own delay and every earlier write of its item
+    have passed, so each item's writes reach the index in order.)"""
+
+    def __init__(self, lag: IndexLag | None) -> None:
+        self.lag = lag
+        self._pending: list[tuple[float, int, Callable[[], None]]] = []
+        self._last: dict[Any, float] = {}
+
+    def write(self, key: Any, apply: Callable[[], None]) -> None:
+        if self.lag is None:
+            apply()
+            return
+        at, seq = self.lag.schedule()
+        at = max(at, self._last.get(key, -math.inf))
+        self._last[key] = at
+        self._pending.append((at, seq, apply))
+
+    def catch_up(self) -> None:
+        if self.lag is None or not self._pending:
+            return
+        lag = self.lag
+        ready = [p for p in self._pending if lag.visible(p[0], p[1])]
+        if not ready:
+            return
+        self._pending = [p for p in self._pending if not lag.visible(p[0], p[1])]
+        for _, _, apply in ready:  # in the order the writes were made
+            apply()
+
+
 class MemoryScheduleStore:
-    def __init__(self, shards: int = model.DEFAULT_SHARDS) -> None:
+    def __init__(self, shards: int = model.DEFAULT_SHARDS, *, lag: IndexLag | None = None) -> None:
         self.shards = shards
         self._items: dict[tuple[str, str], model.Schedule] = {}
         # Per shard, sorted (next_fire, tenant_id, schedule_id): the sparse due index.
         self._index: dict[int, list[tuple[datetime, str, str]]] = defaultdict(list)
+        self._propagation = _Propagation(lag)
         self._lock = threading.RLock()
         #: Entries read by ``due`` (the memory twin of a Query's ScannedCount).
         self.index_reads = 0
@@ -135,6 +210,7 @@ class MemoryScheduleStore:
         self, shard: int, *, until: datetime, limit: int, cursor: str | None = None
     ) -> ports.Page[ports.DueEntry]:
         with self._lock:
+            self._propagation.catch_up()
             entries = self._index.get(shard, [])
             start = 0 if cursor is None else bisect.bisect_right(entries, _due_position(cursor))
             end = bisect.bisect_right(entries, (until, "\U0010ffff", "\U0010ffff"))
@@ -170,21 +246,25 @@ class MemoryScheduleStore:
             return True
 
     def _store(self, item: model.Schedule) -> None:
-        self._items[(item.tenant_id, item.schedule_id)] = item
+        key = (item.tenant_id, item.schedule_id)
+        self._items[key] = item
         if item.next_fire is not None:
-            bisect.insort(
-                self._index[item.shard(self.shards)],
-                (item.next_fire, item.tenant_id, item.schedule_id),
-            )
+            entries = self._index[item.shard(self.shards)]
+            entry = (item.next_fire, item.tenant_id, item.schedule_id)
+            self._propagation.write(key, lambda: bisect.insort(entries, entry))
 
     def _unindex(self, item: model.Schedule) -> None:
         if item.next_fire is None:
             return
         entries = self._index[item.shard(self.shards)]
         entry = (item.next_fire, item.tenant_id, item.schedule_id)
-        at = bisect.bisect_left(entries, entry)
-        if at < len(entries) and entries[at] == entry:
-            del entries[at]
+
+        def remove() -> None:
+            at = bisect.bisect_left(entries, entry)
+            if at < len(entries) and entries[at] == entry:
+                del entries[at]
+
+        self._propagation.write((item.tenant_id, item.schedule_id), remove)
 
 
 def _due_position(cursor: str) -> tuple[datetime, str, str]:
@@ -734,7 +814,8 @@ class MemoryWorkflowStore:
     node can be measured on the memory path.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, lag: IndexLag | None = None) -> None:
+        self._propagation = _Propagation(lag)
         self._definitions: dict[tuple[str, str, int], workflow.DefinitionMeta] = {}
         self._runs: dict[str, workflow.Run] = {}
         self._nodes: dict[str, dict[str, workflow.RunNode]] = defaultdict(dict)
@@ -820,10 +901,15 @@ class MemoryWorkflowStore:
         if old is not None and old.state is row.state:
             return
         index = self._index[run_id]
-        if old is not None:
-            ids = index[old.state]
-            del ids[bisect.bisect_left(ids, row.node_id)]
-        bisect.insort(index[row.state], row.node_id)
+        node_id, before, after = row.node_id, None if old is None else old.state, row.state
+
+        def move() -> None:
+            if before is not None:
+                ids = index[before]
+                del ids[bisect.bisect_left(ids, node_id)]
+            bisect.insort(index[after], node_id)
+
+        self._propagation.write((run_id, node_id), move)
 
     def put_nodes(self, run_id: str, nodes: Sequence[workflow.RunNode]) -> None:
         with self._lock:
@@ -844,15 +930,20 @@ class MemoryWorkflowStore:
         self, run_id: str, state: dag.NodeState, *, limit: int, cursor: str | None = None
     ) -> ports.Page[workflow.RunNode]:
         with self._lock:
+            self._propagation.catch_up()
             rows = self._nodes.get(run_id, {})
             ids = self._index[run_id][state] if run_id in self._index else []
             start = bisect.bisect_right(ids, cursor) if cursor else 0
-            page = [rows[n] for n in ids[start : start + limit]]
+            listed = ids[start : start + limit]
+            # As the DynamoDB adapter does: the rows read back, kept if still in the state
+            # (a lagging index may list a node that has moved on).
+            page = [rows[n] for n in listed if rows[n].state is state]
         more = start + limit < len(ids)
-        return ports.Page(items=page, cursor=page[-1].node_id if more and page else None)
+        return ports.Page(items=page, cursor=listed[-1] if more and listed else None)
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
         with self._lock:
+            self._propagation.catch_up()
             if run_id not in self._index:
                 return dict.fromkeys(dag.NodeState, 0)
             return {state: len(ids) for state, ids in self._index[run_id].items()}

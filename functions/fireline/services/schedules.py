@@ -11,6 +11,7 @@ index, ticker, occurrence key and workers as every recurring fire.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import secrets
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field, replace
@@ -224,7 +225,11 @@ class ScheduleService:
                 exact=True,
             )
             if self.occurrences.put_new(row):
-                self._send_row(row)
+                try:
+                    self._send_row(row)
+                except errors.Unavailable:
+                    self._unsent(row)
+                    raise
                 return row
             fire_time -= timedelta(milliseconds=1)
         raise errors.ConflictError(f"schedule {schedule_id} is being triggered too often")
@@ -392,6 +397,17 @@ class ScheduleService:
             raise errors.ConflictError("the dead letter was redriven meanwhile")
         self._send_row(queued)
         return queued
+
+    def _unsent(self, row: occurrence.Occurrence) -> None:
+        """A trigger whose message did not go (or may not have): the request fails, and
+        its row must not stay queued with nothing on its way. It is settled skipped; a
+        message that went out after all finds it so and runs nothing, and the client's
+        retry is a trigger of its own. Best effort: the request fails either way."""
+        skipped = row.moved(
+            occurrence.State.SKIPPED, finished_at=self._now(), exit_reason="skipped: not sent"
+        )
+        with contextlib.suppress(errors.Unavailable):
+            self.occurrences.transition(skipped, expected_state=occurrence.State.QUEUED)
 
     def _send_row(self, row: occurrence.Occurrence) -> None:
         message = ports.OutboundMessage(body=dispatch.job_message(row))
