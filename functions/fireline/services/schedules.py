@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from fireline import ports
+from fireline.domain import egress as egress_rules
 from fireline.domain import errors, model, natural, occurrence, policies, retry, schedule
 from fireline.domain import target as target_rules
 from fireline.services import claims, dispatch
@@ -98,6 +99,7 @@ class ScheduleService:
         handlers: Container[str] | None = None,
         long_jobs: long_jobs_service.LongJobs | None = None,
         workflows: WorkflowCatalog | None = None,
+        egress: egress_rules.EgressPolicy = egress_rules.STRICT,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -110,6 +112,8 @@ class ScheduleService:
         # Workflow targets must name a workflow (and version) the tenant has; None: this
         # deployment runs no workflows, so a workflow target is refused.
         self.workflows = workflows
+        # What HTTP targets may name (the operator's widening of https-to-public-only).
+        self.egress = egress
 
     # --- schedules -------------------------------------------------------------------------
 
@@ -408,7 +412,7 @@ class ScheduleService:
 
     def _check_target(self, tenant_id: str, target: dict[str, Any]) -> None:
         """Refuse, at registration, a target no attempt could call."""
-        target_rules.check(target)
+        target_rules.check(target, tenant_id=tenant_id, policy=self.egress)
         kind = target.get("type")
         known = self.handlers
         if kind == "python" and known is not None and target.get("handler") not in known:
