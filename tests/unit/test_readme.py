@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fireline.api import models
 from fireline.domain import model
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -25,3 +26,9 @@ def test_the_default_deadlines_in_the_readme_are_the_ones_the_worker_uses() -> N
     # THEN each figure is the class's default deadline in the code
     stated = dict(zip(("short", "default", "long"), map(number, found.groups()), strict=True))
     assert stated == {c: model.deadline_for(c, None) for c in model.JOB_CLASSES}
+
+
+def test_the_json_depth_limit_in_the_readme_is_the_one_the_api_applies() -> None:
+    found = re.search(r"nested at most \*\*(\d+) levels\*\*", README.read_text())
+    assert found is not None, "the README no longer states the nesting limit"
+    assert int(found.group(1)) == models.MAX_JSON_DEPTH

@@ -442,14 +442,19 @@ class ScheduleService:
     ) -> model.Schedule:
         self._check_target(tenant_id, draft.target)
         model.check_deadline(draft.job_class, draft.deadline_seconds)
-        if natural.looks_natural(draft.spec):
-            spec = natural.translate(draft.spec, now).spec
-        else:
-            spec = schedule.parse_spec(draft.spec)
-        timing = schedule.Timing(
-            spec=spec, timezone=draft.timezone, dst=draft.dst, start=draft.start, end=draft.end
-        )
-        first = schedule.first_fire(timing, now)
+        try:
+            if natural.looks_natural(draft.spec):
+                spec = natural.translate(draft.spec, now).spec
+            else:
+                spec = schedule.parse_spec(draft.spec)
+            timing = schedule.Timing(
+                spec=spec, timezone=draft.timezone, dst=draft.dst, start=draft.start, end=draft.end
+            )
+            first = schedule.first_fire(timing, now)
+        except OverflowError as exc:
+            # A time past what a datetime holds, from a spec the parsers let through: bad
+            # input, said so before anything is written.
+            raise errors.ValidationError("gives a time out of range", field="spec") from exc
         return model.Schedule(
             tenant_id=tenant_id,
             schedule_id=schedule_id,
