@@ -24,9 +24,9 @@ from fireline import jobs, ports
 from fireline.adapters import clock as clock_adapter
 from fireline.adapters import dynamodb, s3, sqs, stepfunctions, workflows_dynamodb
 from fireline.api import app as api_app
-from fireline.domain import errors, model, quota, workflow
+from fireline.domain import egress, errors, model, quota, workflow
 from fireline.services import long_jobs as long_jobs_service
-from fireline.services import schedules, targets, ticker, workflows
+from fireline.services import schedules, targets, ticker, webhook, workflows
 from fireline.services import worker as worker_service
 
 if TYPE_CHECKING:
@@ -80,6 +80,10 @@ class Settings:
     definitions_bucket: str = ""
     workflow_queue_url: str = ""
     endpoint_url: str | None = None  # an emulator (moto, LocalStack); None on AWS
+    # HTTP targets: tenants allowed plain http ("*": all), networks allowed although not
+    # public (CIDRs); by default https to public addresses only.
+    http_target_allow_http: str = ""
+    http_target_allow_networks: str = ""
     region: str = "us-east-1"
 
     @classmethod
@@ -126,6 +130,8 @@ class Settings:
             definitions_bucket=env.get("DEFINITIONS_BUCKET", ""),
             workflow_queue_url=env.get("WORKFLOW_QUEUE_URL", ""),
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            http_target_allow_http=env.get("HTTP_TARGET_ALLOW_HTTP", ""),
+            http_target_allow_networks=env.get("HTTP_TARGET_ALLOW_NETWORKS", ""),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
 
@@ -242,6 +248,12 @@ def registry() -> targets.Registry:
 
 
 @functools.cache
+def egress_policy() -> egress.EgressPolicy:
+    s = settings()
+    return egress.EgressPolicy.parse(s.http_target_allow_http, s.http_target_allow_networks)
+
+
+@functools.cache
 def target_runner() -> targets.TargetRunner:
     secret = settings().signing_secret
     if len(secret) < 16:
@@ -254,6 +266,7 @@ def target_runner() -> targets.TargetRunner:
         lambda_client=lambda timeout: target_lambda_client(math.ceil(timeout)),
         sqs_client=sqs_client,
         workflows=workflow_service if settings().workflows_table else None,
+        egress=webhook.Egress(policy=egress_policy()),
     )
 
 
@@ -306,6 +319,7 @@ def schedule_service() -> schedules.ScheduleService:
         handlers=registry(),
         long_jobs=long_jobs() if settings().long_job_state_machine_arn else None,
         workflows=workflow_service() if settings().workflows_table else None,
+        egress=egress_policy(),
     )
 
 
@@ -360,6 +374,7 @@ def workflow_service() -> workflows.WorkflowService:
         queue=work_queue(),
         clock=clock(),
         definitions=definitions(),
+        egress=egress_policy(),
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import occurrence
-from fireline.services import dispatch, long_jobs, schedules, targets, worker
+from fireline.services import dispatch, long_jobs, schedules, targets, worker, workflows
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 SIGNING_SECRET = b"test-signing-secret-0123456789"
@@ -105,3 +105,14 @@ class MemorySystem:
         found = self.occurrences.get(body["occurrence_key"])
         assert found is not None
         return found
+
+
+def missing_workflows() -> workflows.WorkflowService:
+    """A workflow service of its own, where no workflow is registered."""
+    clock = memory.FakeClock()
+    return workflows.WorkflowService(
+        store=memory.MemoryWorkflowStore(),
+        documents=memory.MemoryDocumentStore(),
+        queue=memory.MemoryWorkQueue(clock),
+        clock=clock,
+    )

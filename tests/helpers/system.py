@@ -20,8 +20,9 @@ from moto import mock_aws
 from fireline import ports
 from fireline.adapters import dynamodb, memory, s3, sqs, stepfunctions, workflows_dynamodb
 from fireline.api import app as api_app
+from fireline.domain import egress as egress_rules
 from fireline.domain import model, workflow
-from fireline.services import claims, long_jobs, schedules, targets, ticker, worker
+from fireline.services import claims, long_jobs, schedules, targets, ticker, webhook, worker
 
 from .aws import REGION, RequestLog, Stack, serialized_item_writes, sqs_follows
 from .flows import Flow
@@ -29,6 +30,7 @@ from .transactions import item_scoped_transactions
 
 START = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 SIGNING_SECRET = b"test-signing-secret-0123456789"
+LOCAL_EGRESS = egress_rules.EgressPolicy.parse("*", "127.0.0.0/8,::1/128")
 
 
 @dataclass
@@ -39,6 +41,8 @@ class System:
     ddb: Any
     sqs_client: Any
     metrics: memory.RecordingMetrics = field(default_factory=memory.RecordingMetrics)
+    #: Where HTTP targets may go (registration and sends): https to public addresses.
+    egress: egress_rules.EgressPolicy = egress_rules.STRICT
 
     def __post_init__(self) -> None:
         tables = self.stack.tables
@@ -61,12 +65,19 @@ class System:
         self.registry = targets.Registry()
         self.registry.register("noop")(lambda context: None)
 
+    def allow_local_webhooks(self) -> None:
+        """The local cloud's operator setting: plain http and the loopback (test servers
+        listen on 127.0.0.1)."""
+        self.egress = LOCAL_EGRESS
+        self.service.egress = LOCAL_EGRESS
+
     def runner(self) -> targets.TargetRunner:
         return targets.TargetRunner(
             registry=self.registry,
             signing_secret=SIGNING_SECRET,
             lambda_client=lambda timeout: boto3.client("lambda", region_name=REGION),
             sqs_client=lambda: self.sqs_client,
+            egress=webhook.Egress(policy=self.egress),
         )
 
     def long_jobs(self, heartbeat_seconds: int = 2) -> long_jobs.LongJobs:

@@ -15,12 +15,11 @@ import pytest
 from botocore.stub import Stubber
 
 from fireline import wiring
-from fireline.adapters import memory
 from fireline.domain import errors, model, occurrence, retry, schedule, workflow
-from fireline.services import targets, workflows
+from fireline.services import targets
 from fireline.services.schedules import JobDraft, ScheduleDraft
 from fireline.services.worker import Result
-from helpers.memory_system import NOW, REMAINING_MS, MemorySystem
+from helpers.memory_system import NOW, REMAINING_MS, MemorySystem, missing_workflows
 from helpers.supervisors import RecordingSupervisor
 from helpers.system import System
 
@@ -118,16 +117,6 @@ def stubbed(service: str, operation: str, code: str, status: int) -> Any:
         stubber.add_client_error(operation, service_error_code=code, http_status_code=status)
     stubber.activate()
     return client
-
-
-def missing_workflows() -> workflows.WorkflowService:
-    clock = memory.FakeClock()
-    return workflows.WorkflowService(
-        store=memory.MemoryWorkflowStore(),
-        documents=memory.MemoryDocumentStore(),
-        queue=memory.MemoryWorkQueue(clock),
-        clock=clock,
-    )
 
 
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/gone"

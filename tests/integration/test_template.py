@@ -69,6 +69,8 @@ ENVIRONMENT = {
     "WORKFLOWS_TABLE": {"Ref": "WorkflowsTable"},
     "DEFINITIONS_BUCKET": {"Ref": "DefinitionsBucket"},
     "WORKFLOW_QUEUE_URL": {"Ref": "WorkflowQueue"},
+    "HTTP_TARGET_ALLOW_HTTP": {"Ref": "HttpTargetAllowHttp"},
+    "HTTP_TARGET_ALLOW_NETWORKS": {"Ref": "HttpTargetAllowNetworks"},
     "POWERTOOLS_SERVICE_NAME": "fireline",
     "POWERTOOLS_METRICS_NAMESPACE": "Fireline",
     "LOG_LEVEL": "INFO",
@@ -363,6 +365,8 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "LagAlarmThresholdSeconds",
         "TenantConcurrencyLimit",
         "WebhookSigningSecret",
+        "HttpTargetAllowHttp",
+        "HttpTargetAllowNetworks",
         "AlarmTopicArn",
         "ApiThrottlingRateLimit",
         "ApiThrottlingBurstLimit",
@@ -375,6 +379,9 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "WorkerSubnetIds",
         "WorkerSecurityGroupIds",
     }
+    # HTTP targets: https to public addresses only unless the operator widens it.
+    assert parameters["HttpTargetAllowHttp"]["Default"] == ""
+    assert parameters["HttpTargetAllowNetworks"]["Default"] == ""
     assert parameters["StageName"]["Default"] == "prod"
     due_shards = parameters["DueShards"]
     assert {key: due_shards[key] for key in ("Type", "Default", "MinValue", "MaxValue")} == {

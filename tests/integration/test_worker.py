@@ -351,6 +351,7 @@ def test_http_target_gets_the_idempotency_key_and_a_valid_signature(
     system: System, webhook: tuple[str, list[dict[str, Any]]]
 ) -> None:
     url, received = webhook
+    system.allow_local_webhooks()
     view = system.service.create_job(
         "tenant-a",
         JobDraft(
@@ -378,6 +379,7 @@ def test_http_target_gets_the_idempotency_key_and_a_valid_signature(
 def test_http_target_error_status_is_a_failed_attempt(
     system: System, webhook: tuple[str, list[dict[str, Any]]]
 ) -> None:
+    system.allow_local_webhooks()
     system.service.create_job(
         "tenant-a",
         JobDraft(

@@ -11,6 +11,8 @@ import pytest
 
 DOMAIN = Path(__file__).parents[2] / "functions" / "fireline" / "domain"
 FORBIDDEN_MODULES = {"boto3", "botocore", "os", "uuid", "random", "time", "socket", "urllib"}
+# Parts of those that only compute on their arguments (URL text).
+PURE_MODULES = {"urllib.parse"}
 # Calls that read the clock, make ids or read configuration. (Parameters named `now` are
 # what we want: the instant comes in as an argument.)
 FORBIDDEN_CALLS = {"now", "utcnow", "today", "uuid4", "uuid1", "getenv"}
@@ -22,15 +24,19 @@ def test_there_is_a_domain_to_check() -> None:
     assert {"schedule", "occurrence", "lease", "retry", "errors"} <= names
 
 
+def forbidden(module: str) -> bool:
+    return module not in PURE_MODULES and module.split(".")[0] in FORBIDDEN_MODULES
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
 def test_domain_module_imports_no_io_and_reads_no_clock(path: Path) -> None:
     tree = ast.parse(path.read_text(), filename=str(path))
     offences: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            offences += [a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN_MODULES]
+            offences += [a.name for a in node.names if forbidden(a.name)]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            if node.module.split(".")[0] in FORBIDDEN_MODULES:
+            if forbidden(node.module):
                 offences.append(node.module)
         elif isinstance(node, ast.Call):
             func = node.func

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from samtranslator.yaml_helper import yaml_parse
 
+from fireline.api import models
 from fireline.domain import model
 from fireline_cdk import PROP_PARAMETERS
 
@@ -51,3 +52,9 @@ def test_the_deploy_tables_defaults_and_props_are_the_templates_and_the_construc
     assert stated == {name: number(str(declared[name]["Default"])) for name in stated}
     top_level_props = {prop.split(".")[0] for prop in PROP_PARAMETERS}
     assert top_level_props - props == set()
+
+
+def test_the_json_depth_limit_in_the_readme_is_the_one_the_api_applies() -> None:
+    found = re.search(r"nested at most \*\*(\d+) levels\*\*", README.read_text())
+    assert found is not None, "the README no longer states the nesting limit"
+    assert int(found.group(1)) == models.MAX_JSON_DEPTH

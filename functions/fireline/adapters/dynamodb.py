@@ -83,7 +83,7 @@ def _decode_cursor(cursor: str | None, *, keys: tuple[str, ...]) -> dict[str, An
         return None
     try:
         decoded = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:  # nested past what json can read
         raise errors.ValidationError("is not a cursor this API returned", field="cursor") from exc
     if (
         not isinstance(decoded, dict)

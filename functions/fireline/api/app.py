@@ -15,6 +15,7 @@ without the workflow table answers them "no such route").
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Callable
@@ -348,17 +349,63 @@ def body_limit(method: str, path: str) -> tuple[int, str]:
 
 
 def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Resolve one API Gateway proxy event; oversized bodies are refused before parsing."""
+    """Resolve one API Gateway proxy event. A body is checked before the resolver decodes
+    it: its size, its type (JSON only) and its nesting, NaN, infinities and numbers out of
+    range, so what the resolver and the models then read cannot fail them (a 5xx) or
+    be stored changed (a non-finite number as null)."""
+    refused = _refused_body(event)
+    if refused is not None:
+        return {
+            "statusCode": refused.status_code,
+            "headers": {"Content-Type": content_types.APPLICATION_JSON},
+            "body": refused.body,
+        }
+    # The resolver compares media types as written (they are case-insensitive), and parses
+    # by the type even an empty body (a multipart type without a boundary would fail it):
+    # with no body the type says nothing, so it goes.
+    for headers in (event.get("headers") or {}, event.get("multiValueHeaders") or {}):
+        for key in [k for k in headers if k.lower() == "content-type"]:
+            if not event.get("body"):
+                del headers[key]
+            elif isinstance(headers[key], str):
+                headers[key] = headers[key].lower()
+            else:
+                headers[key] = [str(v).lower() for v in headers[key]]
+    return app.resolve(event, context)
+
+
+def _refused_body(event: dict[str, Any]) -> Response[str] | None:
     body = event.get("body") or ""
     limit, hint = body_limit(str(event.get("httpMethod") or ""), str(event.get("path") or ""))
-    if len(body.encode() if isinstance(body, str) else body) > limit:
-        response = _error(413, "too_large", f"the request body exceeds {limit} bytes{hint}", "body")
-        return {
-            "statusCode": 413,
-            "headers": {"Content-Type": content_types.APPLICATION_JSON},
-            "body": response.body,
-        }
-    return app.resolve(event, context)
+    raw = body.encode() if isinstance(body, str) else body
+    if len(raw) > limit:
+        return _error(413, "too_large", f"the request body exceeds {limit} bytes{hint}", "body")
+    if not raw:
+        return None
+    media = _content_type(event).split(";", 1)[0].strip().lower()
+    if media not in ("", content_types.APPLICATION_JSON):
+        return _error(
+            415, "unsupported_media_type", "the body must be application/json", "Content-Type"
+        )
+    try:
+        if event.get("isBase64Encoded"):
+            raw = base64.b64decode(raw, validate=True)
+        models.decode_json(raw)
+    except errors.ValidationError as exc:
+        return _error(400, "validation", exc.message, exc.field)
+    except ValueError:  # not base64, not UTF-8, not JSON, an integer of 4,300+ digits
+        return _error(422, "validation", "the body is not JSON", "body")
+    return None
+
+
+def _content_type(event: dict[str, Any]) -> str:
+    for key, value in (event.get("headers") or {}).items():
+        if key.lower() == "content-type" and value:
+            return str(value)
+    for key, values in (event.get("multiValueHeaders") or {}).items():
+        if key.lower() == "content-type" and values:
+            return str(values[0])
+    return ""
 
 
 def _json(body: dict[str, Any], status: int) -> Response[str]:

@@ -8,11 +8,15 @@ the OpenAPI document and the README.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
+import math
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, NotRequired
 
+import pydantic
 from pydantic import (
     AfterValidator,
     AwareDatetime,
@@ -42,6 +46,49 @@ MAX_BODY_BYTES = 128 * 1024  # checked on the raw request before parsing
 # 4 MiB: API Gateway escapes the body into the event JSON (about +25%), and the event must
 # stay under Lambda's 6 MB for synchronous invocations.
 MAX_WORKFLOW_BODY_BYTES = 4 * 1024 * 1024
+# Arrays and objects inside each other, the body itself counting as one: checked on the raw
+# text before any decoder runs (a decoder recurses per level, and so do pydantic and the
+# JSON encoder of the answer).
+MAX_JSON_DEPTH = 32
+# A JSON string (its escapes included), and the brackets that remain once strings are gone.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Does ``text`` open more than ``limit`` arrays or objects inside each other? Read
+    without decoding: brackets inside strings do not count."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    if len(brackets) <= limit:
+        return False
+    return max(itertools.accumulate(map(_NESTING.__getitem__, brackets))) > limit
+
+
+def _refuse_constant(name: str) -> Any:
+    raise errors.ValidationError(f"{name} is not a JSON number", field="body")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise errors.ValidationError(f"{text[:32]} is out of range for a number", field="body")
+    return value
+
+
+def decode_json(text: str | bytes, *, field: str = "body") -> Any:
+    """Decode a client's JSON, refusing what would break later rather than now: nesting
+    past :data:`MAX_JSON_DEPTH`, ``NaN`` and ``Infinity`` (not JSON), numbers too large for
+    a float (``1e309``: stored as null otherwise) and integers past Python's digit limit.
+    Typed errors naming ``field``; text that is not JSON raises ``ValueError``."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    if json_too_deep(text):
+        raise errors.ValidationError(f"nests deeper than {MAX_JSON_DEPTH} levels", field=field)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
+    except errors.ValidationError as exc:
+        raise errors.ValidationError(exc.message, field=field) from exc
 
 
 def _in_range(value: datetime) -> datetime:
@@ -56,6 +103,11 @@ def _in_range(value: datetime) -> datetime:
 
 
 Instant = Annotated[AwareDatetime, AfterValidator(_in_range)]
+# Numbers in a request are JSON numbers: "3" and true are refused, not read as 3 and 1
+# (pydantic's strict mode on these fields; a whole number is still a valid float). The
+# body guard has refused NaN and infinities already; the float fields refuse them again.
+WholeNumber = Annotated[int, pydantic.Strict()]
+Number = Annotated[float, pydantic.Strict(), pydantic.AllowInfNan(False)]
 
 
 class Strict(BaseModel):
@@ -77,7 +129,7 @@ class HttpTarget(Strict):
 
     type: Literal["http"]
     url: HttpUrl
-    timeout_seconds: int = Field(default=30, ge=1, le=900)
+    timeout_seconds: WholeNumber = Field(default=30, ge=1, le=900)
     headers: dict[str, str] = Field(
         default_factory=dict,
         max_length=20,
@@ -119,7 +171,7 @@ class WorkflowTarget(Strict):
 
     type: Literal["workflow"]
     workflow_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    version: int | None = Field(default=None, ge=1, description="default: the latest")
+    version: WholeNumber | None = Field(default=None, ge=1, description="default: the latest")
 
 
 ScheduleTarget = Annotated[
@@ -137,10 +189,12 @@ class DstIn(Strict):
 
 
 class RetryIn(Strict):
-    max_attempts: int = Field(default=3, ge=1, le=100, description="counts the first attempt")
-    base_seconds: float = Field(default=2.0, ge=0, le=900)
-    factor: float = Field(default=2.0, ge=1, le=10)
-    cap_seconds: float = Field(default=300.0, ge=0, le=900)
+    max_attempts: WholeNumber = Field(
+        default=3, ge=1, le=100, description="counts the first attempt"
+    )
+    base_seconds: Number = Field(default=2.0, ge=0, le=900)
+    factor: Number = Field(default=2.0, ge=1, le=10)
+    cap_seconds: Number = Field(default=300.0, ge=0, le=900)
     jitter: Literal["full", "none"] = "full"
 
     @model_validator(mode="after")
@@ -161,9 +215,9 @@ class RetryIn(Strict):
 
 class MisfireIn(Strict):
     policy: Literal["fire_all", "fire_once", "skip"] = "fire_once"
-    grace_seconds: int = Field(default=60, ge=0, le=86_400)
-    catch_up_window_seconds: int = Field(default=3600, ge=0, le=7 * 86_400)
-    catch_up_max: int = Field(default=10, ge=0, le=1000)
+    grace_seconds: WholeNumber = Field(default=60, ge=0, le=86_400)
+    catch_up_window_seconds: WholeNumber = Field(default=3600, ge=0, le=7 * 86_400)
+    catch_up_max: WholeNumber = Field(default=10, ge=0, le=1000)
 
     def to_domain(self) -> policies.Misfire:
         return policies.Misfire(
@@ -189,7 +243,7 @@ class JobSpecIn(Strict):
     target: ScheduleTarget
     payload: dict[str, Any] = Field(default_factory=dict, description="at most 64 KiB as JSON")
     retry: RetryIn = Field(default_factory=RetryIn)
-    deadline_seconds: int | None = Field(default=None, ge=1, le=7 * 86_400)
+    deadline_seconds: WholeNumber | None = Field(default=None, ge=1, le=7 * 86_400)
 
     @field_validator("payload")
     @classmethod
@@ -220,7 +274,7 @@ class ScheduleIn(JobSpecIn):
     end: Instant | None = None
     misfire: MisfireIn = Field(default_factory=MisfireIn)
     overlap: Literal["allow", "forbid", "buffer_one"] = "allow"
-    jitter_seconds: int = Field(default=0, ge=0, le=900)
+    jitter_seconds: WholeNumber = Field(default=0, ge=0, le=900)
 
     def to_draft(self) -> service.ScheduleDraft:
         return service.ScheduleDraft(
@@ -245,7 +299,9 @@ class ScheduleIn(JobSpecIn):
 class JobIn(JobSpecIn):
     run_at: Instant | None = Field(default=None, description="give run_at or delay_seconds")
     # validate_default: the check below must also run when delay_seconds is left out.
-    delay_seconds: int | None = Field(default=None, ge=0, le=365 * 86_400, validate_default=True)
+    delay_seconds: WholeNumber | None = Field(
+        default=None, ge=0, le=365 * 86_400, validate_default=True
+    )
 
     @field_validator("delay_seconds")
     @classmethod
@@ -342,7 +398,7 @@ class NodeIn(TypedDict):
     payload: NotRequired[Annotated[dict[str, Any], AfterValidator(_node_payload_size)]]
     job_class: NotRequired[Literal["default", "short", "long"]]
     retry: NotRequired[Annotated[RetryIn, WrapValidator(_Shared())]]
-    deadline_seconds: NotRequired[Annotated[int, Field(ge=1, le=7 * 86_400)]]
+    deadline_seconds: NotRequired[Annotated[WholeNumber, Field(ge=1, le=7 * 86_400)]]
 
 
 _NODES_DOC = f"1 to {dag.MAX_NODES:,} nodes; ids (1-128 of A-Z a-z 0-9 _ . : -) are unique"
@@ -438,7 +494,7 @@ def uploaded_definition(raw: bytes) -> DefinitionIn:
             field="upload_id",
         )
     try:
-        doc = json.loads(raw)
+        doc = decode_json(raw, field="upload_id")
     except (ValueError, UnicodeDecodeError) as exc:
         raise errors.ValidationError(
             "the uploaded definition is not JSON", field="upload_id"
@@ -455,7 +511,7 @@ def uploaded_definition(raw: bytes) -> DefinitionIn:
 
 
 class RunIn(Strict):
-    version: int | None = Field(default=None, ge=1, description="the latest when left out")
+    version: WholeNumber | None = Field(default=None, ge=1, description="the latest when left out")
 
 
 # --- responses ---------------------------------------------------------------------------
@@ -712,7 +768,7 @@ def node_cursor_after(cursor: str | None, run_id: str, state: dag.NodeState) -> 
         return None
     try:
         key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # not base64, not JSON, nested too deep
         raise errors.ValidationError("is not a cursor this API returned", field="cursor") from exc
     if (
         not isinstance(key, dict)

@@ -117,6 +117,9 @@ class CronSpec:
 
 
 RATE_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+# The longest period a rate (and an "in N units" offset) may have: a century, which every
+# fire time it gives still fits in a datetime (and in epoch milliseconds).
+MAX_RATE_DAYS = 36_500
 
 
 @dataclass(frozen=True)
@@ -278,9 +281,15 @@ def parse_rate(body: str) -> RateSpec:
             part="rate unit",
             suggestion=f"rate({m.group('n')} minutes)",
         )
-    amount = int(m.group("n"))
+    digits = m.group("n").lstrip("0") or "0"
+    # 12 digits are past the bound in seconds already (and int() of 4,300 would raise).
+    amount = int(digits) if len(digits) <= 12 else MAX_RATE_DAYS * RATE_UNITS["day"] + 1
     if amount < 1:
         raise errors.ScheduleSyntaxError("the amount must be at least 1", part="rate amount")
+    if amount * RATE_UNITS[unit] > MAX_RATE_DAYS * RATE_UNITS["day"]:
+        raise errors.ScheduleSyntaxError(
+            f"the period is at most {MAX_RATE_DAYS:,} days", part="rate amount"
+        )
     return RateSpec(amount=amount, unit=unit)
 
 

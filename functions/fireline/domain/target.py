@@ -1,7 +1,8 @@
 """What a target must be for a worker to be able to call it, checked at registration.
 
 A target that cannot even be sent (an HTTP header the client refuses) would fail every
-attempt; it is refused when it is registered instead, naming the field.
+attempt, and one the SSRF rules refuse (``fireline.domain.egress``) would be refused at
+every attempt; both are refused when registered instead, naming the field.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fireline.domain import errors
+from fireline.domain import egress, errors
 
 # RFC 9110 field names are tokens.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -48,7 +49,15 @@ def check_headers(headers: Mapping[str, Any], *, field: str = "target.headers") 
             )
 
 
-def check(target: Mapping[str, Any], *, field: str = "target") -> None:
-    """Refuse a target no attempt could call (typed error naming the field)."""
+def check(
+    target: Mapping[str, Any],
+    *,
+    tenant_id: str,
+    policy: egress.EgressPolicy = egress.STRICT,
+    field: str = "target",
+) -> None:
+    """Refuse a target no attempt could call, or one the SSRF rules refuse (typed error
+    naming the field)."""
     if target.get("type") == "http":
+        egress.check_url(str(target.get("url", "")), tenant_id, policy, field=f"{field}.url")
         check_headers(target.get("headers") or {}, field=f"{field}.headers")

@@ -32,6 +32,10 @@ DEFAULT_KEYS = {"local-key-tenant-a": "tenant-a", "local-key-tenant-b": "tenant-
 LOCAL_PARAMETERS = {
     # Locally a long job's heartbeat window is short, so the demo shows it quickly.
     "WebhookSigningSecret": "local-signing-secret-change-me",
+    # Webhooks on this machine (a receiver on 127.0.0.1 while trying Fireline out): plain
+    # http and the loopback are allowed here, and nowhere by default.
+    "HttpTargetAllowHttp": "*",
+    "HttpTargetAllowNetworks": "127.0.0.0/8,::1/128",
 }
 
 

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from fireline import ports
+from fireline.domain import egress as egress_rules
 from fireline.domain import errors, model, natural, occurrence, policies, retry, schedule
 from fireline.domain import target as target_rules
 from fireline.services import claims, dispatch
@@ -99,6 +100,7 @@ class ScheduleService:
         handlers: Container[str] | None = None,
         long_jobs: long_jobs_service.LongJobs | None = None,
         workflows: WorkflowCatalog | None = None,
+        egress: egress_rules.EgressPolicy = egress_rules.STRICT,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -111,6 +113,8 @@ class ScheduleService:
         # Workflow targets must name a workflow (and version) the tenant has; None: this
         # deployment runs no workflows, so a workflow target is refused.
         self.workflows = workflows
+        # What HTTP targets may name (the operator's widening of https-to-public-only).
+        self.egress = egress
 
     # --- schedules -------------------------------------------------------------------------
 
@@ -424,7 +428,7 @@ class ScheduleService:
 
     def _check_target(self, tenant_id: str, target: dict[str, Any]) -> None:
         """Refuse, at registration, a target no attempt could call."""
-        target_rules.check(target)
+        target_rules.check(target, tenant_id=tenant_id, policy=self.egress)
         kind = target.get("type")
         known = self.handlers
         if kind == "python" and known is not None and target.get("handler") not in known:
@@ -454,14 +458,19 @@ class ScheduleService:
     ) -> model.Schedule:
         self._check_target(tenant_id, draft.target)
         model.check_deadline(draft.job_class, draft.deadline_seconds)
-        if natural.looks_natural(draft.spec):
-            spec = natural.translate(draft.spec, now).spec
-        else:
-            spec = schedule.parse_spec(draft.spec)
-        timing = schedule.Timing(
-            spec=spec, timezone=draft.timezone, dst=draft.dst, start=draft.start, end=draft.end
-        )
-        first = schedule.first_fire(timing, now)
+        try:
+            if natural.looks_natural(draft.spec):
+                spec = natural.translate(draft.spec, now).spec
+            else:
+                spec = schedule.parse_spec(draft.spec)
+            timing = schedule.Timing(
+                spec=spec, timezone=draft.timezone, dst=draft.dst, start=draft.start, end=draft.end
+            )
+            first = schedule.first_fire(timing, now)
+        except OverflowError as exc:
+            # A time past what a datetime holds, from a spec the parsers let through: bad
+            # input, said so before anything is written.
+            raise errors.ValidationError("gives a time out of range", field="spec") from exc
         return model.Schedule(
             tenant_id=tenant_id,
             schedule_id=schedule_id,

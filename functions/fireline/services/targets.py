@@ -17,8 +17,6 @@ import hmac
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +25,8 @@ from typing import Any, Protocol
 import botocore.exceptions
 
 from fireline.domain import errors
+from fireline.domain import target as target_rules
+from fireline.services import webhook
 
 SIGNATURE_HEADER = "X-Fireline-Signature"
 # What an outcome stores of a target's result: well inside a DynamoDB item's 400 KB and
@@ -170,6 +170,14 @@ def jsonable(value: Any, limit: int = MAX_OUTPUT_BYTES) -> Any:
     return value
 
 
+def _shown(location: str | None) -> str:
+    """A Location header as a tenant may read it: printable, bounded."""
+    if not location:
+        return "(none)"
+    text = "".join(c for c in location if c.isprintable())
+    return text[:256]
+
+
 def message_group_id(schedule_id: str) -> str:
     """The FIFO group of a schedule's (or a workflow node's) messages: its id, or when that
     is longer than SQS allows (a node id of 128 characters in a run), a prefix and a
@@ -209,7 +217,10 @@ class TargetRunner:
         sqs_client: Callable[[], Any],
         workflows: Callable[[], WorkflowStarter] | None = None,
         python: PythonRunner | None = None,
+        egress: webhook.Egress | None = None,
     ) -> None:
+        # Where HTTP targets may go: https to public addresses unless the operator widens it.
+        self._egress = egress or webhook.Egress()
         self._workflows = workflows
         self._python_runner = python or run_in_own_thread
         self.registry = registry
@@ -268,6 +279,10 @@ class TargetRunner:
             raise TargetFailed(f"{type(exc).__name__}: {exc}") from exc
 
     def _http(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
+        try:  # one stored before registration checked it: never sent at all
+            target_rules.check_headers(target.get("headers") or {})
+        except errors.ValidationError as exc:
+            raise TargetFailed(f"a header cannot be sent: {exc.message}") from exc
         body = json.dumps(context.as_message(), separators=(",", ":")).encode()
         timestamp = int(time.time())
         headers = {
@@ -277,20 +292,28 @@ class TargetRunner:
             SIGNATURE_HEADER: sign(self._secret, timestamp, body),
             "User-Agent": "fireline",
         }
-        request = urllib.request.Request(target["url"], data=body, headers=headers, method="POST")
         limit = min(timeout, float(target.get("timeout_seconds", timeout)))
+        # What a tenant reads of a failure (the exit reason) is a status or a category,
+        # never an address or a socket error: see fireline.services.webhook.
         try:
-            with urllib.request.urlopen(request, timeout=limit) as response:
-                text = response.read(64 * 1024).decode(errors="replace")
-                return {"status": response.status, "body": text[:1024]}
-        except urllib.error.HTTPError as exc:
-            raise TargetFailed(f"HTTP {exc.code} from {target['url']}") from exc
-        except TimeoutError as exc:
-            raise DeadlineExceeded(f"{target['url']} did not answer in {limit:.0f} s") from exc
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise DeadlineExceeded(f"{target['url']} did not answer in {limit:.0f} s") from exc
-            raise TargetFailed(f"{target['url']}: {exc.reason}") from exc
+            answer = webhook.post(
+                self._egress,
+                str(target["url"]),
+                body,
+                headers,
+                tenant_id=context.tenant_id,
+                timeout=limit,
+            )
+        except webhook.TimedOut as exc:
+            raise DeadlineExceeded(f"no answer in {limit:.0f} s") from exc
+        except webhook.SendFailed as exc:
+            raise TargetFailed(str(exc)) from exc
+        if 300 <= answer.status < 400:
+            where = _shown(answer.location)
+            raise TargetFailed(f"HTTP {answer.status}: redirect to {where} not followed")
+        if not 200 <= answer.status < 300:
+            raise TargetFailed(f"HTTP {answer.status}")
+        return {"status": answer.status, "body": answer.body.decode(errors="replace")[:1024]}
 
     def _invoke(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
         """Invoke synchronously, waiting up to ``timeout`` for the function to end. The

@@ -47,6 +47,7 @@ from aws_lambda_powertools import Logger
 
 from fireline import ports
 from fireline.domain import dag, errors, model, occurrence, workflow
+from fireline.domain import egress as egress_rules
 from fireline.domain import target as target_rules
 from fireline.services import dispatch
 
@@ -660,12 +661,15 @@ class WorkflowService:
         queue: ports.WorkQueue,
         clock: ports.Clock,
         definitions: Definitions | None = None,
+        egress: egress_rules.EgressPolicy = egress_rules.STRICT,
     ) -> None:
         self.store = store
         self.documents = documents
         self.queue = queue
         self.clock = clock
         self.definitions = definitions or Definitions(store, documents)
+        # What HTTP targets may name (the operator's widening of https-to-public-only).
+        self.egress = egress
 
     def register(
         self,
@@ -675,8 +679,16 @@ class WorkflowService:
         edges: list[tuple[str, str]],
     ) -> workflow.DefinitionMeta:
         """Validate and store a new version (the first is 1). Bad input changes nothing."""
+        checked: set[int] = set()  # nodes mostly share a few target dicts
         for index, spec in enumerate(specs):
-            target_rules.check(spec.target, field=f"nodes[{index}].target")
+            if id(spec.target) not in checked:
+                target_rules.check(
+                    spec.target,
+                    tenant_id=tenant_id,
+                    policy=self.egress,
+                    field=f"nodes[{index}].target",
+                )
+                checked.add(id(spec.target))
             model.check_deadline(
                 spec.job_class, spec.deadline_seconds, field=f"nodes[{index}].deadline_seconds"
             )
