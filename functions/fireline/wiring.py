@@ -25,8 +25,8 @@ from fireline.adapters import clock as clock_adapter
 from fireline.adapters import dynamodb, s3, sqs, stepfunctions, workflows_dynamodb
 from fireline.api import app as api_app
 from fireline.domain import egress, errors, model, quota, workflow
+from fireline.services import isolation, schedules, targets, ticker, webhook, workflows
 from fireline.services import long_jobs as long_jobs_service
-from fireline.services import schedules, targets, ticker, webhook, workflows
 from fireline.services import worker as worker_service
 
 if TYPE_CHECKING:
@@ -267,6 +267,9 @@ def target_runner() -> targets.TargetRunner:
         sqs_client=sqs_client,
         workflows=workflow_service if settings().workflows_table else None,
         egress=webhook.Egress(policy=egress_policy()),
+        # A process per attempt, killed at its deadline: a runaway job of one tenant
+        # never keeps running beside the next jobs of another.
+        python=isolation.run_in_child_process,
     )
 
 

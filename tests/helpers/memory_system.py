@@ -107,6 +107,22 @@ class MemorySystem:
         return found
 
 
+def job_context(
+    payload: dict[str, Any] | None = None,
+    progress: list[dict[str, Any]] | None = None,
+) -> targets.JobContext:
+    """What a Python handler is given for one fire (progress updates go to ``progress``)."""
+    return targets.JobContext(
+        occurrence_key="s1#1#2026-05-01T12:00:00Z",
+        tenant_id="tenant-a",
+        schedule_id="s1",
+        fire_time=NOW,
+        attempt=1,
+        payload=payload or {},
+        report_progress=progress.append if progress is not None else None,
+    )
+
+
 def missing_workflows() -> workflows.WorkflowService:
     """A workflow service of its own, where no workflow is registered."""
     clock = memory.FakeClock()

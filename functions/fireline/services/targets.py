@@ -35,8 +35,6 @@ MAX_OUTPUT_BYTES = 32 * 1024
 PREVIEW_CHARS = 1024
 # SQS's limit on a FIFO message's MessageGroupId.
 MAX_GROUP_ID = 128
-# Python handlers run on a small pool: a job past its deadline is abandoned (its thread
-# cannot be killed) and the worker moves on.
 
 
 class TargetFailed(Exception):
@@ -56,7 +54,9 @@ def run_in_own_thread(
 ) -> Any:
     """A thread of its own per job, so the records of a batch never queue for a shared
     pool (a record's deadline must count from its own start). A thread cannot be
-    stopped: one past its deadline is abandoned, and finishes or not on its own."""
+    stopped: one past its deadline is abandoned, and finishes or not on its own. The
+    deployed workers use fireline.services.isolation instead (a process per attempt,
+    killed at the deadline); this one serves tests whose handlers share their memory."""
     outcome: dict[str, Any] = {}
 
     def call() -> None:
