@@ -72,6 +72,9 @@ class Settings:
     horizon_seconds: int = 900
     tenant_limit: int = quota.DEFAULT_LIMIT
     job_class: str = "default"  # the worker's class (JOB_CLASS)
+    # The class's maximum concurrency, as its event source mapping sets it: a tenant's
+    # share of the class is counted from it (0: none).
+    class_max_concurrency: int = 0
     signing_secret: str = ""
     long_job_state_machine_arn: str = ""
     long_job_heartbeat_seconds: int = 60
@@ -120,6 +123,7 @@ class Settings:
             horizon_seconds=number("HORIZON_SECONDS", 900),
             tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
             job_class=env.get("JOB_CLASS", "default"),
+            class_max_concurrency=number("CLASS_MAX_CONCURRENCY", 0),
             signing_secret=env.get("WEBHOOK_SIGNING_SECRET", ""),
             long_job_state_machine_arn=env.get("LONG_JOB_STATE_MACHINE_ARN", ""),
             long_job_heartbeat_seconds=number("LONG_JOB_HEARTBEAT_SECONDS", 60),
@@ -305,7 +309,11 @@ def worker() -> worker_service.Worker:
         slots=slot_store(),
         clock=clock(),
         runner=target_runner(),
-        config=worker_service.WorkerConfig(job_class=s.job_class, tenant_limit=s.tenant_limit),
+        config=worker_service.WorkerConfig(
+            job_class=s.job_class,
+            tenant_limit=s.tenant_limit,
+            class_max_concurrency=s.class_max_concurrency,
+        ),
         metrics=metrics(),
         long_jobs=long_jobs() if s.job_class == "long" else None,
         nodes=node_jobs() if s.workflows_table else None,

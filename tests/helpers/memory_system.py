@@ -62,6 +62,7 @@ class MemorySystem:
         *,
         job_class: str = "default",
         tenant_limit: int = 0,
+        class_max_concurrency: int = 0,
         runner: targets.TargetRunner | None = None,
         long: long_jobs.LongJobs | None = None,
     ) -> worker.Worker:
@@ -72,7 +73,11 @@ class MemorySystem:
             slots=self.slots,
             clock=self.clock,
             runner=runner or self.runner(),
-            config=worker.WorkerConfig(job_class=job_class, tenant_limit=tenant_limit),
+            config=worker.WorkerConfig(
+                job_class=job_class,
+                tenant_limit=tenant_limit,
+                class_max_concurrency=class_max_concurrency,
+            ),
             metrics=self.metrics,
             long_jobs=long,
         )
