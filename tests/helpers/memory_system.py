@@ -36,12 +36,15 @@ class MemorySystem:
             clock=self.clock,
         )
 
-    def runner(self) -> targets.TargetRunner:
+    def runner(self, python: targets.PythonRunner | None = None) -> targets.TargetRunner:
+        """Python jobs on a thread each unless ``python`` says otherwise (a test's
+        handlers then share the test's memory)."""
         return targets.TargetRunner(
             registry=self.registry,
             signing_secret=SIGNING_SECRET,
             lambda_client=lambda timeout: None,
             sqs_client=lambda: None,
+            python=python,
         )
 
     def long_jobs(

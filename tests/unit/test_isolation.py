@@ -12,40 +12,18 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fireline.services import isolation, long_jobs, targets
-from helpers.memory_system import SIGNING_SECRET, MemorySystem, job_context
+from helpers.memory_system import MemorySystem, job_context
+from helpers.processes import alive, all_gone
 from helpers.supervisors import RecordingSupervisor
-
-# How long a killed process may take to disappear on a busy machine (polled, not slept).
-GONE_WITHIN_SECONDS = 20.0
 
 
 def context(progress: list[dict[str, Any]] | None = None, **payload: Any) -> targets.JobContext:
     return job_context(payload, progress)
-
-
-def alive(pid: int) -> bool:
-    """Is ``pid`` a running process? A zombie (killed, not yet reaped by its parent or
-    by init) counts as gone: it runs nothing and holds no memory."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in {"Z", "X"}
-
-
-def gone(pid: int) -> bool:
-    waited_until = time.monotonic() + GONE_WITHIN_SECONDS
-    while alive(pid):
-        if time.monotonic() > waited_until:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_the_result_comes_back_from_the_child() -> None:
@@ -185,7 +163,7 @@ def test_processes_a_job_started_are_stopped_with_it() -> None:
         isolation.run_in_child_process(starter, context(seen), 1.0)
 
     # THEN the process it started is gone too (it was in the job's process group)
-    assert seen and gone(seen[0]["pid"])
+    assert seen and all_gone([seen[0]["pid"]])
 
 
 def test_the_target_runner_names_the_handler_that_ran_past_its_deadline() -> None:
@@ -228,13 +206,7 @@ def test_a_long_jobs_progress_and_heartbeats_come_back_from_its_process() -> Non
         occurrences=system.occurrences,
         supervisor=supervisor,
         clock=system.clock,
-        runner=targets.TargetRunner(
-            registry=system.registry,
-            signing_secret=SIGNING_SECRET,
-            lambda_client=lambda timeout: None,
-            sqs_client=lambda: None,
-            python=isolation.run_in_child_process,
-        ),
+        runner=system.runner(python=isolation.run_in_child_process),
         slots=system.slots,
     )
     body = system.due_job(job_class="long", target={"type": "python", "handler": "stepper"})
