@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -181,13 +182,58 @@ def test_the_target_runner_names_the_handler_that_ran_past_its_deadline() -> Non
 
 
 class CountingSupervisor(RecordingSupervisor):
-    def __init__(self) -> None:
+    """Counts heartbeats; with ``marks``, also leaves a file per heartbeat there, which a
+    job's process can see."""
+
+    def __init__(self, marks: Path | None = None) -> None:
         super().__init__()
         self.heartbeats = 0
+        self.marks = marks
 
     def heartbeat(self, task_token: str) -> bool:
         self.heartbeats += 1
+        if self.marks is not None:
+            (self.marks / str(self.heartbeats)).touch()
         return True
+
+
+def long_jobs_on(system: MemorySystem, supervisor: CountingSupervisor) -> long_jobs.LongJobs:
+    return long_jobs.LongJobs(
+        schedules=system.schedules,
+        occurrences=system.occurrences,
+        supervisor=supervisor,
+        clock=system.clock,
+        runner=system.runner(python=isolation.run_in_child_process),
+        config=long_jobs.LongJobConfig(heartbeat_seconds=1),
+        slots=system.slots,
+    )
+
+
+def test_a_long_job_is_heartbeaten_while_its_process_works(tmp_path: Path) -> None:
+    # GIVEN a long job that reports nothing and ends only once it sees two heartbeats
+    # sent for it (by the worker, while the job's process works)
+    system = MemorySystem()
+
+    def quiet(ctx: targets.JobContext) -> str:
+        waited_until = time.monotonic() + 60
+        while len(list(tmp_path.iterdir())) < 2:
+            assert time.monotonic() < waited_until, "no heartbeat came"
+            time.sleep(0.05)
+        return "done"
+
+    system.registry.register("quiet")(quiet)
+    supervisor = CountingSupervisor(tmp_path)
+    jobs = long_jobs_on(system, supervisor)
+    body = system.due_job(job_class="long", target={"type": "python", "handler": "quiet"})
+    system.worker(job_class="long", long=jobs).handle(body, remaining_ms=lambda: 60_000)
+
+    # WHEN the runner runs its attempt, THEN it succeeds: the heartbeats came meanwhile
+    assert jobs.run_task(
+        {**body, "task_token": "t-1", "attempt": 1, "heartbeat_seconds": 1},
+        remaining_ms=lambda: 600_000,
+    )
+    assert supervisor.heartbeats >= 2
+    assert supervisor.succeeded == [{"result": "done"}]
 
 
 def test_a_long_jobs_progress_and_heartbeats_come_back_from_its_process() -> None:
@@ -201,14 +247,7 @@ def test_a_long_jobs_progress_and_heartbeats_come_back_from_its_process() -> Non
 
     system.registry.register("stepper")(stepper)
     supervisor = CountingSupervisor()
-    jobs = long_jobs.LongJobs(
-        schedules=system.schedules,
-        occurrences=system.occurrences,
-        supervisor=supervisor,
-        clock=system.clock,
-        runner=system.runner(python=isolation.run_in_child_process),
-        slots=system.slots,
-    )
+    jobs = long_jobs_on(system, supervisor)
     body = system.due_job(job_class="long", target={"type": "python", "handler": "stepper"})
     system.worker(job_class="long", long=jobs).handle(body, remaining_ms=lambda: 60_000)
 
