@@ -14,7 +14,10 @@ they stop when the child is stopped.
 
 The child is a copy of the worker at the moment of the fork: it can use what the handler
 module set up at import. Its writes to the parent's memory are its own (a handler's
-effects go through its targets, databases and queues, never through worker memory).
+effects go through its targets, databases and queues, never through worker memory). Only
+the forking thread exists in the child, so a lock another worker thread held at the fork
+stays held there: a handler makes the clients it needs (boto3, HTTP pools) in the job
+rather than sharing the worker's. (Python's logging locks are reset at a fork.)
 """
 
 from __future__ import annotations
