@@ -20,7 +20,6 @@ from fireline.domain import errors
 
 DEFAULT_LIMIT = 50
 UNLIMITED = 0  # an override of 0 lifts the limit for that tenant
-UNLIMITED_SLOT = -1  # what a job of an unlimited tenant holds: no slot at all
 
 
 @dataclass(frozen=True)
