@@ -112,6 +112,27 @@ def test_a_child_that_dies_without_answering_is_a_failure() -> None:
         isolation.run_in_child_process(crash, context(), 30)
 
 
+def test_a_child_that_dies_while_another_process_holds_its_pipe_is_a_failure() -> None:
+    # GIVEN a job that starts a process (which inherits the job's end of the pipe and
+    # keeps it open) and then dies without answering
+    seen: list[dict[str, Any]] = []
+
+    def crash_leaving_a_holder(ctx: targets.JobContext) -> None:
+        holder = subprocess.Popen(["sleep", "3600"], pass_fds=_open_fds())
+        ctx.progress({"pid": holder.pid})
+        os._exit(3)
+
+    # WHEN it runs with a long deadline, THEN its end is seen (not waited out until the
+    # deadline), and the process it left behind is stopped with it
+    with pytest.raises(targets.TargetFailed, match=r"exited \(status 3\)"):
+        isolation.run_in_child_process(crash_leaving_a_holder, context(seen), 600)
+    assert seen and all_gone([seen[0]["pid"]])
+
+
+def _open_fds() -> tuple[int, ...]:
+    return tuple(int(name) for name in os.listdir("/proc/self/fd") if int(name) > 2)
+
+
 def test_a_child_killed_by_a_signal_is_a_failure_naming_it() -> None:
     def killed(ctx: targets.JobContext) -> None:
         os.kill(os.getpid(), signal.SIGKILL)

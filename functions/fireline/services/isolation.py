@@ -43,6 +43,8 @@ _READ_CHUNK = 1 << 16
 _CHILD_BROKEN = 70
 # After the child's end of the pipe closes, how long its exit may take to be seen.
 _EXIT_GRACE_SECONDS = 1.0
+# How often a waiting parent looks whether its child has ended without closing the pipe.
+_EXIT_CHECK_SECONDS = 0.25
 
 
 def run_in_child_process(
@@ -90,22 +92,36 @@ def _supervise(pid: int, fd: int, context: targets.JobContext, timeout: float) -
     frames = _Frames()
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    exited = False
     while True:
         left = ends - time.monotonic()
-        if left <= 0:
+        if left <= 0 and not exited:
             raise targets.DeadlineExceeded(f"ran past {timeout:.0f} s and was stopped")
-        if not poller.poll(max(1, int(left * 1000))):
-            continue
-        chunk = os.read(fd, _READ_CHUNK)
-        if not chunk:
+        # The pipe's end may outlive the child (a process it started, or a job forked by
+        # another thread in the moment this pipe was open, holds a copy of its write end),
+        # so the child's own end is watched too: once it has exited, what it wrote is
+        # read, and no more waited for.
+        wait = 0.0 if exited else min(left, _EXIT_CHECK_SECONDS)
+        if poller.poll(int(wait * 1000)):
+            chunk = os.read(fd, _READ_CHUNK)
+            if not chunk:
+                raise targets.TargetFailed(_ended_without_answer(pid, ends))
+            for kind, value in frames.feed(chunk):
+                if kind == "progress":
+                    context.progress(value)
+                elif kind == "value":
+                    return value
+                else:
+                    raise value
+        elif exited:
             raise targets.TargetFailed(_ended_without_answer(pid, ends))
-        for kind, value in frames.feed(chunk):
-            if kind == "progress":
-                context.progress(value)
-            elif kind == "value":
-                return value
-            else:
-                raise value
+        else:
+            exited = _has_exited(pid)
+
+
+def _has_exited(pid: int) -> bool:
+    """Has the child ended? (It stays waitable: its status is read later.)"""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
 def _ended_without_answer(pid: int, ends: float) -> str:
