@@ -25,8 +25,8 @@ from fireline.adapters import clock as clock_adapter
 from fireline.adapters import dynamodb, s3, sqs, stepfunctions, workflows_dynamodb
 from fireline.api import app as api_app
 from fireline.domain import egress, errors, model, quota, workflow
+from fireline.services import isolation, schedules, targets, ticker, webhook, workflows
 from fireline.services import long_jobs as long_jobs_service
-from fireline.services import schedules, targets, ticker, webhook, workflows
 from fireline.services import worker as worker_service
 
 if TYPE_CHECKING:
@@ -72,6 +72,9 @@ class Settings:
     horizon_seconds: int = 900
     tenant_limit: int = quota.DEFAULT_LIMIT
     job_class: str = "default"  # the worker's class (JOB_CLASS)
+    # The class's maximum concurrency, as its event source mapping sets it: a tenant's
+    # share of the class is counted from it (0: none).
+    class_max_concurrency: int = 0
     signing_secret: str = ""
     long_job_state_machine_arn: str = ""
     long_job_heartbeat_seconds: int = 60
@@ -120,6 +123,7 @@ class Settings:
             horizon_seconds=number("HORIZON_SECONDS", 900),
             tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
             job_class=env.get("JOB_CLASS", "default"),
+            class_max_concurrency=number("CLASS_MAX_CONCURRENCY", 0),
             signing_secret=env.get("WEBHOOK_SIGNING_SECRET", ""),
             long_job_state_machine_arn=env.get("LONG_JOB_STATE_MACHINE_ARN", ""),
             long_job_heartbeat_seconds=number("LONG_JOB_HEARTBEAT_SECONDS", 60),
@@ -267,6 +271,9 @@ def target_runner() -> targets.TargetRunner:
         sqs_client=sqs_client,
         workflows=workflow_service if settings().workflows_table else None,
         egress=webhook.Egress(policy=egress_policy()),
+        # A process per attempt, killed at its deadline: a runaway job of one tenant
+        # never keeps running beside the next jobs of another.
+        python=isolation.run_in_child_process,
     )
 
 
@@ -302,7 +309,11 @@ def worker() -> worker_service.Worker:
         slots=slot_store(),
         clock=clock(),
         runner=target_runner(),
-        config=worker_service.WorkerConfig(job_class=s.job_class, tenant_limit=s.tenant_limit),
+        config=worker_service.WorkerConfig(
+            job_class=s.job_class,
+            tenant_limit=s.tenant_limit,
+            class_max_concurrency=s.class_max_concurrency,
+        ),
         metrics=metrics(),
         long_jobs=long_jobs() if s.job_class == "long" else None,
         nodes=node_jobs() if s.workflows_table else None,
