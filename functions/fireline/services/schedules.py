@@ -265,6 +265,7 @@ class ScheduleService:
             if draft.run_at.tzinfo is None:
                 raise errors.ValidationError("needs a UTC offset", field="run_at")
             run_at = draft.run_at.astimezone(UTC).replace(microsecond=0)
+            model.check_not_past(run_at, now, field="run_at")
         else:
             assert draft.delay_seconds is not None
             if draft.delay_seconds < 0:
@@ -466,7 +467,18 @@ class ScheduleService:
             timing = schedule.Timing(
                 spec=spec, timezone=draft.timezone, dst=draft.dst, start=draft.start, end=draft.end
             )
-            first = schedule.first_fire(timing, now)
+            after = now
+            if isinstance(spec, schedule.AtSpec):
+                # The rule of a job's run_at: an instant within the grace still fires (at
+                # once), one before it is refused as in the past, not as "never fires".
+                once = schedule.next_fire(
+                    schedule.Timing(spec=spec, timezone=draft.timezone, dst=draft.dst),
+                    schedule.EPOCH,
+                )
+                if once is not None:
+                    model.check_not_past(once, now, field="spec")
+                    after = min(once, now) - timedelta(microseconds=1)
+            first = schedule.first_fire(timing, after)
         except OverflowError as exc:
             # A time past what a datetime holds, from a spec the parsers let through: bad
             # input, said so before anything is written.
