@@ -155,6 +155,9 @@ class LocalCloud:
         deadline = time.monotonic() + runtime.STOP_GRACE_SECONDS
         for host in self.hosts.values():
             host.stop(deadline)
+        collector = getattr(self, "_collector", None)  # none when the deploy failed
+        if collector is not None:
+            collector.close()
         # Exported last, once nothing runs any more, so no outcome lands after the export.
         if self.options.state_dir is not None and self.deployed is not None:
             state.save(self, self.options.state_dir)

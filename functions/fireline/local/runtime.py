@@ -690,6 +690,7 @@ class Collector:
         self._summary_seconds = summary_seconds
         self._period: dict[str, list[float]] = {}
         self._period_start = time.time()
+        self._lock = threading.Lock()  # the period's values: the reader's, and close()'s
         self._thread = threading.Thread(target=self._run, daemon=True, name="collector")
 
     def start(self) -> None:
@@ -718,18 +719,26 @@ class Collector:
                 for v in value if isinstance(value, list) else [value]:
                     if isinstance(v, int | float):
                         self._on_metric(metric["Name"], float(v))
-                        self._period.setdefault(metric["Name"], []).append(float(v))
+                        with self._lock:
+                            self._period.setdefault(metric["Name"], []).append(float(v))
+
+    def close(self) -> None:
+        """Write the summary of the period so far (the local cloud is stopping)."""
+        self._summarise(force=True)
 
     def _summarise(self, force: bool = False) -> None:
         now = time.time()
         if not force and now - self._period_start < self._summary_seconds:
             return
-        if self._period:
+        with self._lock:
+            period, self._period, start = self._period, {}, self._period_start
+            self._period_start = now
+        if period:
             self._write(
                 {
                     "function": "local",
                     "message": "metrics",
-                    "seconds": round(now - self._period_start, 1),
+                    "seconds": round(now - start, 1),
                     "metrics": {
                         name: {
                             "count": len(values),
@@ -737,16 +746,16 @@ class Collector:
                             "min": min(values),
                             "max": max(values),
                         }
-                        for name, values in sorted(self._period.items())
+                        for name, values in sorted(period.items())
                     },
                 }
             )
-        self._period, self._period_start = {}, now
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._log is not None:
-            self._log.write(json.dumps(record, default=str) + "\n")
-            self._log.flush()
+            with self._lock:
+                self._log.write(json.dumps(record, default=str) + "\n")
+                self._log.flush()
 
 
 def _json_object(line: str) -> dict[str, Any] | None:
