@@ -27,6 +27,8 @@ from fireline.services import long_jobs as long_jobs_service
 
 MAX_PAGE = 100
 MAX_PREVIEW = 100
+# Reads one schedule listing page may make past the jobs sharing the tenant's partition.
+MAX_LIST_READS = 20
 # Milliseconds a trigger tries past the one it was asked in, when others took them.
 TRIGGER_TRIES = 50
 
@@ -135,8 +137,21 @@ class ScheduleService:
     def list(
         self, tenant_id: str, *, limit: int = 50, cursor: str | None = None
     ) -> ports.Page[model.Schedule]:
-        page = self.schedules.list(tenant_id, limit=_page_size(limit), cursor=cursor)
-        return ports.Page([s for s in page.items if s.kind is model.Kind.SCHEDULE], page.cursor)
+        """A page of the tenant's schedules. Jobs share their partition, so one read can hold
+        none: read on, each read asking only for what the page still lacks (so the cursor
+        of the last read is right after the last item returned), until the page is full,
+        the partition ends or :data:`MAX_LIST_READS` reads were made (a partition of
+        thousands of jobs must not hold the request past its time). A first page is empty
+        only when no schedule is left or the reads met only jobs."""
+        wanted = _page_size(limit)
+        found: builtins.list[model.Schedule] = []
+        for _ in range(MAX_LIST_READS):
+            page = self.schedules.list(tenant_id, limit=wanted - len(found), cursor=cursor)
+            found += [s for s in page.items if s.kind is model.Kind.SCHEDULE]
+            cursor = page.cursor
+            if cursor is None or len(found) == wanted:
+                break
+        return ports.Page(found, cursor)
 
     def update(self, tenant_id: str, schedule_id: str, draft: ScheduleDraft) -> model.Schedule:
         """Replace the definition; a new version, so pending fires of the old one are void."""
