@@ -204,7 +204,7 @@ def test_props_replace_their_template_parameters_with_the_apps_values(
     )
     assert worker["MemorySize"] == 1024
     assert worker["Environment"]["Variables"]["TENANT_CONCURRENCY_LIMIT"] == "20"
-    assert resources["ScheduleLagAlarm"]["Properties"]["Threshold"] == {"Fn::Sub": "5000"}
+    assert resources["StartLagAlarm"]["Properties"]["Threshold"] == {"Fn::Sub": "5000"}
     assert resources["FunctionLogGroup"]["Properties"]["RetentionInDays"] == 90
     assert (throttle["ThrottlingRateLimit"], throttle["ThrottlingBurstLimit"]) == (200, 400)
     # AND the alarms notify the app's topic, which a condition cannot name (CloudFormation

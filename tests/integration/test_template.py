@@ -1242,7 +1242,7 @@ def test_there_is_one_alarm_for_lag_one_for_a_stalled_ticker_and_one_per_dlq(
     alarms = _resources_of_type(translated, "AWS::CloudWatch::Alarm")
 
     assert set(alarms) == {
-        "ScheduleLagAlarm",
+        "StartLagAlarm",
         "TickerStalledAlarm",
         "DefaultDeadLetterAlarm",
         "ShortDeadLetterAlarm",
@@ -1254,12 +1254,12 @@ def test_there_is_one_alarm_for_lag_one_for_a_stalled_ticker_and_one_per_dlq(
     ] == []
 
 
-def test_lag_alarm_watches_p99_schedule_lag_in_milliseconds(translated: dict[str, Any]) -> None:
-    props = translated["Resources"]["ScheduleLagAlarm"]["Properties"]
+def test_lag_alarm_watches_p99_start_lag_in_milliseconds(translated: dict[str, Any]) -> None:
+    props = translated["Resources"]["StartLagAlarm"]["Properties"]
 
     assert (props["Namespace"], props["MetricName"], props["Dimensions"]) == (
         "Fireline",
-        "ScheduleLag",
+        "StartLag",
         SERVICE_DIMENSION,
     )
     assert (props["Unit"], props["ExtendedStatistic"], props["Period"]) == (

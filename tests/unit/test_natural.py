@@ -36,6 +36,27 @@ NOW = datetime(2026, 11, 30, 15, 0, 12, tzinfo=UTC)
         ("in 3 days", "at(2026-12-03T15:00:12Z)"),
         ("in 90 minutes", "at(2026-11-30T16:30:12Z)"),
         ("on 2026-12-24 at 18:00", "at(2026-12-24T18:00:00)"),
+        ("every 2 hours at :15", "cron(15 */2 * * *)"),
+        ("every 6 hours at minute 0", "cron(0 */6 * * *)"),
+        ("every other hour", "cron(0 */2 * * *)"),
+        ("hourly at quarter past", "cron(15 * * * *)"),
+        ("every month on the 1st", "cron(0 0 1 * *)"),
+        ("every other day", "cron(0 0 */2 * *)"),
+        ("every 3 days at 9am", "cron(0 9 */3 * *)"),
+        ("weekends", "cron(0 0 * * 0,6)"),
+        ("on weekends at 10", "cron(0 10 * * 0,6)"),
+        ("at noon", "cron(0 12 * * *)"),
+        ("every night at midnight", "cron(0 0 * * *)"),
+        ("twice a day at 9am and 9pm", "cron(0 9,21 * * *)"),
+        ("twice a day", "cron(0 0,12 * * *)"),
+        ("every day at half past 9", "cron(30 9 * * *)"),
+        ("every day at quarter to 10", "cron(45 9 * * *)"),
+        ("mondays at quarter past 9pm", "cron(15 21 * * 1)"),
+        ("tuesday through thursday at 07:00", "cron(0 7 * * 2-4)"),
+        # descriptions read back as what they describe
+        ("At 09:00, Monday through Friday (Europe/Paris)", "cron(0 9 * * 1-5)"),
+        ("At 15 minutes past the hour, every 2 hours (UTC)", "cron(15 */2 * * *)"),
+        ("Once at 2026-12-03 15:00:12 UTC", "at(2026-12-03T15:00:12Z)"),
     ],
 )
 def test_common_forms_translate_to_a_spec(text: str, spec: str) -> None:
@@ -64,7 +85,14 @@ def test_anything_else_is_rejected_with_a_suggestion(text: str, suggestion: str)
 
 
 @pytest.mark.parametrize(
-    "text,part", [("every day at 25:00", "time"), ("on the 32nd of every month", "day_of_month")]
+    "text,part",
+    [
+        ("every day at 25:00", "time"),
+        ("on the 32nd of every month", "day_of_month"),
+        ("every day at 9:15 and 21:30", "time"),
+        ("twice a day at 9am", "time"),
+        ("every 24 hours at :15", "hour"),
+    ],
 )
 def test_impossible_values_name_the_part(text: str, part: str) -> None:
     with pytest.raises(errors.ScheduleSyntaxError) as caught:
@@ -82,6 +110,12 @@ def test_impossible_values_name_the_part(text: str, part: str) -> None:
         ("at(2026-12-01T09:00:00)", False),
         ("every day at 09:30", True),
         ("in 3 days", True),
+        ("0 9 * * MON-FRI", False),
+        ("0 0 1 JAN,JUL *", False),
+        ("61 * * * *", False),
+        ("on the 1st of every month", True),
+        ("every month on the 1st", True),
+        ("every 2 hours at :15", True),
     ],
 )
 def test_spec_forms_are_told_apart_from_natural_language(text: str, expected: bool) -> None:

@@ -300,7 +300,7 @@ def build_app(
 
     @app.exception_handler(errors.ValidationError)
     def invalid_value(exc: errors.ValidationError) -> Response[str]:
-        return _error(400, "validation", exc.message, exc.field)
+        return _error(400, "validation", exc.detail, exc.field)
 
     @app.exception_handler(Unauthorized)
     def unauthorized(exc: Unauthorized) -> Response[str]:
@@ -392,7 +392,7 @@ def _refused_body(event: dict[str, Any]) -> Response[str] | None:
             raw = base64.b64decode(raw, validate=True)
         models.decode_json(raw)
     except errors.ValidationError as exc:
-        return _error(400, "validation", exc.message, exc.field)
+        return _error(400, "validation", exc.detail, exc.field)
     except ValueError:  # not base64, not UTF-8, not JSON, an integer of 4,300+ digits
         return _error(422, "validation", "the body is not JSON", "body")
     return None

@@ -88,7 +88,7 @@ def decode_json(text: str | bytes, *, field: str = "body") -> Any:
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
     except errors.ValidationError as exc:
-        raise errors.ValidationError(exc.message, field=field) from exc
+        raise errors.ValidationError(exc.detail, field=field) from exc
 
 
 def _in_range(value: datetime) -> datetime:
@@ -144,7 +144,7 @@ class HttpTarget(Strict):
         try:
             target_rules.check_headers(value)
         except errors.ValidationError as exc:
-            raise ValueError(exc.message) from exc
+            raise ValueError(exc.detail) from exc
         return value
 
 

@@ -26,8 +26,14 @@ class ValidationError(FirelineError):
         #: Dotted path of the field at fault (``spec``, ``timezone``, ``retry.max_attempts``).
         self.field = field
 
+    @property
+    def detail(self) -> str:
+        """The message with every hint it carries, without the field (an API answer names
+        the field apart)."""
+        return self.message
+
     def __str__(self) -> str:
-        return f"{self.field}: {self.message}" if self.field else self.message
+        return f"{self.field}: {self.detail}" if self.field else self.detail
 
 
 class ScheduleSyntaxError(ValidationError):
@@ -50,12 +56,13 @@ class ScheduleSyntaxError(ValidationError):
         #: A form that would have been accepted, when we can guess one.
         self.suggestion = suggestion
 
-    def __str__(self) -> str:
+    @property
+    def detail(self) -> str:
         where = ""
         if self.part is not None:
             where = f" ({self.part}" + (f", field {self.position}" if self.position else "") + ")"
         hint = f"; try {self.suggestion!r}" if self.suggestion else ""
-        return f"{self.field}: {self.message}{where}{hint}"
+        return f"{self.message}{where}{hint}"
 
 
 class UnknownTimeZone(ValidationError):

@@ -11,7 +11,7 @@ import enum
 import json
 import zlib
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fireline.domain import errors, policies, retry, schedule
@@ -80,6 +80,26 @@ MIN_LONG_DEADLINE = 2
 def deadline_for(job_class: str, deadline_seconds: int | None) -> int:
     """A job's deadline: its own, else its class's."""
     return deadline_seconds or DEADLINES.get(job_class, DEADLINES["default"])
+
+
+# One rule for a one-off time in the past, a job's `run_at` and an `at()` spec alike: more
+# than this before now it is refused, naming the field. A time in the past is almost always
+# a mistake (a wrong zone, a request replayed long after it was made), and running it "now"
+# would record a fire time nobody meant and a lag of however long ago it was; a job meant to
+# run now says so (`delay_seconds: 0`). Up to this much is the callers'
+# clock skew: accepted and run at once, its fire time as given.
+PAST_GRACE = timedelta(seconds=60)
+
+
+def check_not_past(when: datetime, now: datetime, *, field: str) -> None:
+    """Refuse a one-off time more than :data:`PAST_GRACE` before ``now`` (bad input)."""
+    if when < now - PAST_GRACE:
+        raise errors.ValidationError(
+            f"{when.astimezone(UTC).isoformat().replace('+00:00', 'Z')} is in the past "
+            f"(now {now.astimezone(UTC).isoformat(timespec='seconds').replace('+00:00', 'Z')}"
+            f"; up to {int(PAST_GRACE.total_seconds())} s is accepted as clock skew)",
+            field=field,
+        )
 
 
 def check_deadline(

@@ -568,4 +568,11 @@ def describe(spec: Spec, timezone: str = "UTC") -> str:
     options.use_24hour_time_format = True
     options.verbose = False
     text = get_description(spec.expression, options)
+    minute, hour = spec.expression.split()[-5:-3]
+    if text.startswith("Every") and minute.isdigit() and hour.startswith("*"):
+        # "Every 2 hours" would read as a rate (elapsed time); this cron fires on the
+        # zone's wall clock, at a minute of the hours the step names.
+        steps = hour.removeprefix("*").removeprefix("/")
+        every = f", every {steps} hours" if steps and steps != "1" else ""
+        text = f"At {int(minute)} minutes past the hour{every}"
     return f"{text} ({timezone})"

@@ -161,13 +161,22 @@ def plain_line(status: dict[str, Any]) -> str:
     return (
         f"queues(backlog/in-flight) {classes} | "
         + " ".join(f"{state}={n}" for state, n in sorted(counts.items()))
-        + f" | lag p50={_ms(status['lag_p50_ms'])} p99={_ms(status['lag_p99_ms'])}"
+        + f" | {_lags(status, '=')}"
         + f" | lease {status['lease'] or '-'}"
     )
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value / 1000:.1f}s"
+
+
+def _lags(status: dict[str, Any], equals: str = " ") -> str:
+    """``start lag p50 0.4s p99 1.2s  enqueue lag p50 0.0s p99 0.0s``."""
+    lags = status["lags_ms"]
+    return "  ".join(
+        f"{label} lag p50{equals}{_ms(lags[name][0])} p99{equals}{_ms(lags[name][1])}"
+        for label, name in (("start", "StartLag"), ("enqueue", "EnqueueLag"))
+    )
 
 
 def screen(cloud: LocalCloud, args: argparse.Namespace) -> Group:
@@ -195,7 +204,7 @@ def screen(cloud: LocalCloud, args: argparse.Namespace) -> Group:
     header = Text.assemble(
         ("Fireline local cloud  ", "bold"),
         f"API {cloud.api_url}   emulator {cloud.endpoint_url}   log {args.log_file}\n",
-        f"schedule lag p50 {_ms(status['lag_p50_ms'])}  p99 {_ms(status['lag_p99_ms'])}   ",
+        f"{_lags(status)}   ",
         f"ticker lease {status['lease'] or '-'}   API requests {status['api_requests']}\n",
         ("Ctrl-C stops everything.", "dim"),
     )

@@ -20,11 +20,13 @@ Lambda, EventBridge, SQS event source mappings and API Gateway would:
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import importlib
 import json
 import multiprocessing
 import os
+import queue
 import re
 import signal
 import sys
@@ -91,10 +93,12 @@ class _Lines:
         return None
 
 
-def _serve(spec: FunctionSpec, requests: Any, responses: Any, lines: Any) -> None:
+def _serve(spec: FunctionSpec, connection: Any, lines: Any) -> None:
     """The body of a function's process: import the handler, run invocations one at a
     time, as a Lambda execution environment does (module state, such as a cached
-    resolver or the current event, is never shared by two invocations at once)."""
+    resolver or the current event, is never shared by two invocations at once). Each
+    process has its own connection to the host, so one that is killed takes no lock or
+    queue the others need with it."""
     # Ctrl-C reaches the whole process group; the parent stops its functions itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.clear()
@@ -103,17 +107,35 @@ def _serve(spec: FunctionSpec, requests: Any, responses: Any, lines: Any) -> Non
     module_name, _, function_name = spec.handler.rpartition(".")
     handler = getattr(importlib.import_module(module_name), function_name)
     while True:
-        request = requests.get()
+        try:
+            request = connection.recv()
+        except (EOFError, OSError):
+            break  # the host is gone
         if request is None:
             break
         request_id, event = request
+        connection.send((request_id, None, None))  # taken: from here a death fails it
         try:
             result = handler(event, _Context(spec, request_id))
-            responses.put((request_id, True, result))
+            connection.send((request_id, True, result))
         except Exception as exc:
-            lines.put((spec.logical_id, traceback.format_exc()))
+            lines.put((spec.logical_id, _failure_line(exc)))
             payload = {"errorType": type(exc).__name__, "errorMessage": str(exc)}
-            responses.put((request_id, False, payload))
+            connection.send((request_id, False, payload))
+
+
+def _failure_line(exc: Exception) -> str:
+    """One JSON log line for an invocation that raised. An authorizer's "Unauthorized"
+    is how a refused key is answered, not a failure: it gets no traceback."""
+    if str(exc) == "Unauthorized":
+        return json.dumps({"level": "INFO", "message": "invocation answered Unauthorized"})
+    return json.dumps(
+        {
+            "level": "ERROR",
+            "message": f"invocation failed: {type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(),
+        }
+    )
 
 
 class FunctionError(Exception):
@@ -132,33 +154,31 @@ INTEGRATION_TIMEOUT_SECONDS = 35
 
 
 class FunctionHost:
-    """One deployed function: ``spec.concurrency`` processes (execution environments),
-    each taking the next invocation when it is free."""
+    """One deployed function: ``spec.concurrency`` execution environments (processes),
+    each taking the next invocation when it is free. An environment whose process dies
+    (killed, crashed) fails the invocation it was running, as Lambda reports a runtime
+    exit, and is replaced by a fresh process: the next invocation runs."""
 
     def __init__(self, spec: FunctionSpec, lines: Any) -> None:
         self.spec = spec
-        context = multiprocessing.get_context("spawn")
-        self._requests = context.Queue()
-        self._responses = context.Queue()
-        self._processes = [
-            context.Process(
-                target=_serve,
-                args=(spec, self._requests, self._responses, lines),
-                daemon=True,
-                name=f"{spec.logical_id}-{n}",
-            )
-            for n in range(max(1, spec.concurrency))
-        ]
+        self._lines = lines
+        self._context = multiprocessing.get_context("spawn")
+        self._waiting: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+        self._environments = [_Environment(self, n) for n in range(max(1, spec.concurrency))]
         self._pending: dict[str, Future[Any]] = {}
         self._lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._stopping = threading.Event()
         self.invocations = 0
         self.errors = 0
+        self.replaced = 0  # processes started again after theirs died
 
     def start(self) -> None:
-        for process in self._processes:
-            process.start()
-        self._reader.start()
+        for environment in self._environments:
+            environment.start()
+
+    def pids(self) -> list[int]:
+        """The process ids of the execution environments, as they are now."""
+        return [e.process.pid for e in self._environments if e.process.pid is not None]
 
     def invoke(self, event: Any, timeout: float | None = None) -> Any:
         """Invoke and wait: the handler's result, or FunctionError."""
@@ -170,29 +190,26 @@ class FunctionHost:
         with self._lock:
             self._pending[request_id] = future
             self.invocations += 1
-        self._requests.put((request_id, event))
+        self._waiting.put((request_id, event))
         return future
 
-    def _read(self) -> None:
-        while True:
-            try:
-                request_id, ok, payload = self._responses.get()
-            except (EOFError, OSError):
-                return
-            with self._lock:
-                future = self._pending.pop(request_id, None)
-                if not ok:
-                    self.errors += 1
-            if future is not None:
-                if ok:
-                    future.set_result(payload)
-                else:
-                    future.set_exception(FunctionError(payload))
+    def _settle(self, request_id: str, ok: bool, payload: Any) -> None:
+        with self._lock:
+            future = self._pending.pop(request_id, None)
+            if not ok:
+                self.errors += 1
+        if future is None:
+            return
+        if ok:
+            future.set_result(payload)
+        else:
+            future.set_exception(FunctionError(payload))
 
     def request_stop(self) -> None:
         """Ask each process to exit once its invocation ends (stop() waits for that)."""
-        for _ in self._processes:
-            self._requests.put(None)
+        self._stopping.set()
+        for _ in self._environments:
+            self._waiting.put(None)
 
     def stop(self, deadline: float | None = None) -> None:
         """Stop: each process may finish its invocation until ``deadline`` (monotonic;
@@ -201,14 +218,104 @@ class FunctionHost:
         if deadline is None:
             self.request_stop()
             deadline = time.monotonic() + STOP_GRACE_SECONDS
-        for process in self._processes:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.terminate()
+        for environment in self._environments:
+            environment.stop(deadline)
         with self._lock:
             pending, self._pending = self._pending, {}
         for future in pending.values():  # nobody waits out a timeout for a stopped function
             future.set_exception(FunctionError({"errorType": "Stopped", "errorMessage": "stopped"}))
+
+
+class _Environment:
+    """One execution environment: a process, its connection, and the thread that hands
+    it invocations and replaces it when it dies."""
+
+    def __init__(self, host: FunctionHost, number: int) -> None:
+        self.host = host
+        self.number = number
+        self.process, self._connection = self._spawn()
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"env-{host.spec.logical_id}-{number}"
+        )
+
+    def _spawn(self) -> tuple[Any, Any]:
+        ours, theirs = self.host._context.Pipe()
+        process = self.host._context.Process(
+            target=_serve,
+            args=(self.host.spec, theirs, self.host._lines),
+            daemon=True,
+            name=f"{self.host.spec.logical_id}-{self.number}",
+        )
+        return process, ours
+
+    def start(self) -> None:
+        self.process.start()
+        self._thread.start()
+
+    def _replace(self) -> None:
+        """A fresh process in place of a dead one (not while stopping)."""
+        if self.host._stopping.is_set():
+            return
+        self._connection.close()
+        self.process, self._connection = self._spawn()
+        self.process.start()
+        self.host.replaced += 1
+
+    def _run(self) -> None:
+        while True:
+            try:
+                request = self.host._waiting.get(timeout=0.5)
+            except queue.Empty:
+                if not self.process.is_alive():
+                    self._replace()  # died idle: ready again before the next invocation
+                continue
+            if request is None:
+                with contextlib.suppress(OSError):
+                    self._connection.send(None)
+                return
+            self._invoke(request)
+
+    def _invoke(self, request: tuple[str, Any]) -> None:
+        """Hand one invocation to the process. One that died before taking it (killed
+        while idle, not yet noticed) is replaced and the invocation handed to the new
+        one; one that died running it fails it, as Lambda reports a runtime exit."""
+        request_id = request[0]
+        for _ in range(3):
+            if not self.process.is_alive():
+                self._replace()
+            taken = answer = None
+            with contextlib.suppress(EOFError, OSError):  # the process died on the way
+                self._connection.send(request)
+                taken = self._receive()
+                answer = self._receive() if taken is not None else None
+            if answer is not None:
+                self.host._settle(request_id, bool(answer[1]), answer[2])
+                return
+            code = self.process.exitcode
+            self._replace()
+            if taken is not None:
+                break
+        self.host._settle(
+            request_id,
+            False,
+            {
+                "errorType": "Runtime.ExitError",
+                "errorMessage": f"the function's process exited (code {code})",
+            },
+        )
+
+    def _receive(self) -> tuple[str, bool | None, Any] | None:
+        """The process's next message, or None when it died first."""
+        while not self._connection.poll(0.5):
+            if not self.process.is_alive():
+                return None
+        message: tuple[str, bool | None, Any] = self._connection.recv()
+        return message
+
+    def stop(self, deadline: float) -> None:
+        self.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self.process.is_alive():
+            self.process.terminate()
 
 
 # --- event sources -------------------------------------------------------------------------
@@ -444,6 +551,16 @@ class ApiGateway:
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
         self.requests += 1
+        if method not in METHODS:
+            return api_error(
+                405, "method_not_allowed", f"{method} is not a method of this API", "method"
+            )
+        try:
+            text = body.decode() if body else None
+        except UnicodeDecodeError:
+            # A proxy integration passes text bodies as text: bytes that are not UTF-8
+            # cannot reach the API, so the answer is the API's own refusal of a body.
+            return api_error(400, "validation", "the body is not UTF-8 text", "body")
         parts = urlsplit(target)
         path = parts.path or "/"
         query = dict(parse_qsl(parts.query))
@@ -465,7 +582,7 @@ class ApiGateway:
             "multiValueQueryStringParameters": {k: [v] for k, v in query.items()} or None,
             "pathParameters": {"proxy": path.lstrip("/")},
             "stageVariables": None,
-            "body": body.decode() if body else None,
+            "body": text,
             "isBase64Encoded": False,
             "requestContext": {
                 "resourcePath": "/{proxy+}",
@@ -506,28 +623,74 @@ class ApiGateway:
                         self.send_header(k, v)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
 
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _any
+            def __getattr__(self, name: str) -> Any:
+                # Every method reaches the gateway (which refuses those the API has not)
+                # instead of the HTTP server's own 501 page in HTML.
+                if name.startswith("do_"):
+                    return self._any
+                raise AttributeError(name)
 
             def log_message(self, *args: Any) -> None:
                 return None
 
-        server = http.server.ThreadingHTTPServer((host, port), Handler)
+        server = _QuietServer((host, port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True, name="api-gateway").start()
         return server
+
+
+# What API Gateway proxies to the API; any other method is refused before it.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def api_error(
+    status: int, kind: str, message: str, field: str | None
+) -> tuple[int, dict[str, str], bytes]:
+    """An answer in the API's error shape, for what the gateway refuses itself."""
+    body = {"error": {"type": kind, "message": message, "field": field}}
+    headers = {"Content-Type": "application/json"}
+    if status == 405:
+        headers["Allow"] = ", ".join(sorted(METHODS))
+    return status, headers, json.dumps(body).encode()
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """A client that hangs up before its answer is written is its own business: no
+    traceback on the terminal for it."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 # --- logs and metrics --------------------------------------------------------------------
 
 
 class Collector:
-    """Reads every function's stdout: writes it to the log file, keeps EMF metrics."""
+    """Reads every function's stdout: keeps EMF metrics for the status screen and writes
+    the log file, one JSON object per line: a function's structured log line with its
+    ``function`` added, any other output as ``{"function", "message"}``. Metric lines are
+    not copied: every ``summary_seconds`` one ``metrics`` object sums up each metric of
+    the period (count, sum, min, max)."""
 
-    def __init__(self, log_path: str | None, on_metric: Callable[[str, float], None]) -> None:
+    def __init__(
+        self,
+        log_path: str | None,
+        on_metric: Callable[[str, float], None],
+        summary_seconds: float = 60.0,
+    ) -> None:
         self.lines: Any = multiprocessing.get_context("spawn").Queue()
         self._log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
         self._on_metric = on_metric
+        self._summary_seconds = summary_seconds
+        self._period: dict[str, list[float]] = {}
+        self._period_start = time.time()
+        self._lock = threading.Lock()  # the period's values: the reader's, and close()'s
         self._thread = threading.Thread(target=self._run, daemon=True, name="collector")
 
     def start(self) -> None:
@@ -536,20 +699,70 @@ class Collector:
     def _run(self) -> None:
         while True:
             try:
-                source, line = self.lines.get()
-            except (EOFError, OSError):
+                source, line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                self._summarise()
+                continue
+            except (EOFError, OSError, ValueError):
                 return
-            if self._log is not None:
-                self._log.write(f"{source} {line}\n")
+            record = _json_object(line)
+            if record is not None and "_aws" in record:
+                self._metrics(record)
+            else:
+                self._write({"function": source, **(record or {"message": line})})
+            self._summarise()
+
+    def _metrics(self, record: dict[str, Any]) -> None:
+        for directive in record["_aws"].get("CloudWatchMetrics", []):
+            for metric in directive.get("Metrics", []):
+                value = record.get(metric["Name"])
+                for v in value if isinstance(value, list) else [value]:
+                    if isinstance(v, int | float):
+                        self._on_metric(metric["Name"], float(v))
+                        with self._lock:
+                            self._period.setdefault(metric["Name"], []).append(float(v))
+
+    def close(self) -> None:
+        """Write the summary of the period so far (the local cloud is stopping)."""
+        self._summarise(force=True)
+
+    def _summarise(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self._period_start < self._summary_seconds:
+            return
+        with self._lock:
+            period, self._period, start = self._period, {}, self._period_start
+            self._period_start = now
+        if period:
+            self._write(
+                {
+                    "function": "local",
+                    "message": "metrics",
+                    "seconds": round(now - start, 1),
+                    "metrics": {
+                        name: {
+                            "count": len(values),
+                            "sum": round(sum(values), 3),
+                            "min": min(values),
+                            "max": max(values),
+                        }
+                        for name, values in sorted(period.items())
+                    },
+                }
+            )
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._log is not None:
+            with self._lock:
+                self._log.write(json.dumps(record, default=str) + "\n")
                 self._log.flush()
-            if '"_aws"' in line and line.startswith("{"):
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                for directive in record["_aws"].get("CloudWatchMetrics", []):
-                    for metric in directive.get("Metrics", []):
-                        value = record.get(metric["Name"])
-                        for v in value if isinstance(value, list) else [value]:
-                            if isinstance(v, int | float):
-                                self._on_metric(metric["Name"], float(v))
+
+
+def _json_object(line: str) -> dict[str, Any] | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None

@@ -27,6 +27,8 @@ from fireline.services import long_jobs as long_jobs_service
 
 MAX_PAGE = 100
 MAX_PREVIEW = 100
+# Reads one schedule listing page may make past the jobs sharing the tenant's partition.
+MAX_LIST_READS = 20
 # Milliseconds a trigger tries past the one it was asked in, when others took them.
 TRIGGER_TRIES = 50
 
@@ -135,8 +137,21 @@ class ScheduleService:
     def list(
         self, tenant_id: str, *, limit: int = 50, cursor: str | None = None
     ) -> ports.Page[model.Schedule]:
-        page = self.schedules.list(tenant_id, limit=_page_size(limit), cursor=cursor)
-        return ports.Page([s for s in page.items if s.kind is model.Kind.SCHEDULE], page.cursor)
+        """A page of the tenant's schedules. Jobs share their partition, so one read can hold
+        none: read on, each read asking only for what the page still lacks (so the cursor
+        of the last read is right after the last item returned), until the page is full,
+        the partition ends or :data:`MAX_LIST_READS` reads were made (a partition of
+        thousands of jobs must not hold the request past its time). A first page is empty
+        only when no schedule is left or the reads met only jobs."""
+        wanted = _page_size(limit)
+        found: builtins.list[model.Schedule] = []
+        for _ in range(MAX_LIST_READS):
+            page = self.schedules.list(tenant_id, limit=wanted - len(found), cursor=cursor)
+            found += [s for s in page.items if s.kind is model.Kind.SCHEDULE]
+            cursor = page.cursor
+            if cursor is None or len(found) == wanted:
+                break
+        return ports.Page(found, cursor)
 
     def update(self, tenant_id: str, schedule_id: str, draft: ScheduleDraft) -> model.Schedule:
         """Replace the definition; a new version, so pending fires of the old one are void."""
@@ -265,6 +280,7 @@ class ScheduleService:
             if draft.run_at.tzinfo is None:
                 raise errors.ValidationError("needs a UTC offset", field="run_at")
             run_at = draft.run_at.astimezone(UTC).replace(microsecond=0)
+            model.check_not_past(run_at, now, field="run_at")
         else:
             assert draft.delay_seconds is not None
             if draft.delay_seconds < 0:
@@ -466,7 +482,18 @@ class ScheduleService:
             timing = schedule.Timing(
                 spec=spec, timezone=draft.timezone, dst=draft.dst, start=draft.start, end=draft.end
             )
-            first = schedule.first_fire(timing, now)
+            after = now
+            if isinstance(spec, schedule.AtSpec):
+                # The rule of a job's run_at: an instant within the grace still fires (at
+                # once), one before it is refused as in the past, not as "never fires".
+                once = schedule.next_fire(
+                    schedule.Timing(spec=spec, timezone=draft.timezone, dst=draft.dst),
+                    schedule.EPOCH,
+                )
+                if once is not None:
+                    model.check_not_past(once, now, field="spec")
+                    after = min(once, now) - timedelta(microseconds=1)
+            first = schedule.first_fire(timing, after)
         except OverflowError as exc:
             # A time past what a datetime holds, from a spec the parsers let through: bad
             # input, said so before anything is written.

@@ -116,6 +116,9 @@ class TickReport:
     out_of_time: bool = False  # stopped: no room for another round in this invocation
     dispatched: dispatch.DispatchReport = field(default_factory=dispatch.DispatchReport)
     lags_ms: list[float] = field(default_factory=list)  # pickup lateness of due fires
+    # Per fire sent: its message's send time less its fire time, 0 when sent ahead (the
+    # lookahead's delay makes it visible at its time). What a user feels of the ticker.
+    enqueue_lags_ms: list[float] = field(default_factory=list)
 
     def add(self, other: TickReport) -> None:
         self.due_read += other.due_read
@@ -130,6 +133,7 @@ class TickReport:
         self.out_of_time = other.out_of_time
         self.dispatched.add(other.dispatched)
         self.lags_ms += other.lags_ms
+        self.enqueue_lags_ms += other.enqueue_lags_ms
 
 
 @dataclass
@@ -527,11 +531,13 @@ class Ticker:
 
     def _send(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
         pending: list[dispatch.Outbound] = []
+        fire_times: dict[str, datetime] = {}
         for pickup in pickups:
             for fire_time in pickup.plan.fires:
                 out = dispatch.outbound(pickup.item, fire_time, now)
                 pickup.keys.append(out.key)
                 pending.append(out)
+                fire_times[out.key] = fire_time
                 if fire_time <= now:
                     report.lags_ms.append((now - fire_time) / _MS)
         if not pending:
@@ -543,6 +549,12 @@ class Ticker:
         )
         if guarded.lease_lost:
             raise errors.LeaseLost("lease no longer trusted")
+        sent_at = self.clock.now()
+        report.enqueue_lags_ms += [
+            max(0.0, (sent_at - fire_time) / _MS)
+            for key, fire_time in fire_times.items()
+            if key not in failed
+        ]
         if failed:
             kept = [p for p in pickups if not failed.intersection(p.keys)]
             report.held_back += len(pickups) - len(kept)
@@ -613,6 +625,8 @@ class Ticker:
         self.metrics.add_metric("Backlog", "Count", report.backlog)
         for lag in report.lags_ms:
             self.metrics.add_metric("ScheduleLag", "Milliseconds", lag)
+        for lag in report.enqueue_lags_ms:
+            self.metrics.add_metric("EnqueueLag", "Milliseconds", lag)
         if report.dispatched.sent:
             self.metrics.add_metric("Fired", "Count", report.dispatched.sent)
         if report.dispatched.skipped:

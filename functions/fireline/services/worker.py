@@ -283,6 +283,7 @@ class Worker:
             self._end_run(item, key, took_run)
             self.metrics.add_metric("Skipped", "Count", 1)
             return Result.SKIPPED
+        self._started(current, now)
         try:
             self.long_jobs.start(item, current, deadline)
         except Exception:
@@ -524,6 +525,7 @@ class Worker:
                 "exit_reason": f"skipped: {why}",
                 "attempt": claimed.attempts,
             }
+        self._started(claimed, self.clock.now())
         context = targets.JobContext(
             occurrence_key=claimed.key,
             tenant_id=claimed.tenant_id,
@@ -549,6 +551,17 @@ class Worker:
             "seconds": round(self.clock.monotonic() - started, 3),
             "output": targets.jsonable(output),
         }
+
+    def _started(self, claimed: occurrence.Occurrence, now: datetime) -> None:
+        """StartLag: how late a fire's first attempt starts (this claim's time less the fire
+        time), what a user waiting for the job feels: the ticker, the queue, the pollers,
+        deferrals for a tenant limit. Retries wait for their backoff by design, and a
+        workflow node's fire time is its run's start (it waits for its parents): neither
+        counts."""
+        if claimed.attempts != 1 or workflow.is_node_key(claimed.key):
+            return
+        lag_ms = max(0.0, (now - claimed.fire_time).total_seconds() * 1000)
+        self.metrics.add_metric("StartLag", "Milliseconds", lag_ms)
 
     def _unwanted_after_claim(self, claimed: occurrence.Occurrence, *, fresh: bool) -> str | None:
         """Is a claimed occurrence still wanted? A pause, update, delete or cancel settles

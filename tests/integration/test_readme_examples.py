@@ -1,0 +1,119 @@
+"""The README's examples run as written against a local cloud: every `curl` and
+`.venv/bin/fireline` command of its `sh` blocks, through bash, in the repository root.
+
+What the test supplies, as a reader would: `$API` and `$KEY` (the cloud's URL and a
+tenant's key), `FIRELINE_API_URL` and `FIRELINE_API_KEY` in place of the block's `export`
+line (which names the default port 8080; this cloud listens on its own), `$RUN` from the
+`run_id` of the answer before it, and `sch_...` as the schedule the CLI example created.
+
+Each curl command must answer 2xx, or the status its comment states (`# 202 ...`); each
+CLI command must exit 0.
+
+Skipped, by the marker `SKIP_MARKERS` (a command naming one is not run): the presigned
+upload steps (`/workflow-uploads`, the PUT to its `$URL`, and the registration of its
+`upload_id`), which need a document on disk and the URL of the first step's answer;
+tests/integration/test_local_cloud.py runs an upload end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fireline.local.cloud import LocalCloud, LocalOptions
+from helpers.local_cloud import KEY, TEST_KEYS, call
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+SKIP_MARKERS = ("workflow-uploads", '"$URL"', "upload_id")
+COMMAND_START = re.compile(r"^(curl |\.venv/bin/fireline )")
+
+
+def readme_commands() -> list[str]:
+    """Every curl and CLI command of the README's sh blocks, continuation lines joined
+    (a command goes on while its single quotes are open)."""
+    blocks = re.findall(r"^```sh\n(.*?)^```", README.read_text(), flags=re.MULTILINE | re.DOTALL)
+    commands: list[str] = []
+    for block in blocks:
+        current: list[str] = []
+        for line in block.splitlines():
+            if current:
+                current.append(line)
+            elif COMMAND_START.match(line):
+                current = [line]
+            if current and "\n".join(current).count("'") % 2 == 0:
+                commands.append("\n".join(current))
+                current = []
+    return commands
+
+
+COMMANDS = readme_commands()
+RUN_IN_ORDER = [c for c in COMMANDS if not any(marker in c for marker in SKIP_MARKERS)]
+
+
+def test_the_readme_has_the_examples_this_test_runs() -> None:
+    curls = [c for c in RUN_IN_ORDER if c.startswith("curl")]
+    clis = [c for c in RUN_IN_ORDER if c.startswith(".venv/bin/fireline")]
+    assert len(curls) >= 3 and len(clis) >= 5, COMMANDS
+    assert len(COMMANDS) - len(RUN_IN_ORDER) == 3  # the three upload steps, no more
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
+    options = LocalOptions(
+        api_port=0,
+        api_keys=dict(TEST_KEYS),
+        log_path=tmp_path_factory.mktemp("readme") / "local.log",
+    )
+    with LocalCloud(options) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def shell(cloud: LocalCloud, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment the examples run in; curl prints the status after the body."""
+    curl_home = tmp_path_factory.mktemp("curl")
+    (curl_home / ".curlrc").write_text('silent\nmax-time = 60\nwrite-out = "\\n%{http_code}"\n')
+    return {
+        **os.environ,
+        "API": cloud.api_url,
+        "KEY": KEY,
+        "FIRELINE_API_URL": cloud.api_url,
+        "FIRELINE_API_KEY": KEY,
+        "CURL_HOME": str(curl_home),
+    }
+
+
+def test_every_readme_example_runs_as_written(cloud: LocalCloud, shell: dict[str, str]) -> None:
+    for command in RUN_IN_ORDER:
+        if "sch_..." in command:
+            _, page = call(cloud, "GET", "/schedules")
+            (created,) = [s for s in page["items"] if s["spec"] == "rate(5 minutes)"]
+            command = command.replace("sch_...", created["id"])
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=ROOT,
+            env=shell,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if command.startswith("curl"):
+            body, _, status = done.stdout.rpartition("\n")
+            stated = re.search(r"#\s*(\d{3})\b", command)
+            if stated:
+                assert status == stated[1], (command, body)
+            else:
+                assert status.startswith("2"), (command, status, body)
+            answer = json.loads(body) if body.strip() else {}
+            if isinstance(answer, dict) and "run_id" in answer:
+                shell["RUN"] = answer["run_id"]
+        else:
+            assert done.returncode == 0, (command, done.stdout, done.stderr)
