@@ -7,9 +7,7 @@ receivers use, fireline.webhooks.verify.
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from fireline import webhooks
 from fireline.adapters import memory_keys
 from fireline.domain import egress, signing
 from fireline.services import keys, targets, webhook
+from helpers.receiver import http_receiver
 
 START_MS = 1_780_000_000_000
 LOCAL = webhook.Egress(policy=egress.EgressPolicy.parse("*", "127.0.0.0/8"))
@@ -49,22 +48,8 @@ class Delivery:
 
 @pytest.fixture
 def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    received: list[dict[str, Any]] = []
-
-    class Receiver(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            received.append({"headers": dict(self.headers), "body": body, "path": self.path})
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", received
-    server.shutdown()
+    with http_receiver("") as running:
+        yield running
 
 
 class Deployment:

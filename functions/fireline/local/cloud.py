@@ -262,6 +262,10 @@ class LocalCloud:
         for key, tenant in self.options.api_keys.items():
             with contextlib.suppress(errors.AlreadyExists):  # restored from the state directory
                 admin.create(tenant, api_key=key)
+        # Keys restored from the state directory keep working; their tenants' signing keys
+        # (not exported) are new ones in this emulator.
+        for tenant in sorted({record.tenant_id for record in admin.list()}):
+            admin.ensure_signing_ring(tenant)
 
     def _host_by_name(self, function: str) -> runtime.FunctionHost | None:
         """The host of one of this stack's functions (None for another stack's)."""

@@ -593,9 +593,15 @@ class ApiGateway:
             def log_message(self, *args: Any) -> None:
                 return None
 
-        server = http.server.ThreadingHTTPServer((host, port), Handler)
+        server = _GatewayServer((host, port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True, name="api-gateway").start()
         return server
+
+
+class _GatewayServer(http.server.ThreadingHTTPServer):
+    # Clients may open many connections at once (a burst past a rate limit): the
+    # default backlog of 5 would reset the rest before the gateway could answer them.
+    request_queue_size = 128
 
 
 # --- logs and metrics --------------------------------------------------------------------

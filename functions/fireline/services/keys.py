@@ -114,7 +114,7 @@ class KeyAdmin:
         now = self._now_ms()
         # The ring and the usage identifier first: a key that exists always has both, and
         # a failure before the key is written leaves only what a retry reuses.
-        ring_created = self._signing.create(signing.KeyRing(tenant_id, (new_signing_key(now),)))
+        ring_created = self.ensure_signing_ring(tenant_id)
         usage_key = self._usage.usage_key(tenant_id, plan_id=usage_plan_id) if self._usage else None
         record = api_keys.ApiKey(
             key_hash=api_keys.key_hash(value),
@@ -149,6 +149,13 @@ class KeyAdmin:
         return created, ended
 
     # --- signing keys --------------------------------------------------------------------
+
+    def ensure_signing_ring(self, tenant_id: str) -> bool:
+        """Give the tenant its first signing key if it has none; True if it was created."""
+        api_keys.check_tenant_id(tenant_id)
+        if self._signing.get(tenant_id) is not None:
+            return False
+        return self._signing.create(signing.KeyRing(tenant_id, (new_signing_key(self._now_ms()),)))
 
     def signing_ring(self, tenant_id: str) -> signing.KeyRing:
         ring = self._signing.get(api_keys.check_tenant_id(tenant_id))
