@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 from samtranslator.translator.transform import transform
 
 from fireline.domain import model
+from fireline.local import runtime
 from fireline.services import worker
 
 ROOT = Path(__file__).parents[2]
@@ -1365,3 +1366,78 @@ def test_lambda_requirements_match_the_package_dependencies() -> None:
     assert sorted(str(Requirement(r)) for r in requirements) == sorted(
         str(Requirement(d)) for d in pyproject["project"]["dependencies"]
     )
+
+
+# ---------------------------------------------------------------- tenants' keys and limits
+
+
+def test_only_the_target_runners_read_signing_secrets_and_only_under_the_stacks_prefix(
+    translated: dict[str, Any],
+) -> None:
+    readers = {}
+    for logical_id, resource in _resources_of_type(translated, "AWS::IAM::Role").items():
+        for statement in _statements(resource):
+            actions = [a for a in _actions(statement) if a.startswith("secretsmanager:")]
+            if actions:
+                readers.setdefault(logical_id.removesuffix("Role"), []).append(
+                    (actions, statement["Resource"])
+                )
+    prefix = (
+        "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}"
+        ":secret:fireline/${AWS::StackName}/signing/*"
+    )
+    assert readers == {
+        function: [(["secretsmanager:GetSecretValue"], {"Fn::Sub": prefix})]
+        for function in TARGET_RUNNERS
+    }
+
+
+def test_no_secret_is_in_the_template_or_a_functions_environment(
+    sam_template: dict[str, Any], translated: dict[str, Any]
+) -> None:
+    text = TEMPLATE.read_text().lower()
+    assert "change-me" not in text and "signing_secret:" not in text
+    assert not any(spec.get("NoEcho") for spec in sam_template["Parameters"].values())
+    for resource in _resources_of_type(translated, "AWS::Lambda::Function").values():
+        variables = resource["Properties"]["Environment"]["Variables"]
+        assert not any("SECRET" in name and "PREFIX" not in name for name in variables)
+
+
+def test_the_usage_plan_throttles_each_tenant_on_the_apis_stage(translated: dict[str, Any]) -> None:
+    (plan,) = _resources_of_type(translated, "AWS::ApiGateway::UsagePlan").values()
+    props = plan["Properties"]
+    assert props["ApiStages"] == [
+        {"ApiId": {"Ref": "FirelineApi"}, "Stage": {"Ref": "FirelineApiStage"}}
+    ]
+    assert props["Throttle"] == {
+        "RateLimit": {"Ref": "UsagePlanRateLimit"},
+        "BurstLimit": {"Ref": "UsagePlanBurstLimit"},
+    }
+    assert props["Quota"] == {
+        "Fn::If": [
+            "HasDailyQuota",
+            {"Limit": {"Ref": "UsagePlanDailyQuota"}, "Period": "DAY"},
+            {"Ref": "AWS::NoValue"},
+        ]
+    }
+    api = translated["Resources"]["FirelineApi"]["Properties"]
+    # the key the plan counts by is the authorizer's usageIdentifierKey
+    assert api["ApiKeySourceType"] == "AUTHORIZER"
+
+
+def test_over_a_limit_api_gateway_answers_429_with_the_local_gateways_bodies(
+    translated: dict[str, Any],
+) -> None:
+    body = translated["Resources"]["FirelineApi"]["Properties"]["Body"]
+    responses = body["x-amazon-apigateway-gateway-responses"]
+    answered = {
+        kind: (
+            int(response["statusCode"]),
+            json.loads(response["responseTemplates"]["application/json"]),
+        )
+        for kind, response in responses.items()
+    }
+    assert answered == {
+        "THROTTLED": (429, json.loads(runtime.THROTTLED_BODY)),
+        "QUOTA_EXCEEDED": (429, json.loads(runtime.QUOTA_EXCEEDED_BODY)),
+    }
