@@ -196,3 +196,31 @@ def test_bad_input_is_refused_naming_the_field_and_writes_nothing(
     assert admin(deployment, capsys, "keys", "list")[1] == []
     secrets = boto3.client("secretsmanager", region_name=REGION)
     assert secrets.list_secrets()["SecretList"] == []
+
+
+def test_a_usage_plan_given_at_creation_moves_the_tenant_to_that_tier(
+    deployment: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    gateway = deployment["apigateway"]
+    api = gateway.get_rest_apis()["items"][0]["id"]
+    premium = gateway.create_usage_plan(
+        name="fireline-premium",
+        apiStages=[{"apiId": api, "stage": "prod"}],
+        throttle={"rateLimit": 500, "burstLimit": 1000},
+    )["id"]
+    # GIVEN a tenant in the stack's plan
+    _, first = admin(deployment, capsys, "keys", "create", "--tenant", "acme")
+    usage = authorize(first["api_key"])
+    assert usage is not None
+
+    def members(plan: str) -> list[str]:
+        return [k["value"] for k in gateway.get_usage_plan_keys(usagePlanId=plan)["items"]]
+
+    assert (members(deployment["plan"]), members(premium)) == ([usage["usageIdentifierKey"]], [])
+    # WHEN a key is created for it in the premium plan
+    admin(deployment, capsys, "keys", "create", "--tenant", "acme", "--usage-plan", premium)
+    # THEN the tenant (all its keys) moved: out of the stack's plan, into the premium one
+    assert (members(deployment["plan"]), members(premium)) == ([], [usage["usageIdentifierKey"]])
+    # AND a later key without a plan keeps the tenant's tier
+    admin(deployment, capsys, "keys", "create", "--tenant", "acme")
+    assert members(premium) == [usage["usageIdentifierKey"]]

@@ -14,12 +14,6 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
 
 class ApiGatewayUsagePlans:
     def __init__(self, client: Any, plan_id: str, *, name_prefix: str) -> None:
@@ -32,19 +26,26 @@ class ApiGatewayUsagePlans:
 
     def usage_key(self, tenant_id: str, *, plan_id: str | None = None) -> str:
         key = self._tenant_key(tenant_id)
-        try:
+        current = self._plans_of(str(key["id"]))
+        if plan_id is None and current:
+            return str(key["value"])  # in a plan already (the stack's, or a tier): kept
+        wanted = plan_id or self.plan_id
+        if wanted not in current:
+            # A key is in at most one plan per stage: a tier moves the tenant out of the
+            # plan it was in before it joins the new one.
+            for other in current:
+                self._client.delete_usage_plan_key(usagePlanId=other, keyId=key["id"])
             self._client.create_usage_plan_key(
-                usagePlanId=plan_id or self.plan_id, keyId=key["id"], keyType="API_KEY"
+                usagePlanId=wanted, keyId=key["id"], keyType="API_KEY"
             )
-        except ClientError as exc:
-            if _code(exc) != "ConflictException":  # in the plan already
-                raise
         return str(key["value"])
 
     def plans_of(self, tenant_id: str) -> list[str]:
         """The usage plans the tenant's key is in (what an operator checks a tier by)."""
-        key = self._tenant_key(tenant_id)
-        plans = self._client.get_usage_plans(keyId=key["id"]).get("items", [])
+        return self._plans_of(str(self._tenant_key(tenant_id)["id"]))
+
+    def _plans_of(self, key_id: str) -> list[str]:
+        plans = self._client.get_usage_plans(keyId=key_id).get("items", [])
         return sorted(str(p["id"]) for p in plans)
 
     def _tenant_key(self, tenant_id: str) -> dict[str, Any]:
