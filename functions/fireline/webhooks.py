@@ -1,7 +1,7 @@
 """Verifying Fireline's webhook deliveries, for receivers.
 
 Standard library only (with ``fireline.domain``), so a receiver can install the package
-or copy this module and ``fireline/domain/signing.py``::
+or copy this module with ``fireline/domain/signing.py`` and ``errors.py``::
 
     from fireline import webhooks
 
