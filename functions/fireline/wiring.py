@@ -33,7 +33,7 @@ from fireline.adapters import (
 from fireline.adapters import clock as clock_adapter
 from fireline.api import app as api_app
 from fireline.domain import egress, errors, model, quota, workflow
-from fireline.services import keys, schedules, targets, ticker, webhook, workflows
+from fireline.services import isolation, keys, schedules, targets, ticker, webhook, workflows
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import worker as worker_service
 
@@ -80,6 +80,9 @@ class Settings:
     horizon_seconds: int = 900
     tenant_limit: int = quota.DEFAULT_LIMIT
     job_class: str = "default"  # the worker's class (JOB_CLASS)
+    # The class's maximum concurrency, as its event source mapping sets it: a tenant's
+    # share of the class is counted from it (0: none).
+    class_max_concurrency: int = 0
     # Where tenants' webhook signing keys live (Secrets Manager names start with it), and
     # how long a worker keeps a tenant's ring; set for the functions that call targets.
     signing_secret_prefix: str = ""
@@ -131,6 +134,7 @@ class Settings:
             horizon_seconds=number("HORIZON_SECONDS", 900),
             tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
             job_class=env.get("JOB_CLASS", "default"),
+            class_max_concurrency=number("CLASS_MAX_CONCURRENCY", 0),
             signing_secret_prefix=env.get("SIGNING_SECRET_PREFIX", ""),
             signing_cache_seconds=number("SIGNING_KEY_CACHE_SECONDS", keys.DEFAULT_CACHE_SECONDS),
             long_job_state_machine_arn=env.get("LONG_JOB_STATE_MACHINE_ARN", ""),
@@ -292,6 +296,9 @@ def target_runner() -> targets.TargetRunner:
         sqs_client=sqs_client,
         workflows=workflow_service if settings().workflows_table else None,
         egress=webhook.Egress(policy=egress_policy()),
+        # A process per attempt, killed at its deadline: a runaway job of one tenant
+        # never keeps running beside the next jobs of another.
+        python=isolation.run_in_child_process,
     )
 
 
@@ -327,7 +334,11 @@ def worker() -> worker_service.Worker:
         slots=slot_store(),
         clock=clock(),
         runner=target_runner(),
-        config=worker_service.WorkerConfig(job_class=s.job_class, tenant_limit=s.tenant_limit),
+        config=worker_service.WorkerConfig(
+            job_class=s.job_class,
+            tenant_limit=s.tenant_limit,
+            class_max_concurrency=s.class_max_concurrency,
+        ),
         metrics=metrics(),
         long_jobs=long_jobs() if s.job_class == "long" else None,
         nodes=node_jobs() if s.workflows_table else None,

@@ -48,6 +48,17 @@ def wait_for(check: Callable[[], Any], timeout: float = 60) -> Any:
     raise AssertionError("timed out")
 
 
+def state_of(cloud: LocalCloud, path: str) -> str | None:
+    """The state of the resource at ``path``, or None while the API does not answer 200.
+
+    Under a heavily loaded machine a poll can meet a gateway timeout (504, as API Gateway
+    answers a slow integration); that is not the state being waited for, so the poll
+    goes on, and a wait that never sees a 200 still fails by its own timeout.
+    """
+    status, body = call(cloud, "GET", path)
+    return body.get("state") if status == 200 and isinstance(body, dict) else None
+
+
 def a_schedule_fires_and_its_job_succeeds(cloud: LocalCloud, timeout: float = 60) -> None:
     """The smoke test of a deployment: every piece from the API to a worker, once."""
     # GIVEN a schedule registered over HTTP with an API key, due two seconds from now (as

@@ -37,12 +37,15 @@ class MemorySystem:
             clock=self.clock,
         )
 
-    def runner(self) -> targets.TargetRunner:
+    def runner(self, python: targets.PythonRunner | None = None) -> targets.TargetRunner:
+        """Python jobs on a thread each unless ``python`` says otherwise (a test's
+        handlers then share the test's memory)."""
         return targets.TargetRunner(
             registry=self.registry,
             signing_key=signing_key,
             lambda_client=lambda timeout: None,
             sqs_client=lambda: None,
+            python=python,
         )
 
     def long_jobs(
@@ -63,6 +66,7 @@ class MemorySystem:
         *,
         job_class: str = "default",
         tenant_limit: int = 0,
+        class_max_concurrency: int = 0,
         runner: targets.TargetRunner | None = None,
         long: long_jobs.LongJobs | None = None,
     ) -> worker.Worker:
@@ -73,7 +77,11 @@ class MemorySystem:
             slots=self.slots,
             clock=self.clock,
             runner=runner or self.runner(),
-            config=worker.WorkerConfig(job_class=job_class, tenant_limit=tenant_limit),
+            config=worker.WorkerConfig(
+                job_class=job_class,
+                tenant_limit=tenant_limit,
+                class_max_concurrency=class_max_concurrency,
+            ),
             metrics=self.metrics,
             long_jobs=long,
         )
@@ -106,6 +114,22 @@ class MemorySystem:
         found = self.occurrences.get(body["occurrence_key"])
         assert found is not None
         return found
+
+
+def job_context(
+    payload: dict[str, Any] | None = None,
+    progress: list[dict[str, Any]] | None = None,
+) -> targets.JobContext:
+    """What a Python handler is given for one fire (progress updates go to ``progress``)."""
+    return targets.JobContext(
+        occurrence_key="s1#1#2026-05-01T12:00:00Z",
+        tenant_id="tenant-a",
+        schedule_id="s1",
+        fire_time=NOW,
+        attempt=1,
+        payload=payload or {},
+        report_progress=progress.append if progress is not None else None,
+    )
 
 
 def missing_workflows() -> workflows.WorkflowService:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
 from moto import mock_aws
@@ -215,15 +217,22 @@ def sqs_event(stack: Stack, queue: str, messages: list[dict[str, object]]) -> di
 
 
 def test_worker_handler_reports_only_the_failed_record(
-    deployed: Stack, monkeypatch: pytest.MonkeyPatch
+    deployed: Stack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from fireline import jobs
     from fireline.handlers import worker as handler
 
     monkeypatch.setenv("SIGNING_SECRET_PREFIX", "fireline/test/signing/")
     wiring.reset()
-    runs: list[str] = []
-    jobs.registry.register("count")(lambda context: runs.append(context.occurrence_key))
+    # Each attempt runs in a process of its own: the job leaves its mark in a file.
+    marks = tmp_path / "runs"
+    marks.touch()
+
+    def count(context: Any) -> None:
+        with marks.open("a") as runs_file:
+            runs_file.write(context.occurrence_key + "\n")
+
+    jobs.registry.register("count")(count)
     # GIVEN two jobs due now, materialized, and a third message with no occurrence key
     service = wiring.schedule_service()
     for _ in range(2):
@@ -244,11 +253,12 @@ def test_worker_handler_reports_only_the_failed_record(
     response = handler.handler(event, events.LambdaContext(timeout_ms=120_000))
     # THEN only the keyless record is reported failed; the two jobs ran once each
     assert response == {"batchItemFailures": [{"itemIdentifier": bad}]}
+    runs = marks.read_text().split()
     assert len(runs) == 2 and len(set(runs)) == 2
     # AND delivering the whole batch again re-runs neither of them
     again = handler.handler(event, events.LambdaContext(timeout_ms=120_000))
     assert again == {"batchItemFailures": [{"itemIdentifier": bad}]}
-    assert len(runs) == 2
+    assert len(marks.read_text().split()) == 2
 
 
 def test_worker_handler_fixture_batch_reports_the_keyless_record(

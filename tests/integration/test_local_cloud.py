@@ -19,6 +19,7 @@ from helpers.local_cloud import (
     TEST_KEYS,
     a_schedule_fires_and_its_job_succeeds,
     call,
+    state_of,
     wait_for,
 )
 
@@ -70,7 +71,7 @@ def test_a_poison_job_goes_dead_and_can_be_redriven(cloud: LocalCloud) -> None:
     )
     assert status == 201
     # WHEN it has run out of attempts
-    wait_for(lambda: call(cloud, "GET", f"/jobs/{job['id']}")[1]["state"] == "dead", timeout=60)
+    wait_for(lambda: state_of(cloud, f"/jobs/{job['id']}") == "dead", timeout=60)
     # THEN it is a dead letter, with its attempts and reason
     _, dead = call(cloud, "GET", "/dead-letters")
     (letter,) = [d for d in dead["items"] if d["schedule_id"] == job["id"]]
@@ -78,7 +79,7 @@ def test_a_poison_job_goes_dead_and_can_be_redriven(cloud: LocalCloud) -> None:
     # AND a redrive queues it again, and it runs again (and fails again: still poison)
     status, redriven = call(cloud, "POST", f"/dead-letters/{letter['id']}/redrive")
     assert status == 202 and redriven["state"] == "queued"
-    wait_for(lambda: call(cloud, "GET", f"/jobs/{job['id']}")[1]["state"] == "dead", timeout=60)
+    wait_for(lambda: state_of(cloud, f"/jobs/{job['id']}") == "dead", timeout=60)
 
 
 def test_a_long_job_runs_under_the_state_machine_with_heartbeats(cloud: LocalCloud) -> None:
@@ -157,7 +158,7 @@ def test_the_operator_cli_works_against_the_local_cloud(
         cloud, capsys, "jobs", "create", "--in", "1", "--target-python", "echo", "--json"
     )
     job = json.loads(out)
-    wait_for(lambda: call(cloud, "GET", f"/jobs/{job['id']}")[1]["state"] == "succeeded")
+    wait_for(lambda: state_of(cloud, f"/jobs/{job['id']}") == "succeeded")
     code, out = run_cli(cloud, capsys, "jobs", "get", job["id"])
     assert code == 0 and "succeeded" in out
     # a bad request names the field and exits 1

@@ -66,7 +66,7 @@ def deployment_env(endpoint: str) -> dict[str, str]:
     env = {name: "unused" for name in names}
     env |= {f"QUEUE_URL_{c.upper()}": f"{endpoint}/queue/{c}" for c in ("default", "short", "long")}
     env |= {
-        "WEBHOOK_SIGNING_SECRET": "a-signing-secret-of-some-length",
+        "SIGNING_SECRET_PREFIX": "fireline/test/signing/",
         "AWS_ENDPOINT_URL": endpoint,
         "JOB_CLASS": "short",
     }

@@ -118,6 +118,18 @@ FUNCTION_ENVIRONMENT = {
         for function, job_class in JOB_CLASSES.items()
     },
 }
+# The workers count a tenant's share of their class from the class's maximum concurrency
+# (tests/unit/test_class_share.py holds it to the event source mappings').
+CLASS_MAX_CONCURRENCY = {
+    "DefaultWorkerFunction": "50",
+    "ShortWorkerFunction": "100",
+    "LongWorkerFunction": "20",
+}
+for _worker, _concurrency in CLASS_MAX_CONCURRENCY.items():
+    FUNCTION_ENVIRONMENT[_worker] = {
+        **FUNCTION_ENVIRONMENT[_worker],
+        "CLASS_MAX_CONCURRENCY": _concurrency,
+    }
 # Every SQS event source mapping: function -> its properties. Each function reads one queue
 # and no two share one; none reads a dead-letter queue.
 EVENT_SOURCE_MAPPINGS = {

@@ -49,7 +49,7 @@ MAX_WORKFLOW_BODY_BYTES = 4 * 1024 * 1024
 # Arrays and objects inside each other, the body itself counting as one: checked on the raw
 # text before any decoder runs (a decoder recurses per level, and so do pydantic and the
 # JSON encoder of the answer).
-MAX_JSON_DEPTH = 32
+MAX_JSON_DEPTH = model.MAX_JSON_DEPTH
 # A JSON string (its escapes included), and the brackets that remain once strings are gone.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
@@ -517,6 +517,13 @@ class RunIn(Strict):
 # --- responses ---------------------------------------------------------------------------
 
 
+def shown(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored free-form value as an answer shows it: itself, or, if it nests past
+    MAX_JSON_DEPTH (a row written before the API refused such input), an account of it:
+    encoding it whole would fail the answer, and with it the tenant's whole listing."""
+    return model.too_deep_account(stored) or stored
+
+
 class ScheduleOut(BaseModel):
     id: str
     spec: str
@@ -551,8 +558,8 @@ class ScheduleOut(BaseModel):
             start=t.start,
             end=t.end,
             job_class=item.job_class,
-            target=item.target,
-            payload=item.payload,
+            target=shown(item.target),
+            payload=shown(item.payload),
             retry=RetryIn(
                 max_attempts=item.retry.max_attempts,
                 base_seconds=item.retry.base_seconds,
@@ -622,7 +629,7 @@ class OccurrenceOut(BaseModel):
             finished_at=item.finished_at,
             duration_seconds=item.duration_seconds,
             exit_reason=item.exit_reason,
-            progress=item.progress,
+            progress=shown(item.progress),
         )
 
 
@@ -646,8 +653,8 @@ class JobOut(BaseModel):
             state=view.state,
             run_at=spec.when,
             job_class=job.job_class,
-            target=job.target,
-            payload=job.payload,
+            target=shown(job.target),
+            payload=shown(job.payload),
             occurrence=OccurrenceOut.of(view.occurrence) if view.occurrence else None,
             created_at=job.created_at,
         )

@@ -8,6 +8,7 @@ there is one path to keep correct, not two.
 from __future__ import annotations
 
 import enum
+import json
 import zlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -16,6 +17,54 @@ from typing import Any
 from fireline.domain import errors, policies, retry, schedule
 
 DEFAULT_SHARDS = 16
+# Arrays and objects inside each other in a tenant's JSON (a payload, progress, an output),
+# the value itself counting as one. The API refuses deeper input; what a job reports, and
+# rows written before the API checked, are stored or shown as an account instead (a
+# decoder, pydantic and the encoder of an answer each recurse per level).
+MAX_JSON_DEPTH = 32
+# How much of a value that cannot be shown as itself its account keeps.
+PREVIEW_CHARS = 1024
+
+
+def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep ``value``'s lists and dicts nest, counted up to ``limit + 1`` at most
+    (without recursion, so any depth is measured safely)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def too_deep_account(value: Any, limit: int = MAX_JSON_DEPTH) -> dict[str, Any] | None:
+    """None if ``value`` nests within ``limit``; else what stands in for it: a marker, and
+    the start of its text."""
+    if json_depth(value, limit) <= limit:
+        return None
+    return {
+        "truncated": True,
+        "reason": f"nests deeper than {limit} levels",
+        "preview": _preview(value),
+    }
+
+
+def _preview(value: Any) -> str:
+    try:
+        return json.dumps(value, default=repr)[:PREVIEW_CHARS]
+    except (RecursionError, ValueError):  # deeper than the encoder goes
+        return ""
+
+
 JOB_CLASSES = ("default", "short", "long")
 # The longest attempt each class can give a job, which is also its deadline when it names
 # none: the function that runs the attempt (short worker 30 s, default worker 120 s, long

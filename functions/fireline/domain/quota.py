@@ -20,7 +20,6 @@ from fireline.domain import errors
 
 DEFAULT_LIMIT = 50
 UNLIMITED = 0  # an override of 0 lifts the limit for that tenant
-UNLIMITED_SLOT = -1  # what a job of an unlimited tenant holds: no slot at all
 
 
 @dataclass(frozen=True)
@@ -41,13 +40,47 @@ def check_limit(limit: int) -> int:
 
 def free_slots(held: list[Slot], limit: int, now_ms: int) -> list[int]:
     """Slot numbers a new job may take: never held, or held past their expiry."""
-    taken = {slot.number for slot in held if not slot.free(now_ms)}
-    return [n for n in range(limit) if n not in taken]
+    return free_in_band(held, list(range(limit)), now_ms)
 
 
 def holding(held: list[Slot], holder: str, now_ms: int) -> Slot | None:
     """The slot ``holder`` already has (a redelivered message keeps its slot)."""
     return next((s for s in held if s.holder == holder and not s.free(now_ms)), None)
+
+
+# What one tenant may run at once in a job class, as a share of the class's maximum
+# concurrency (its workers' invocations): the rest is always left to other tenants. A
+# running job keeps its worker's invocation busy until it ends (an invocation returns when
+# its whole batch has), so a tenant holding every invocation of a class would make every
+# other tenant's jobs wait in the queue, however short they are.
+CLASS_SHARE_PERCENT = 50
+# A job of a shared-out class holds two of its tenant's slots: one of 0 .. limit-1 (the
+# tenant's limit) and one of its class's band, CLASS_BAND * (class index + 1) + 0 ..
+# share-1. Numbered slots make both bounds exact under races (a conditional put per
+# number), with the one read of the tenant's slots the limit needs anyway.
+CLASS_BAND = 1_000_000
+
+
+def class_limit(max_concurrency: int, share_percent: int = CLASS_SHARE_PERCENT) -> int:
+    """The most jobs one tenant may run at once in a class of ``max_concurrency``
+    invocations: its share, at least one, and always fewer than the class has (unless the
+    class has a single invocation). 0: the class is not shared out (no class limit)."""
+    if max_concurrency <= 0:
+        return 0
+    share = max_concurrency * share_percent // 100
+    return max(1, min(share, max_concurrency - 1))
+
+
+def class_band(class_index: int, share: int) -> list[int]:
+    """The slot numbers of a class's share (see CLASS_BAND)."""
+    base = CLASS_BAND * (class_index + 1)
+    return list(range(base, base + share))
+
+
+def free_in_band(held: list[Slot], band: list[int], now_ms: int) -> list[int]:
+    """The numbers of ``band`` that no live slot holds."""
+    taken = {slot.number for slot in held if not slot.free(now_ms)}
+    return [n for n in band if n not in taken]
 
 
 RUN_SLOT = 0

@@ -18,6 +18,10 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Field values: visible characters, spaces and tabs; never CR, LF, NUL or other controls
 # (a CR/LF would let a value start a header of its own).
 _VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
+# Length bounds: well inside what servers accept (8 KB for a request's whole header block
+# is common), so a header that passes here is never the reason a call is refused.
+MAX_HEADER_NAME = 128
+MAX_HEADER_VALUE = 2048
 # Headers every call carries: set by Fireline (the idempotency key, the signature, the
 # body's type) or by the HTTP client itself; a target may not replace them.
 RESERVED_HEADERS = frozenset(
@@ -41,9 +45,21 @@ def check_headers(headers: Mapping[str, Any], *, field: str = "target.headers") 
                 f"{name!r} is not a header name (letters, digits and !#$%&'*+-.^_`|~)",
                 field=field,
             )
+        if len(name) > MAX_HEADER_NAME:
+            raise errors.ValidationError(
+                f"a header name is {len(name)} characters; at most {MAX_HEADER_NAME}",
+                field=field,
+            )
         if name.lower() in RESERVED_HEADERS:
             raise errors.ValidationError(f"{name} is set by Fireline", field=field)
-        if not isinstance(value, str) or not _VALUE.fullmatch(value):
+        if not isinstance(value, str):
+            raise errors.ValidationError(f"the value of {name} is not a string", field=field)
+        if len(value) > MAX_HEADER_VALUE:
+            raise errors.ValidationError(
+                f"the value of {name} is {len(value)} characters; at most {MAX_HEADER_VALUE}",
+                field=field,
+            )
+        if not _VALUE.fullmatch(value):
             raise errors.ValidationError(
                 f"the value of {name} holds a line break or a control character", field=field
             )

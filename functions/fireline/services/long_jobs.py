@@ -57,12 +57,12 @@ def hold(policy: retry.RetryPolicy, deadline: int) -> timedelta:
 
 
 def release_slot(slots: ports.SlotStore, scope: str, holder: str) -> None:
-    """Give back the slot ``holder`` has in ``scope`` (a tenant, or a schedule's overlap
-    scope), if it still has one."""
+    """Give back the slots ``holder`` has in ``scope`` (a tenant: its limit's and its
+    class share's; or a schedule's overlap scope), if it still has them."""
     held, _ = slots.held(scope)
-    mine = next((s for s in held if s.holder == holder), None)
-    if mine is not None:
-        slots.give_back(scope, mine.number, holder)
+    for mine in held:
+        if mine.holder == holder:
+            slots.give_back(scope, mine.number, holder)
 
 
 def release_run(slots: ports.SlotStore, row: occurrence.Occurrence) -> None:

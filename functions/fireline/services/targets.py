@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import botocore.exceptions
 
-from fireline.domain import errors, signing
+from fireline.domain import errors, model, signing
 from fireline.domain import target as target_rules
 from fireline.services import webhook
 
@@ -31,11 +31,9 @@ SIGNATURE_HEADER = signing.SIGNATURE_HEADER
 # What an outcome stores of a target's result: well inside a DynamoDB item's 400 KB and
 # Step Functions' 256 KB; past it, the size and the first characters are kept.
 MAX_OUTPUT_BYTES = 32 * 1024
-PREVIEW_CHARS = 1024
+PREVIEW_CHARS = model.PREVIEW_CHARS
 # SQS's limit on a FIFO message's MessageGroupId.
 MAX_GROUP_ID = 128
-# Python handlers run on a small pool: a job past its deadline is abandoned (its thread
-# cannot be killed) and the worker moves on.
 
 
 class TargetFailed(Exception):
@@ -55,7 +53,9 @@ def run_in_own_thread(
 ) -> Any:
     """A thread of its own per job, so the records of a batch never queue for a shared
     pool (a record's deadline must count from its own start). A thread cannot be
-    stopped: one past its deadline is abandoned, and finishes or not on its own."""
+    stopped: one past its deadline is abandoned, and finishes or not on its own. The
+    deployed workers use fireline.services.isolation instead (a process per attempt,
+    killed at the deadline); this one serves tests whose handlers share their memory."""
     outcome: dict[str, Any] = {}
 
     def call() -> None:
@@ -141,7 +141,11 @@ def jsonable(value: Any, limit: int = MAX_OUTPUT_BYTES) -> Any:
     can hold it within ``limit`` bytes, else an account of it (its size and a preview).
 
     The row is a DynamoDB item (400 KB at most, the payload and progress beside it) and a
-    long job's output also passes through Step Functions (256 KB) and an SQS message."""
+    long job's output also passes through Step Functions (256 KB) and an SQS message. A
+    value nested past what an answer can show is kept as an account too."""
+    deep = model.too_deep_account(value)
+    if deep is not None:
+        return deep
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):

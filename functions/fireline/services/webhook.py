@@ -16,9 +16,11 @@ is not a port scanner. The detail goes to the operator's log only.
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
 import socket
 import ssl
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +36,15 @@ Resolver = Callable[[str, int], list[str]]
 # Opens a TCP connection to (address, port) within a timeout.
 Connector = Callable[[str, int, float], socket.socket]
 MAX_ANSWER_BYTES = 64 * 1024
+# getaddrinfo has no timeout of its own (the system's resolver retries for as long as its
+# configuration says) and cannot be interrupted: names are resolved on these threads, and
+# a send waits for its answer only until its deadline. A resolution that hangs keeps its
+# thread until the resolver gives up; with every thread stuck, later names wait their
+# turn and time out, never adding threads.
+RESOLVER_THREADS = 4
+_resolvers = concurrent.futures.ThreadPoolExecutor(
+    max_workers=RESOLVER_THREADS, thread_name_prefix="fireline-resolve"
+)
 
 
 class SendFailed(Exception):
@@ -95,6 +106,7 @@ def post(
 
     Raises :class:`Refused` before any connection when the URL or an address its name
     resolves to is not allowed, :class:`Unreachable` or :class:`TimedOut` afterwards."""
+    ends = time.monotonic() + timeout
     parts = urllib.parse.urlsplit(url)
     try:
         egress.check_url(url, tenant_id, network.policy)
@@ -103,8 +115,11 @@ def post(
         raise Refused() from exc
     host = (parts.hostname or "").rstrip(".")
     port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
-    address = _checked_address(network, host, port, tenant_id)
-    connection = _connection(network, parts.scheme.lower(), host, port, address, timeout)
+    address = _checked_address(network, host, port, tenant_id, timeout)
+    left = ends - time.monotonic()
+    if left <= 0:
+        raise TimedOut()
+    connection = _connection(network, parts.scheme.lower(), host, port, address, left)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     try:
         connection.request("POST", path, body=body, headers=dict(headers))
@@ -121,15 +136,21 @@ def post(
         connection.close()
 
 
-def _checked_address(network: Egress, host: str, port: int, tenant_id: str) -> str:
+def _checked_address(network: Egress, host: str, port: int, tenant_id: str, timeout: float) -> str:
     """The one address the connection goes to: every address the name has must pass (a
-    name with one private address among public ones is refused, not tried elsewhere)."""
+    name with one private address among public ones is refused, not tried elsewhere).
+    A name not resolved within ``timeout`` is :class:`TimedOut`."""
     literal = egress.parse_address(host)
     if literal is not None:
         found = [str(literal)]
     else:
+        pending = _resolvers.submit(network.resolve, host, port)
         try:
-            found = network.resolve(host, port)
+            found = pending.result(timeout=max(0.0, timeout))
+        except concurrent.futures.TimeoutError as exc:
+            pending.cancel()  # not started yet (every resolver thread busy): never start it
+            _log_refusal(tenant_id, host, f"not resolved in {timeout:.1f} s")
+            raise TimedOut() from exc
         except (OSError, UnicodeError) as exc:
             _log_refusal(tenant_id, host, f"not resolved: {exc!r}")
             raise Refused() from exc

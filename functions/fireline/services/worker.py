@@ -71,6 +71,10 @@ class Busy(Exception):
     """Another delivery holds the occurrence; SQS should redeliver this one later."""
 
 
+# Why a run waits for a tenant slot (the reason its deferral logs).
+_AT_LIMIT = "tenant limit"
+_AT_CLASS_SHARE = "tenant share of the class"
+
 # Results after which the occurrence has its outcome (or already had it).
 _SETTLING = frozenset({Result.SUCCEEDED, Result.DEAD, Result.SKIPPED, Result.SETTLED})
 
@@ -82,6 +86,14 @@ class WorkerConfig:
     defer_seconds: int = DEFER_SECONDS
     # A message visible before its fire time is held until then, up to this long.
     early_hold_seconds: float = EARLY_HOLD_SECONDS
+    # The class's maximum concurrency (its workers' invocations; the long class: its
+    # runners'). A tenant runs at most quota.class_limit of it at once, so the rest is
+    # left to other tenants. 0: not shared out (the tenant limit alone applies).
+    class_max_concurrency: int = 0
+
+    @property
+    def class_limit(self) -> int:
+        return quota.class_limit(self.class_max_concurrency)
 
 
 class _NoMetrics:
@@ -208,9 +220,9 @@ class Worker:
         if overlap == "defer":
             return self._defer(body, row, "overlap", stored=stored)
         slot = self._take_slot(item.tenant_id, key, held_for, now)
-        if slot is None:
+        if isinstance(slot, str):
             self._end_run(item, key, took_run)
-            return self._defer(body, row, "tenant limit", stored=stored)
+            return self._defer(body, row, slot, stored=stored)
         if self.long_jobs is not None:
             return self._start_long(item, row, slot, deadline, now, took_run, fresh=not stored)
         try:
@@ -218,8 +230,7 @@ class Worker:
                 body, item, row, deadline, remaining_ms, lambda_context, fresh=not stored
             )
         finally:
-            if slot is not quota.UNLIMITED_SLOT:
-                self.slots.give_back(item.tenant_id, slot, key)
+            self._release_slot(item.tenant_id, key, slot)
             self._end_run(item, key, took_run)
         return self._after(body, row, outcome)
 
@@ -238,7 +249,7 @@ class Worker:
         self,
         item: model.Schedule,
         row: occurrence.Occurrence,
-        slot: int,
+        slot: tuple[int, ...],
         deadline: int,
         now: datetime,
         took_run: bool,
@@ -298,13 +309,13 @@ class Worker:
             return Result.DEAD
         return Result.SETTLED  # cancelled meanwhile, or a repeated outcome message
 
-    def _release_slot(self, tenant_id: str, key: str, slot: int | None) -> None:
-        if slot == quota.UNLIMITED_SLOT:
-            return
+    def _release_slot(self, tenant_id: str, key: str, slot: tuple[int, ...] | None) -> None:
+        """Give back the tenant slots a run took (None: whichever ``key`` holds)."""
         if slot is None:
             long_jobs_service.release_slot(self.slots, tenant_id, key)
             return
-        self.slots.give_back(tenant_id, slot, key)
+        for number in slot:
+            self.slots.give_back(tenant_id, number, key)
 
     # --- steps -----------------------------------------------------------------------------
 
@@ -390,23 +401,51 @@ class Worker:
 
     def _take_slot(
         self, tenant_id: str, key: str, held_for: timedelta, now: datetime
-    ) -> int | None:
+    ) -> tuple[int, ...] | str:
+        """The tenant slots this run holds (none for an unlimited tenant), or why it must
+        wait: the tenant runs its limit, or its share of this class, already. Both are
+        counted on one read of the tenant's slots (see quota.CLASS_BAND)."""
         held, override = self.slots.held(tenant_id)
         limit = self.config.tenant_limit if override is None else override
         if limit == quota.UNLIMITED:
-            return quota.UNLIMITED_SLOT
+            return ()
         now_ms = int(now.timestamp() * 1000)
         if quota.holding(held, key, now_ms) is not None:
             # Another delivery of this occurrence holds its slot (running, or a holder
             # that died): this one must not run beside it nor free the slot it holds.
-            return None
+            return _AT_LIMIT
+        share = self.config.class_limit
+        band: list[int] = []
+        if share:
+            band = quota.free_in_band(held, quota.class_band(self._class_index, share), now_ms)
+            if not band:
+                return _AT_CLASS_SHARE
         expires = now_ms + int(held_for.total_seconds() * 1000)
-        free = quota.free_slots(held, limit, now_ms)
+        number = self._take_one(
+            tenant_id, key, quota.free_slots(held, limit, now_ms), now_ms, expires
+        )
+        if number is None:
+            return _AT_LIMIT
+        if not share:
+            return (number,)
+        in_class = self._take_one(tenant_id, key, band, now_ms, expires)
+        if in_class is None:
+            self.slots.give_back(tenant_id, number, key)
+            return _AT_CLASS_SHARE
+        return (number, in_class)
+
+    def _take_one(
+        self, tenant_id: str, key: str, free: list[int], now_ms: int, expires: int
+    ) -> int | None:
         self.rng.shuffle(free)
         for number in free[:3]:  # a few tries; losing every race means it is busy: defer
             if self.slots.take(tenant_id, number, key, now_ms=now_ms, expires_at_ms=expires):
                 return number
         return None
+
+    @property
+    def _class_index(self) -> int:
+        return model.JOB_CLASSES.index(self.config.job_class)
 
     def _defer(
         self, body: dict[str, Any], row: occurrence.Occurrence, why: str, *, stored: bool = True

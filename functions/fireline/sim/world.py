@@ -269,7 +269,13 @@ class Jobs:
 
 
 def worker_for(
-    world: World, jobs: Jobs, *, job_class: str = "default", tenant_limit: int = 0
+    world: World,
+    jobs: Jobs,
+    *,
+    job_class: str = "default",
+    tenant_limit: int = 0,
+    class_max_concurrency: int = 0,
+    python: targets.PythonRunner = lambdas.run_inline,
 ) -> worker_service.Worker:
     """The real worker service over the world's simulated stores, running simulated jobs."""
     runner = targets.TargetRunner(
@@ -277,7 +283,7 @@ def worker_for(
         signing_key=lambda tenant_id: SIMULATED_SIGNING_KEY,
         lambda_client=lambda timeout: None,
         sqs_client=lambda: None,
-        python=lambdas.run_inline,
+        python=python,
     )
     return worker_service.Worker(
         schedules=world.schedules,
@@ -286,7 +292,11 @@ def worker_for(
         slots=world.slots,
         clock=world.clock,
         runner=runner,
-        config=worker_service.WorkerConfig(job_class=job_class, tenant_limit=tenant_limit),
+        config=worker_service.WorkerConfig(
+            job_class=job_class,
+            tenant_limit=tenant_limit,
+            class_max_concurrency=class_max_concurrency,
+        ),
     )
 
 

@@ -1,0 +1,152 @@
+"""A tenant's share of a job class: at most half of the class's maximum concurrency at
+once, so the rest is always left to other tenants (see fireline.domain.quota)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+from cfnlint.decode import decode_str
+
+from fireline import wiring
+from fireline.domain import occurrence, quota
+from fireline.services import targets
+from fireline.services.worker import Result
+from helpers.memory_system import REMAINING_MS, MemorySystem
+from helpers.supervisors import RecordingSupervisor
+from integration.test_template import TEMPLATE
+
+
+def remaining() -> int:
+    return REMAINING_MS
+
+
+@pytest.mark.parametrize(
+    ("max_concurrency", "share"),
+    [(0, 0), (1, 1), (2, 1), (3, 1), (10, 5), (20, 10), (50, 25), (100, 50)],
+)
+def test_a_tenants_share_is_half_the_class_and_always_leaves_room(
+    max_concurrency: int, share: int
+) -> None:
+    assert quota.class_limit(max_concurrency) == share
+    assert max_concurrency <= 1 or share < max_concurrency
+
+
+def test_class_bands_are_apart_from_each_other_and_from_the_limits_numbers() -> None:
+    bands = [set(quota.class_band(index, 10_000)) for index in range(3)]
+    assert not bands[0] & bands[1] and not bands[1] & bands[2]
+    assert min(min(band) for band in bands) > 10_000  # the highest tenant limit allowed
+
+
+class Gate:
+    """A Python handler that holds its job running until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def __call__(self, context: targets.JobContext) -> dict[str, Any]:
+        self.entered.release()
+        assert self.opened.wait(60)
+        return {"ok": True}
+
+
+def test_a_tenant_at_its_share_of_a_class_waits_while_another_tenant_runs() -> None:
+    # GIVEN a default class of 4 invocations (a tenant's share: 2) and tenant A's two
+    # jobs running in it
+    system = MemorySystem()
+    gate = Gate()
+    system.registry.register("gate")(gate)
+    worker = system.worker(tenant_limit=50, class_max_concurrency=4)
+    running = [system.due_job("A", target={"type": "python", "handler": "gate"}) for _ in range(2)]
+    threads = [
+        threading.Thread(target=worker.handle, args=(body,), kwargs={"remaining_ms": remaining})
+        for body in running
+    ]
+    for thread in threads:
+        thread.start()
+    for _ in running:
+        assert gate.entered.acquire(timeout=60)
+    try:
+        # WHEN A's third job and B's first arrive
+        third = system.due_job("A")
+        other = system.due_job("B")
+        # THEN A's waits (deferred, still queued, no attempt spent) and B's runs
+        assert worker.handle(third, remaining_ms=remaining) is Result.DEFERRED
+        assert system.row(third).state is occurrence.State.QUEUED
+        assert system.row(third).attempts == 0
+        assert worker.handle(other, remaining_ms=remaining) is Result.SUCCEEDED
+    finally:
+        gate.opened.set()
+        for thread in threads:
+            thread.join(60)
+    # AND once A's jobs end, their slots are all given back: the third one runs
+    assert system.slots.held("A") == ([], None)
+    assert worker.handle(third, remaining_ms=remaining) is Result.SUCCEEDED
+
+
+def test_the_share_is_per_class() -> None:
+    # GIVEN tenant A at its share of the default class
+    system = MemorySystem()
+    default = system.worker(tenant_limit=50, class_max_concurrency=2)
+    short = system.worker(job_class="short", tenant_limit=50, class_max_concurrency=2)
+    key = "held#1#2026-05-01T12:00:00Z"
+    (number,) = quota.class_band(0, 1)
+    assert system.slots.take("A", number, key, now_ms=0, expires_at_ms=2**62)
+    # WHEN a job of A's arrives in each class
+    in_default = system.due_job("A")
+    in_short = system.due_job("A", job_class="short")
+    # THEN only the default class makes it wait
+    assert default.handle(in_default, remaining_ms=remaining) is Result.DEFERRED
+    assert short.handle(in_short, remaining_ms=remaining) is Result.SUCCEEDED
+
+
+def test_a_long_jobs_slots_both_come_back_with_its_outcome() -> None:
+    # GIVEN a long job started under its tenant's limit and its share of the long class
+    system = MemorySystem()
+    jobs = system.long_jobs(RecordingSupervisor())
+    worker = system.worker(job_class="long", tenant_limit=50, class_max_concurrency=20, long=jobs)
+    body = system.due_job("A", job_class="long")
+    assert worker.handle(body, remaining_ms=remaining) is Result.STARTED
+    held, _ = system.slots.held("A")
+    assert len(held) == 2
+    # WHEN its outcome arrives
+    outcome = {**body, "type": "outcome", "state": "succeeded", "attempt": 1}
+    assert worker.handle(outcome, remaining_ms=remaining) is Result.SUCCEEDED
+    # THEN the tenant holds no slot any more
+    assert system.slots.held("A") == ([], None)
+
+
+def test_every_worker_is_told_the_concurrency_of_the_class_it_runs() -> None:
+    # The template sets each class's maximum concurrency on its event source mapping; the
+    # class's worker must count the share from the same figure (long jobs: the runner's).
+    template, errors = decode_str(TEMPLATE.read_text())
+    assert not errors
+    resources = json.loads(json.dumps(template))["Resources"]
+
+    def mapping_concurrency(name: str) -> int:
+        (event,) = resources[name]["Properties"]["Events"].values()
+        return int(event["Properties"]["ScalingConfig"]["MaximumConcurrency"])
+
+    runs_on = {
+        "DefaultWorkerFunction": "DefaultWorkerFunction",
+        "ShortWorkerFunction": "ShortWorkerFunction",
+        "LongWorkerFunction": "LongRunnerFunction",
+    }
+    for worker_name, runner_name in runs_on.items():
+        env = resources[worker_name]["Properties"]["Environment"]["Variables"]
+        settings = wiring.Settings.from_env(
+            {**_required_env(), **{k: str(v) for k, v in env.items() if isinstance(v, str)}}
+        )
+        assert settings.class_max_concurrency == mapping_concurrency(runner_name), worker_name
+        assert (
+            0 < quota.class_limit(settings.class_max_concurrency) < mapping_concurrency(runner_name)
+        )
+
+
+def _required_env() -> dict[str, str]:
+    names = ["SCHEDULES_TABLE", "OCCURRENCES_TABLE", "LEASES_TABLE", "IDEMPOTENCY_TABLE"]
+    queues = {f"QUEUE_URL_{c.upper()}": f"https://queue/{c}" for c in ("default", "short", "long")}
+    return {**{name: name.lower() for name in names}, **queues}
