@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from fireline.domain import dag, lease, model, occurrence, quota, workflow
+from fireline.domain import api_keys, dag, lease, model, occurrence, quota, signing, workflow
 
 
 class Clock(Protocol):
@@ -319,9 +319,46 @@ class SlotStore(Protocol):
 class ApiKeyStore(Protocol):
     """API keys (kept only as SHA-256 hashes) and the tenant each one authenticates."""
 
-    def tenant_for(self, api_key: str) -> str | None: ...
+    def get(self, api_key: str) -> api_keys.ApiKey | None:
+        """The record of ``api_key`` (looked up by its hash), ended or not."""
+        ...
 
-    def put(self, api_key: str, tenant_id: str) -> None: ...
+    def add(self, record: api_keys.ApiKey) -> None:
+        """Store a new key's record (conditional on its hash being new)."""
+        ...
+
+    def find(self, key_id: str) -> api_keys.ApiKey | None: ...
+
+    def list(self, tenant_id: str | None = None) -> builtins.list[api_keys.ApiKey]:
+        """Every key (of one tenant), oldest first."""
+        ...
+
+    def end(self, key_id: str, *, at_ms: int) -> api_keys.ApiKey:
+        """Refuse the key from ``at_ms`` on (an earlier end stays); NotFound if no such key."""
+        ...
+
+
+class SigningKeyStore(Protocol):
+    """Each tenant's webhook signing keys (Secrets Manager in AWS, one secret per tenant)."""
+
+    def get(self, tenant_id: str) -> signing.KeyRing | None: ...
+
+    def create(self, ring: signing.KeyRing) -> bool:
+        """Store the tenant's first ring; False (nothing written) if it has one already."""
+        ...
+
+    def replace(self, ring: signing.KeyRing) -> None:
+        """Store a new version of the tenant's ring (a rotation)."""
+        ...
+
+
+class UsagePlans(Protocol):
+    """API Gateway's per-tenant usage identity: the throttle and quota of a usage plan."""
+
+    def usage_key(self, tenant_id: str, *, plan_id: str | None = None) -> str:
+        """The tenant's usage identifier, registered in ``plan_id`` (else the deployment's
+        plan) if it is not yet: what the authorizer returns as ``usageIdentifierKey``."""
+        ...
 
 
 class DocumentStore(Protocol):

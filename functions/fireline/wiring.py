@@ -21,11 +21,19 @@ from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from botocore.config import Config
 
 from fireline import jobs, ports
+from fireline.adapters import (
+    api_keys_dynamodb,
+    dynamodb,
+    s3,
+    secretsmanager,
+    sqs,
+    stepfunctions,
+    workflows_dynamodb,
+)
 from fireline.adapters import clock as clock_adapter
-from fireline.adapters import dynamodb, s3, sqs, stepfunctions, workflows_dynamodb
 from fireline.api import app as api_app
 from fireline.domain import egress, errors, model, quota, workflow
-from fireline.services import isolation, schedules, targets, ticker, webhook, workflows
+from fireline.services import isolation, keys, schedules, targets, ticker, webhook, workflows
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import worker as worker_service
 
@@ -75,7 +83,10 @@ class Settings:
     # The class's maximum concurrency, as its event source mapping sets it: a tenant's
     # share of the class is counted from it (0: none).
     class_max_concurrency: int = 0
-    signing_secret: str = ""
+    # Where tenants' webhook signing keys live (Secrets Manager names start with it), and
+    # how long a worker keeps a tenant's ring; set for the functions that call targets.
+    signing_secret_prefix: str = ""
+    signing_cache_seconds: int = keys.DEFAULT_CACHE_SECONDS
     long_job_state_machine_arn: str = ""
     long_job_heartbeat_seconds: int = 60
     job_modules: tuple[str, ...] = ()  # modules whose @registry.register handlers to load
@@ -124,7 +135,8 @@ class Settings:
             tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
             job_class=env.get("JOB_CLASS", "default"),
             class_max_concurrency=number("CLASS_MAX_CONCURRENCY", 0),
-            signing_secret=env.get("WEBHOOK_SIGNING_SECRET", ""),
+            signing_secret_prefix=env.get("SIGNING_SECRET_PREFIX", ""),
+            signing_cache_seconds=number("SIGNING_KEY_CACHE_SECONDS", keys.DEFAULT_CACHE_SECONDS),
             long_job_state_machine_arn=env.get("LONG_JOB_STATE_MACHINE_ARN", ""),
             long_job_heartbeat_seconds=number("LONG_JOB_HEARTBEAT_SECONDS", 60),
             job_modules=tuple(
@@ -214,8 +226,25 @@ def idempotency_store() -> DynamoDBPersistenceLayer:
 
 
 @functools.cache
-def api_key_store() -> dynamodb.DynamoApiKeyStore:
-    return dynamodb.DynamoApiKeyStore(dynamodb_client(), settings().api_keys_table)
+def api_key_store() -> api_keys_dynamodb.DynamoApiKeyStore:
+    return api_keys_dynamodb.DynamoApiKeyStore(dynamodb_client(), settings().api_keys_table)
+
+
+@functools.cache
+def signing_key_store() -> secretsmanager.SecretsManagerSigningKeys:
+    s = settings()
+    return secretsmanager.SecretsManagerSigningKeys(
+        _client("secretsmanager"), s.signing_secret_prefix
+    )
+
+
+@functools.cache
+def signing_keys() -> keys.SigningKeys:
+    return keys.SigningKeys(
+        signing_key_store(),
+        monotonic=clock().monotonic,
+        ttl_seconds=settings().signing_cache_seconds,
+    )
 
 
 @functools.cache
@@ -259,14 +288,10 @@ def egress_policy() -> egress.EgressPolicy:
 
 @functools.cache
 def target_runner() -> targets.TargetRunner:
-    secret = settings().signing_secret
-    if len(secret) < 16:
-        raise errors.ValidationError(
-            "must be at least 16 characters", field="WEBHOOK_SIGNING_SECRET"
-        )
     return targets.TargetRunner(
         registry=registry(),
-        signing_secret=secret.encode(),
+        # Resolved per delivery: a worker without a prefix fails only its HTTP targets.
+        signing_key=lambda tenant_id: signing_keys().current(tenant_id),
         lambda_client=lambda timeout: target_lambda_client(math.ceil(timeout)),
         sqs_client=sqs_client,
         workflows=workflow_service if settings().workflows_table else None,
@@ -292,7 +317,7 @@ def long_jobs() -> long_jobs_service.LongJobs:
         occurrences=occurrence_store(),
         supervisor=stepfunctions.StepFunctionsLongJobs(sfn_client(), s.long_job_state_machine_arn),
         clock=clock(),
-        runner=target_runner() if s.signing_secret else None,
+        runner=target_runner() if s.signing_secret_prefix else None,
         config=long_jobs_service.LongJobConfig(heartbeat_seconds=s.long_job_heartbeat_seconds),
         nodes=node_jobs() if s.workflows_table else None,
         slots=slot_store() if s.slots_table else None,
@@ -435,7 +460,8 @@ def reset() -> None:
     """Forget every cached setting, client and service."""
     for cached in (
         settings, dynamodb_client, sqs_client, logger, metrics, clock, schedule_store,
-        occurrence_store, lease_store, work_queue, api_key_store, idempotency_store,
+        occurrence_store, lease_store, work_queue, api_key_store, signing_key_store,
+        signing_keys, idempotency_store,
         schedule_service, api, slot_store, target_lambda_client, _target_session,
         target_runner, worker, registry, sfn_client, long_jobs, s3_client, workflow_store,
         document_store, definitions, workflow_service, controller, node_jobs,

@@ -66,6 +66,7 @@ from fireline.adapters import memory
 from fireline.domain import dag, errors, model, occurrence, policies, retry, schedule, workflow
 from fireline.services import schedules, targets, ticker, workflows
 from fireline.services import worker as worker_service
+from helpers.flows import signing_key
 
 START = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 TENANT = "tenant-a"
@@ -304,7 +305,7 @@ class Campaign(RuleBasedStateMachine):
     def _worker(self, job_class: str) -> worker_service.Worker:
         runner = targets.TargetRunner(
             registry=self.registry,
-            signing_secret=b"campaign-signing-secret",
+            signing_key=signing_key,
             lambda_client=lambda timeout: None,
             sqs_client=lambda: None,
             workflows=lambda: self.wf_service,

@@ -19,12 +19,17 @@ from typing import Any
 
 from fireline import ports
 from fireline.adapters import memory
-from fireline.domain import workflow
+from fireline.domain import signing, workflow
 from fireline.services import targets, workflows
 from fireline.services import worker as worker_service
 
 START = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
-SIGNING_SECRET = b"test-signing-secret-0123456789"
+# Every tenant's webhook signing key in these systems (the deployed one has a key per tenant).
+SIGNING_KEY = signing.SigningKey("sig_test", "test-signing-secret-0123456789", created_ms=0)
+
+
+def signing_key(tenant_id: str) -> signing.SigningKey:
+    return SIGNING_KEY
 
 
 # --- graphs the tests share --------------------------------------------------------------
@@ -123,7 +128,7 @@ class Flow:
         )
         runner = self.runner = targets.TargetRunner(
             registry=self.registry,
-            signing_secret=SIGNING_SECRET,
+            signing_key=signing_key,
             lambda_client=lambda timeout: None,
             sqs_client=lambda: None,
             workflows=lambda: self.service,

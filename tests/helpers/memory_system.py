@@ -12,8 +12,9 @@ from fireline.adapters import memory
 from fireline.domain import occurrence
 from fireline.services import dispatch, long_jobs, schedules, targets, worker, workflows
 
+from .flows import signing_key
+
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
-SIGNING_SECRET = b"test-signing-secret-0123456789"
 REMAINING_MS = 60_000
 
 
@@ -41,7 +42,7 @@ class MemorySystem:
         handlers then share the test's memory)."""
         return targets.TargetRunner(
             registry=self.registry,
-            signing_secret=SIGNING_SECRET,
+            signing_key=signing_key,
             lambda_client=lambda timeout: None,
             sqs_client=lambda: None,
             python=python,

@@ -25,11 +25,10 @@ from fireline.domain import model, workflow
 from fireline.services import claims, long_jobs, schedules, targets, ticker, webhook, worker
 
 from .aws import REGION, RequestLog, Stack, serialized_item_writes, sqs_follows
-from .flows import Flow
+from .flows import Flow, signing_key
 from .transactions import item_scoped_transactions
 
 START = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
-SIGNING_SECRET = b"test-signing-secret-0123456789"
 LOCAL_EGRESS = egress_rules.EgressPolicy.parse("*", "127.0.0.0/8,::1/128")
 
 
@@ -74,7 +73,7 @@ class System:
     def runner(self) -> targets.TargetRunner:
         return targets.TargetRunner(
             registry=self.registry,
-            signing_secret=SIGNING_SECRET,
+            signing_key=signing_key,
             lambda_client=lambda timeout: boto3.client("lambda", region_name=REGION),
             sqs_client=lambda: self.sqs_client,
             egress=webhook.Egress(policy=self.egress),

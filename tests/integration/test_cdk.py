@@ -24,7 +24,7 @@ from cdk_nag import AwsSolutionsChecks
 from samtranslator.yaml_helper import yaml_parse
 
 from fireline.cli import main
-from fireline.local import command, deploy
+from fireline.local import command, deploy, runtime
 from fireline.local.cloud import LocalCloud
 from fireline_cdk import PROP_PARAMETERS, Fireline, acknowledgements, construct, example
 from helpers.local_cloud import TEST_KEYS, a_schedule_fires_and_its_job_succeeds
@@ -218,7 +218,7 @@ def test_props_replace_their_template_parameters_with_the_apps_values(
         "Fn::Not": [{"Fn::Equals": [construct.SET_AT_DEPLOY, ""]}]
     }
     # AND the parameters no prop set are still there for `cdk deploy --parameters`
-    assert {"WebhookSigningSecret", "DueShards"} <= set(synthesized.template["Parameters"])
+    assert {"AuthorizerCacheTtlSeconds", "DueShards"} <= set(synthesized.template["Parameters"])
 
 
 def test_every_prop_names_a_parameter_of_the_template(sam_translated: dict[str, Any]) -> None:
@@ -402,6 +402,17 @@ def test_a_template_change_reaches_the_construct_without_an_edit(tmp_path: Path)
     assert queue["Properties"] == {"MessageRetentionPeriod": 120}
 
 
+def test_the_authorizer_cache_prop_reaches_the_api_which_the_sam_transform_resolves() -> None:
+    # GIVEN a Fireline whose authorizer caches decisions 60 s (a revoked key's longest life)
+    stack = cdk.Stack(cdk.App(), "ShortCache")
+    Fireline(stack, "Scheduler", authorizer_cache_ttl_seconds=60, bundle_dependencies=False)
+    # THEN the API's authorizer says so (the transform resolved it at synth)
+    resources = assertions.Template.from_stack(stack).to_json()["Resources"]
+    definitions = resources["FirelineApi"]["Properties"]["Body"]["securityDefinitions"]
+    authorizer = definitions["ApiKeyAuthorizer"]["x-amazon-apigateway-authorizer"]
+    assert authorizer["authorizerResultTtlInSeconds"] == 60
+
+
 # ---------------------------------------------------------------- deployed
 
 
@@ -513,3 +524,10 @@ def test_every_function_runs_the_code_asset_of_the_functions_folder(
     ]
     assert len(functions) == len(sam_functions) > 0
     assert {f["Code"]["S3Key"] for f in functions} == {destination["objectKey"]}
+
+
+def test_on_the_cdk_stack_the_gateway_applies_the_apps_usage_plan(cdk_cloud: LocalCloud) -> None:
+    # the example app's usage_plan=UsagePlan(rate_limit=20, burst_limit=40), no quota; the
+    # authorizer's cache at the template's default
+    assert cdk_cloud.gateway.usage_plan == runtime.UsagePlan(rate=20, burst=40, daily_quota=None)
+    assert cdk_cloud.gateway.cache_seconds == 300

@@ -12,7 +12,7 @@ import pytest
 from moto import mock_aws
 
 from fireline import wiring
-from fireline.domain import dag
+from fireline.domain import api_keys, dag
 from fireline.services.schedules import JobDraft
 from helpers import events
 from helpers.aws import Stack
@@ -151,10 +151,20 @@ def test_api_handler_serves_the_fixture_event(deployed: Stack) -> None:
 def test_authorizer_maps_an_api_key_to_its_tenant_and_refuses_others(deployed: Stack) -> None:
     from fireline.handlers import authorizer as handler
 
-    wiring.api_key_store().put("local-key-tenant-a", "tenant-a")
+    store = wiring.api_key_store()
+    record = api_keys.ApiKey(
+        key_hash=api_keys.key_hash("local-key-tenant-a"),
+        key_id="ak_1",
+        tenant_id="tenant-a",
+        created_ms=0,
+        usage_key="usage-tenant-a",
+    )
+    store.add(record)
     allowed = handler.handler(events.load("authorizer", "request"), events.LambdaContext())
     assert allowed["principalId"] == "tenant-a"
-    assert allowed["context"] == {"tenant_id": "tenant-a"}
+    assert allowed["context"] == {"tenant_id": "tenant-a", "key_id": "ak_1"}
+    # the usage plan throttles by the tenant's usage identifier
+    assert allowed["usageIdentifierKey"] == "usage-tenant-a"
     assert allowed["policyDocument"]["Statement"][0]["Effect"] == "Allow"
     assert allowed["policyDocument"]["Statement"][0]["Resource"].endswith("abcdef1234/*")
     # the table holds only the key's hash
@@ -168,6 +178,10 @@ def test_authorizer_maps_an_api_key_to_its_tenant_and_refuses_others(deployed: S
     del missing["headers"]["x-api-key"]
     with pytest.raises(Exception, match="Unauthorized"):
         handler.handler(missing, events.LambdaContext())
+    # a revoked key is refused from then on
+    store.end("ak_1", at_ms=1)
+    with pytest.raises(Exception, match="Unauthorized"):
+        handler.handler(events.load("authorizer", "request"), events.LambdaContext())
 
 
 def test_missing_configuration_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -208,7 +222,7 @@ def test_worker_handler_reports_only_the_failed_record(
     from fireline import jobs
     from fireline.handlers import worker as handler
 
-    monkeypatch.setenv("WEBHOOK_SIGNING_SECRET", "test-signing-secret-0123456789")
+    monkeypatch.setenv("SIGNING_SECRET_PREFIX", "fireline/test/signing/")
     wiring.reset()
     # Each attempt runs in a process of its own: the job leaves its mark in a file.
     marks = tmp_path / "runs"
@@ -252,7 +266,7 @@ def test_worker_handler_fixture_batch_reports_the_keyless_record(
 ) -> None:
     from fireline.handlers import worker as handler
 
-    monkeypatch.setenv("WEBHOOK_SIGNING_SECRET", "test-signing-secret-0123456789")
+    monkeypatch.setenv("SIGNING_SECRET_PREFIX", "fireline/test/signing/")
     wiring.reset()
     event = events.load("sqs", "worker_batch")
     response = handler.handler(event, events.LambdaContext(timeout_ms=120_000))

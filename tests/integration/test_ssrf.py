@@ -30,6 +30,7 @@ from fireline.domain import egress, errors, occurrence, retry, workflow
 from fireline.services import targets, webhook
 from fireline.services.schedules import JobDraft, ScheduleDraft
 from fireline.services.worker import Result
+from helpers.flows import signing_key
 from helpers.memory_system import REMAINING_MS, MemorySystem, missing_workflows
 
 TENANT = "tenant-a"
@@ -178,7 +179,7 @@ def context(tenant: str = TENANT) -> targets.JobContext:
 def runner(network: webhook.Egress) -> targets.TargetRunner:
     return targets.TargetRunner(
         registry=targets.Registry(),
-        signing_secret=b"0123456789abcdef",
+        signing_key=signing_key,
         lambda_client=lambda timeout: None,
         sqs_client=lambda: None,
         egress=network,

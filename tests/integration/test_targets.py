@@ -19,6 +19,7 @@ from fireline.domain import errors, model, occurrence, retry, schedule, workflow
 from fireline.services import targets
 from fireline.services.schedules import JobDraft, ScheduleDraft
 from fireline.services.worker import Result
+from helpers.flows import signing_key
 from helpers.memory_system import NOW, REMAINING_MS, MemorySystem, missing_workflows
 from helpers.supervisors import RecordingSupervisor
 from helpers.system import System
@@ -65,7 +66,7 @@ def deployment_env(endpoint: str) -> dict[str, str]:
     env = {name: "unused" for name in names}
     env |= {f"QUEUE_URL_{c.upper()}": f"{endpoint}/queue/{c}" for c in ("default", "short", "long")}
     env |= {
-        "WEBHOOK_SIGNING_SECRET": "a-signing-secret-of-some-length",
+        "SIGNING_SECRET_PREFIX": "fireline/test/signing/",
         "AWS_ENDPOINT_URL": endpoint,
         "JOB_CLASS": "short",
     }
@@ -193,7 +194,7 @@ def test_a_target_that_fails_in_any_way_is_retried_then_dead_and_listed(
     body = system.materialize(job.schedule_id)
     runner = targets.TargetRunner(
         registry=system.registry,
-        signing_secret=b"0123456789abcdef",
+        signing_key=signing_key,
         **{"lambda_client": lambda timeout: None, "sqs_client": lambda: None, **clients},
     )
     worker = system.worker(runner=runner)
@@ -294,7 +295,7 @@ def test_a_fifo_target_gets_a_message_group_id_sqs_accepts_for_the_longest_node(
     sqs = CapturingSqs()
     runner = targets.TargetRunner(
         registry=targets.Registry(),
-        signing_secret=b"0123456789abcdef",
+        signing_key=signing_key,
         lambda_client=lambda timeout: None,
         sqs_client=lambda: sqs,
     )

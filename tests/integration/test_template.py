@@ -21,6 +21,7 @@ from packaging.requirements import Requirement
 from samtranslator.translator.transform import transform
 
 from fireline.domain import model
+from fireline.local import runtime
 from fireline.services import worker
 
 ROOT = Path(__file__).parents[2]
@@ -101,15 +102,18 @@ JOB_CLASSES = {
     **{worker: job_class for worker, (job_class, *_) in WORKERS.items()},
     LONG_RUNNER: "long",
 }
-# Only the workers and the long runner sign webhooks and run one job class each; every
-# function shares the rest.
+# Where the tenants' webhook signing secrets live (Secrets Manager names start with it).
+SIGNING_PREFIX = {"Fn::Sub": "fireline/${AWS::StackName}/signing/"}
+# Only the functions that run targets sign webhooks (they are told where the tenants'
+# secrets are, never a secret); the workers run one job class each; every function
+# shares the rest.
 FUNCTION_ENVIRONMENT = {
     **{function: ENVIRONMENT for function in HANDLERS if function not in JOB_CLASSES},
     **{
         function: {
             **ENVIRONMENT,
             "JOB_CLASS": job_class,
-            "WEBHOOK_SIGNING_SECRET": {"Ref": "WebhookSigningSecret"},
+            **({"SIGNING_SECRET_PREFIX": SIGNING_PREFIX} if function in TARGET_RUNNERS else {}),
         }
         for function, job_class in JOB_CLASSES.items()
     },
@@ -376,12 +380,15 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "HorizonSeconds",
         "LagAlarmThresholdSeconds",
         "TenantConcurrencyLimit",
-        "WebhookSigningSecret",
         "HttpTargetAllowHttp",
         "HttpTargetAllowNetworks",
         "AlarmTopicArn",
         "ApiThrottlingRateLimit",
         "ApiThrottlingBurstLimit",
+        "UsagePlanRateLimit",
+        "UsagePlanBurstLimit",
+        "UsagePlanDailyQuota",
+        "AuthorizerCacheTtlSeconds",
         "ApiMemorySize",
         "TickerMemorySize",
         "WorkerMemorySize",
@@ -419,15 +426,17 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "MinValue": 0,
         "MaxValue": 10000,
     }
-    secret = parameters["WebhookSigningSecret"]
-    assert {key: secret[key] for key in ("Type", "NoEcho", "MinLength", "Default")} == {
-        "Type": "String",
-        "NoEcho": True,
-        "MinLength": 16,
-        "Default": "change-me-to-a-long-random-secret",
-    }
-    # A default under MinLength would fail every deploy that does not set the secret.
-    assert len(secret["Default"]) >= secret["MinLength"]
+    # Per tenant: 50 requests/s, bursts of 100, no daily quota; the authorizer's cache
+    # (how long a revoked key may still work) 300 s, 0 for none.
+    assert [
+        tuple(parameters[name][key] for key in ("Default", "MinValue", "MaxValue"))
+        for name in (
+            "UsagePlanRateLimit",
+            "UsagePlanBurstLimit",
+            "UsagePlanDailyQuota",
+            "AuthorizerCacheTtlSeconds",
+        )
+    ] == [(50, 1, 10000), (100, 1, 5000), (0, 0, 100000000), (300, 0, 3600)]
     assert parameters["AlarmTopicArn"]["Default"] == ""
     assert sam_template["Conditions"]["HasAlarmTopic"] == {
         "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]
@@ -1045,9 +1054,13 @@ def test_every_route_but_the_api_description_needs_the_key_authorizer(
     }
 
     assert security == {
-        ("/{proxy+}", "x-amazon-apigateway-any-method"): [{"ApiKeyAuthorizer": []}],
-        ("/", "x-amazon-apigateway-any-method"): [{"ApiKeyAuthorizer": []}],
-        ("/openapi.json", "get"): [{"NONE": []}],
+        # the authorizer, and the usage plan's key (the authorizer's usageIdentifierKey)
+        ("/{proxy+}", "x-amazon-apigateway-any-method"): [
+            {"ApiKeyAuthorizer": []},
+            {"api_key": []},
+        ],
+        ("/", "x-amazon-apigateway-any-method"): [{"ApiKeyAuthorizer": []}, {"api_key": []}],
+        ("/openapi.json", "get"): [],
     }
     integrations = {
         _referenced(operation["x-amazon-apigateway-integration"]["uri"]).pop()
@@ -1065,8 +1078,10 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
     ]
     authorizer = definitions["ApiKeyAuthorizer"]["x-amazon-apigateway-authorizer"]
 
-    assert list(definitions) == ["ApiKeyAuthorizer"]
+    assert list(definitions) == ["ApiKeyAuthorizer", "api_key"]
     assert authorizer["type"] == "request"
+    # the decision is cached per key for AuthorizerCacheTtlSeconds (its default here)
+    assert authorizer["authorizerResultTtlInSeconds"] == 300
     assert authorizer["identitySource"] == "method.request.header.x-api-key"
     assert _referenced(authorizer["authorizerUri"]) == {"AuthorizerFunction"}
 
@@ -1331,7 +1346,20 @@ def test_outputs_name_the_api_the_state_machine_every_table_bucket_and_queue(
     named = {f"{t}Name" for t in [*tables, *buckets]} | {f"{q}Url" for q in queues}
 
     assert {"WorkflowsTableName", "DefinitionsBucketName", "WorkflowQueueUrl"} <= named
-    assert set(outputs) == {"ApiUrl", "LongJobStateMachineArn"} | named
+    assert (
+        set(outputs)
+        == {
+            "ApiUrl",
+            "LongJobStateMachineArn",
+            "SigningSecretPrefix",
+            "UsagePlanId",
+            "AuthorizerCacheTtlSeconds",
+        }
+        | named
+    )
+    # what `fireline admin` finds the deployment's key resources by
+    assert outputs["SigningSecretPrefix"]["Value"] == SIGNING_PREFIX
+    assert outputs["UsagePlanId"]["Value"] == {"Ref": "TenantUsagePlan"}
     assert outputs["LongJobStateMachineArn"]["Value"] == {"Ref": "LongJobStateMachine"}
     assert all(outputs[f"{t}Name"]["Value"] == {"Ref": t} for t in [*tables, *buckets])
     assert all(outputs[f"{q}Url"]["Value"] == {"Ref": q} for q in queues)
@@ -1350,3 +1378,78 @@ def test_lambda_requirements_match_the_package_dependencies() -> None:
     assert sorted(str(Requirement(r)) for r in requirements) == sorted(
         str(Requirement(d)) for d in pyproject["project"]["dependencies"]
     )
+
+
+# ---------------------------------------------------------------- tenants' keys and limits
+
+
+def test_only_the_target_runners_read_signing_secrets_and_only_under_the_stacks_prefix(
+    translated: dict[str, Any],
+) -> None:
+    readers = {}
+    for logical_id, resource in _resources_of_type(translated, "AWS::IAM::Role").items():
+        for statement in _statements(resource):
+            actions = [a for a in _actions(statement) if a.startswith("secretsmanager:")]
+            if actions:
+                readers.setdefault(logical_id.removesuffix("Role"), []).append(
+                    (actions, statement["Resource"])
+                )
+    prefix = (
+        "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}"
+        ":secret:fireline/${AWS::StackName}/signing/*"
+    )
+    assert readers == {
+        function: [(["secretsmanager:GetSecretValue"], {"Fn::Sub": prefix})]
+        for function in TARGET_RUNNERS
+    }
+
+
+def test_no_secret_is_in_the_template_or_a_functions_environment(
+    sam_template: dict[str, Any], translated: dict[str, Any]
+) -> None:
+    text = TEMPLATE.read_text().lower()
+    assert "change-me" not in text and "signing_secret:" not in text
+    assert not any(spec.get("NoEcho") for spec in sam_template["Parameters"].values())
+    for resource in _resources_of_type(translated, "AWS::Lambda::Function").values():
+        variables = resource["Properties"]["Environment"]["Variables"]
+        assert not any("SECRET" in name and "PREFIX" not in name for name in variables)
+
+
+def test_the_usage_plan_throttles_each_tenant_on_the_apis_stage(translated: dict[str, Any]) -> None:
+    (plan,) = _resources_of_type(translated, "AWS::ApiGateway::UsagePlan").values()
+    props = plan["Properties"]
+    assert props["ApiStages"] == [
+        {"ApiId": {"Ref": "FirelineApi"}, "Stage": {"Ref": "FirelineApiStage"}}
+    ]
+    assert props["Throttle"] == {
+        "RateLimit": {"Ref": "UsagePlanRateLimit"},
+        "BurstLimit": {"Ref": "UsagePlanBurstLimit"},
+    }
+    assert props["Quota"] == {
+        "Fn::If": [
+            "HasDailyQuota",
+            {"Limit": {"Ref": "UsagePlanDailyQuota"}, "Period": "DAY"},
+            {"Ref": "AWS::NoValue"},
+        ]
+    }
+    api = translated["Resources"]["FirelineApi"]["Properties"]
+    # the key the plan counts by is the authorizer's usageIdentifierKey
+    assert api["ApiKeySourceType"] == "AUTHORIZER"
+
+
+def test_over_a_limit_api_gateway_answers_429_with_the_local_gateways_bodies(
+    translated: dict[str, Any],
+) -> None:
+    body = translated["Resources"]["FirelineApi"]["Properties"]["Body"]
+    responses = body["x-amazon-apigateway-gateway-responses"]
+    answered = {
+        kind: (
+            int(response["statusCode"]),
+            json.loads(response["responseTemplates"]["application/json"]),
+        )
+        for kind, response in responses.items()
+    }
+    assert answered == {
+        "THROTTLED": (429, json.loads(runtime.THROTTLED_BODY)),
+        "QUOTA_EXCEEDED": (429, json.loads(runtime.QUOTA_EXCEEDED_BODY)),
+    }

@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from fireline import webhooks
 from fireline.domain import errors, occurrence, retry
 from fireline.services import targets
 from fireline.services.schedules import JobDraft
 from fireline.services.worker import Busy, Result
-from helpers.system import SIGNING_SECRET, START, System
+from helpers.flows import SIGNING_KEY
+from helpers.system import START, System
 
 REMAINING = 60_000
 
@@ -366,11 +368,11 @@ def test_http_target_gets_the_idempotency_key_and_a_valid_signature(
     (request,) = received
     key = message.body["occurrence_key"]
     assert request["headers"]["Idempotency-Key"] == key
-    signature = request["headers"][targets.SIGNATURE_HEADER]
-    assert targets.verify(SIGNING_SECRET, signature, request["body"], now=int(time.time()))
-    assert not targets.verify(
-        b"another-secret-000000", signature, request["body"], now=int(time.time())
-    )
+    # the signature verifies with the tenant's key, over method, URL and body
+    signed = {"headers": request["headers"], "method": "POST", "url": url, "body": request["body"]}
+    assert webhooks.verify({SIGNING_KEY.key_id: SIGNING_KEY.secret}, **signed) == "sig_test"
+    with pytest.raises(webhooks.SignatureMismatch):
+        webhooks.verify({SIGNING_KEY.key_id: "another-secret-000000"}, **signed)
     sent = json.loads(request["body"])
     assert sent["occurrence_key"] == key and sent["payload"] == {"n": 1}
     assert sent["schedule_id"] == view.job.schedule_id

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fireline.services import isolation, long_jobs, targets
+from helpers.flows import signing_key
 from helpers.memory_system import MemorySystem, job_context
 from helpers.processes import alive, all_gone
 from helpers.supervisors import RecordingSupervisor
@@ -193,7 +194,7 @@ def test_the_target_runner_names_the_handler_that_ran_past_its_deadline() -> Non
     registry.register("hang")(lambda ctx: time.sleep(3600))
     runner = targets.TargetRunner(
         registry=registry,
-        signing_secret=b"0123456789abcdef",
+        signing_key=signing_key,
         lambda_client=lambda timeout: None,
         sqs_client=lambda: None,
         python=isolation.run_in_child_process,

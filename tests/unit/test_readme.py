@@ -7,8 +7,10 @@ from pathlib import Path
 
 from samtranslator.yaml_helper import yaml_parse
 
+from fireline import webhooks
 from fireline.api import models
-from fireline.domain import model
+from fireline.domain import model, signing
+from fireline.services import keys
 from fireline_cdk import PROP_PARAMETERS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -58,3 +60,19 @@ def test_the_json_depth_limit_in_the_readme_is_the_one_the_api_applies() -> None
     found = re.search(r"nested at most \*\*(\d+) levels\*\*", README.read_text())
     assert found is not None, "the README no longer states the nesting limit"
     assert int(found.group(1)) == models.MAX_JSON_DEPTH
+
+
+def test_the_signing_figures_in_the_readme_are_the_codes() -> None:
+    text = " ".join(README.read_text().split())
+    found = re.search(
+        r"The \*\*replay window\*\* is (\d+) s either side.*?the overlap, \*\*(\d+) h by "
+        r"default\*\* and never less than the workers' (\d+) s cache",
+        text,
+    )
+    assert found is not None, "the README no longer states the signing figures"
+    window, overlap_hours, cache = map(int, found.groups())
+    assert window == webhooks.DEFAULT_TOLERANCE_SECONDS
+    assert overlap_hours * 3600 == signing.DEFAULT_OVERLAP_SECONDS
+    assert cache == keys.DEFAULT_CACHE_SECONDS
+    stated = re.search(r"keep a tenant's keys cached for (\d+) s", text)
+    assert stated is not None and int(stated.group(1)) == keys.DEFAULT_CACHE_SECONDS

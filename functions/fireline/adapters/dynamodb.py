@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import builtins
-import hashlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -1039,33 +1038,3 @@ class DynamoSlotStore:
                     TableName=self._table,
                     Item={**key, "limit": {"N": str(quota.check_limit(limit))}},
                 )
-
-
-# --- API keys ----------------------------------------------------------------------------
-
-
-class DynamoApiKeyStore:
-    """key_hash (SHA-256 of the key) -> tenant_id: the table never holds a usable key."""
-
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self._table = table_name
-
-    def tenant_for(self, api_key: str) -> str | None:
-        with _translated():
-            response = self._client.get_item(
-                TableName=self._table, Key={"key_hash": {"S": _key_hash(api_key)}}
-            )
-        record = response.get("Item")
-        return _decode(record).get("tenant_id") if record else None
-
-    def put(self, api_key: str, tenant_id: str) -> None:
-        with _translated():
-            self._client.put_item(
-                TableName=self._table,
-                Item=_encode({"key_hash": _key_hash(api_key), "tenant_id": tenant_id}),
-            )
-
-
-def _key_hash(api_key: str) -> str:
-    return hashlib.sha256(api_key.encode()).hexdigest()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import builtins
-import hashlib
 import heapq
 import itertools
 import json
@@ -768,21 +767,6 @@ class MemorySlotStore:
                 self._limits.pop(tenant_id, None)
             else:
                 self._limits[tenant_id] = quota.check_limit(limit)
-
-
-class MemoryApiKeyStore:
-    def __init__(self, keys: dict[str, str] | None = None) -> None:
-        self._tenants = {key_hash(k): t for k, t in (keys or {}).items()}
-
-    def tenant_for(self, api_key: str) -> str | None:
-        return self._tenants.get(key_hash(api_key))
-
-    def put(self, api_key: str, tenant_id: str) -> None:
-        self._tenants[key_hash(api_key)] = tenant_id
-
-
-def key_hash(api_key: str) -> str:
-    return hashlib.sha256(api_key.encode()).hexdigest()
 
 
 class MemoryDocumentStore:

@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from fireline.cli import client
+from fireline.cli import admin, client
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 API_URL_ENV = "FIRELINE_API_URL"
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_operator_commands(commands)
     add_local_command(commands)
+    admin.add_admin_command(commands)
     return parser
 
 

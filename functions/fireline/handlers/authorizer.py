@@ -1,8 +1,9 @@
 """API Gateway REQUEST authorizer: the x-api-key header -> the tenant it belongs to.
 
 The tenant id goes into the authorizer context, which is the only place the api Lambda
-reads identity from. An unknown or missing key is a 401 ("Unauthorized" is the string
-API Gateway turns into one).
+reads identity from. An unknown, revoked or expired key, or none, is a 401
+("Unauthorized" is the string API Gateway turns into one). The tenant's usage identifier
+goes back as ``usageIdentifierKey``: API Gateway's usage plan throttles by it.
 """
 
 from __future__ import annotations
@@ -20,17 +21,21 @@ logger = wiring.logger()
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
     api_key = headers.get("x-api-key") or ""
-    tenant = wiring.api_key_store().tenant_for(api_key) if api_key else None
-    if tenant is None:
+    record = wiring.api_key_store().get(api_key) if api_key else None
+    now_ms = int(wiring.clock().now().timestamp() * 1000)
+    if record is None or not record.accepted_at(now_ms):
         logger.info("rejected", extra={"action": "authorizer.deny"})
         raise Exception("Unauthorized")
     # Allow the whole API: the tenant check is per resource, inside the api Lambda.
     arn = event["methodArn"].split("/")[0] + "/*"
-    return {
-        "principalId": tenant,
+    decision: dict[str, Any] = {
+        "principalId": record.tenant_id,
         "policyDocument": {
             "Version": "2012-10-17",
             "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": arn}],
         },
-        "context": {"tenant_id": tenant},
+        "context": {"tenant_id": record.tenant_id, "key_id": record.key_id},
     }
+    if record.usage_key:
+        decision["usageIdentifierKey"] = record.usage_key
+    return decision

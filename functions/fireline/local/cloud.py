@@ -5,11 +5,14 @@ LocalStack on :4566), turns on its Step Functions interpreter, deploys infra/tem
 through its CloudFormation (fireline.local.deploy), then plays the AWS service side with
 fireline.local.runtime: function processes, the ticker's schedule rule, the SQS event
 source mappings and API Gateway on a real HTTP port, with API keys mapped to tenants by
-the deployed authorizer.
+the deployed authorizer and the usage plan's per-tenant limits applied. The API keys it
+starts with are created as `fireline admin keys create` creates keys: hashed, each
+tenant with its own webhook signing secret in the emulator's Secrets Manager.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -23,15 +26,15 @@ from typing import Any
 
 import boto3
 
-from fireline.adapters import dynamodb
+from fireline.adapters import api_keys_dynamodb, memory_keys, secretsmanager
+from fireline.domain import errors
 from fireline.local import deploy, runtime, state
+from fireline.services import keys
 
 REGION = "us-east-1"
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
 DEFAULT_KEYS = {"local-key-tenant-a": "tenant-a", "local-key-tenant-b": "tenant-b"}
 LOCAL_PARAMETERS = {
-    # Locally a long job's heartbeat window is short, so the demo shows it quickly.
-    "WebhookSigningSecret": "local-signing-secret-change-me",
     # Webhooks on this machine (a receiver on 127.0.0.1 while trying Fireline out): plain
     # http and the loopback are allowed here, and nowhere by default.
     "HttpTargetAllowHttp": "*",
@@ -58,6 +61,8 @@ class LocalOptions:
     # would idle any other.
     function_processes: int = 2
     extra_environment: dict[str, str] = field(default_factory=dict)
+    # Template parameters over LOCAL_PARAMETERS (UsagePlanRateLimit=..., and so on).
+    parameters: dict[str, str] = field(default_factory=dict)
 
 
 class Metrics:
@@ -124,7 +129,7 @@ class LocalCloud:
         self.deployed = deploy.deploy(
             self,
             stack_name=o.stack_name,
-            parameters=LOCAL_PARAMETERS,
+            parameters={**LOCAL_PARAMETERS, **o.parameters},
             template_path=o.template_path,
         )
         if self._server is not None:
@@ -240,13 +245,30 @@ class LocalCloud:
                 name=machine.name, definition=machine.definition, roleArn=machine.roleArn
             )
 
-    def _register_keys(self) -> None:
+    def key_admin(self) -> keys.KeyAdmin:
+        """What `fireline admin keys` does against this cloud (no API Gateway here: the
+        usage identifiers are the tenants' own, and the local gateway applies the plan)."""
         assert self.deployed is not None
-        store = dynamodb.DynamoApiKeyStore(
-            self.client("dynamodb"), self.deployed.physical("ApiKeysTable")
+        return keys.KeyAdmin(
+            keys=api_keys_dynamodb.DynamoApiKeyStore(
+                self.client("dynamodb"), self.deployed.physical("ApiKeysTable")
+            ),
+            signing_keys=secretsmanager.SecretsManagerSigningKeys(
+                self.client("secretsmanager"), self.deployed.outputs["SigningSecretPrefix"]
+            ),
+            usage=memory_keys.MemoryUsagePlans(),
+            now_ms=lambda: int(time.time() * 1000),
         )
+
+    def _register_keys(self) -> None:
+        admin = self.key_admin()
         for key, tenant in self.options.api_keys.items():
-            store.put(key, tenant)
+            with contextlib.suppress(errors.AlreadyExists):  # restored from the state directory
+                admin.create(tenant, api_key=key)
+        # Keys restored from the state directory keep working; their tenants' signing keys
+        # (not exported) are new ones in this emulator.
+        for tenant in sorted({record.tenant_id for record in admin.list()}):
+            admin.ensure_signing_ring(tenant)
 
     def _host_by_name(self, function: str) -> runtime.FunctionHost | None:
         """The host of one of this stack's functions (None for another stack's)."""
@@ -292,13 +314,46 @@ class LocalCloud:
                 self.rules.append(played_rule)
 
     def _start_api(self) -> None:
+        cache_seconds, plan = self._gateway_settings()
         gateway = runtime.ApiGateway(
-            api=self.hosts["ApiFunction"], authorizer=self.hosts.get("AuthorizerFunction")
+            api=self.hosts["ApiFunction"],
+            authorizer=self.hosts.get("AuthorizerFunction"),
+            cache_seconds=cache_seconds,
+            usage_plan=plan,
         )
         self._http = gateway.serve(self.options.host, self.options.api_port)
         host, port = self._http.server_address[:2]
         self.api_url = f"http://{host}:{port}"
         self.gateway = gateway
+
+    def _gateway_settings(self) -> tuple[float, runtime.UsagePlan | None]:
+        """The authorizer's cache TTL and the usage plan's limits, as deployed: read from
+        the API's definition and the plan the local cloud plays (the values the template's
+        parameters, or a CDK app's props, gave them)."""
+        assert self.deployed is not None
+        deployed = self.deployed
+        ttl = 300.0
+        plan = None
+        for resource in deployed.played.values():
+            props = resource.get("Properties", {})
+            if resource["Type"] == "AWS::ApiGateway::RestApi":
+                schemes = (props.get("Body") or {}).get("securityDefinitions", {})
+                for scheme in schemes.values():
+                    found = scheme.get("x-amazon-apigateway-authorizer", {})
+                    if "authorizerResultTtlInSeconds" in found:
+                        ttl = float(deployed.resolved(found["authorizerResultTtlInSeconds"]))
+            if resource["Type"] == "AWS::ApiGateway::UsagePlan":
+                throttle = props.get("Throttle", {})
+                quota = props.get("Quota", {})
+                if "Fn::If" in quota:  # HasDailyQuota: the quota's value decides it
+                    quota = quota["Fn::If"][1]
+                limit = int(deployed.resolved(quota.get("Limit", 0)) or 0)
+                plan = runtime.UsagePlan(
+                    rate=float(deployed.resolved(throttle["RateLimit"])),
+                    burst=int(deployed.resolved(throttle["BurstLimit"])),
+                    daily_quota=limit or None,
+                )
+        return ttl, plan
 
     # --- what the status screen shows ----------------------------------------------------------
 

@@ -63,6 +63,15 @@ class Deployed:
     outputs: dict[str, str]
     resources: dict[str, tuple[str, str]]  # logical id -> (type, physical id)
     set_aside: list[str] = field(default_factory=list)  # resources the local cloud plays
+    # The definitions of those it plays (API Gateway's), and the stack's parameter values.
+    played: dict[str, Any] = field(default_factory=dict)
+    parameters: dict[str, str] = field(default_factory=dict)
+
+    def resolved(self, value: Any) -> Any:
+        """A played resource's property: a parameter's Ref as its value, else as written."""
+        if isinstance(value, dict) and set(value) == {"Ref"}:
+            return self.parameters.get(str(value["Ref"]), value)
+        return value
 
     def physical(self, logical: str) -> str:
         return self.resources[logical][1]
@@ -166,12 +175,22 @@ def publish_assets(template_path: Path, session: Any) -> None:
             s3.put_object(Bucket=bucket, Key=key, Body=body)
 
 
-def translate(template: dict[str, Any], region: str = "us-east-1") -> dict[str, Any]:
-    """SAM to CloudFormation, offline: managed policies by name, the region given."""
+def translate(
+    template: dict[str, Any],
+    region: str = "us-east-1",
+    parameter_values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """SAM to CloudFormation, offline: managed policies by name, the region given.
+
+    The transform resolves some parameters itself (an API's Auth, such as the
+    authorizer's cache TTL), as CloudFormation's transform does with the values a deploy
+    is given: ``parameter_values`` are those values, the template's defaults otherwise."""
     translator = Translator(None, Parser(), boto_session=boto3.session.Session(region_name=region))
     policies = _OfflinePolicies().load()
     translated: dict[str, Any] = translator.translate(
-        template, parameter_values={}, get_managed_policy_map=lambda: policies
+        template,
+        parameter_values=dict(parameter_values or {}),
+        get_managed_policy_map=lambda: policies,
     )
     return translated
 
@@ -235,11 +254,17 @@ def deploy(
     if is_cloud_assembly_template(template_path):
         publish_assets(template_path, session)
         synthesized: dict[str, Any] = json.loads(template_path.read_text())
-        translated, dropped = set_aside(substitute_definitions(synthesized))
+        translated = synthesized
     else:
         template = yaml_parse(template_path.read_text())
         packaged = package(template, s3, template_path.parent)
-        translated, dropped = set_aside(substitute_definitions(translate(packaged)))
+        translated = translate(packaged, parameter_values=parameters)
+    played = {
+        logical: resource
+        for logical, resource in translated["Resources"].items()
+        if resource["Type"].startswith(PLAYED_LOCALLY)
+    }
+    translated, dropped = set_aside(substitute_definitions(translated))
     # A CDK app may have replaced a parameter with its prop's value: only the parameters
     # the template still declares can be given.
     declared = translated.get("Parameters", {})
@@ -279,4 +304,5 @@ def deploy(
                 summary["ResourceType"],
                 summary.get("PhysicalResourceId", ""),
             )
-    return Deployed(stack_name, outputs, resources, dropped)
+    values = {p["ParameterKey"]: p["ParameterValue"] for p in stack.get("Parameters", [])}
+    return Deployed(stack_name, outputs, resources, dropped, played, values)

@@ -14,8 +14,10 @@ Lambda, EventBridge, SQS event source mappings and API Gateway would:
   in batchItemFailures, keeps at most MaximumConcurrency invocations in flight, and leaves
   the rest to the visibility timeout and the queue's redrive;
 - API Gateway: a real HTTP server that runs the REQUEST authorizer on the x-api-key header
-  (decisions cached 300 s, as the template says), then turns the request into a proxy
-  event for the API function.
+  (decisions cached as long as the template says), applies the usage plan's per-tenant
+  throttle and daily quota to the usage identifier the authorizer returns (a token
+  bucket: ``burst`` tokens, refilled at ``rate`` per second; 429 when empty, before the
+  API is called), then turns the request into a proxy event for the API function.
 """
 
 from __future__ import annotations
@@ -500,26 +502,99 @@ class ScheduleRule:
 
 # --- API Gateway ---------------------------------------------------------------------------
 
+# The bodies of the template's gateway responses THROTTLED and QUOTA_EXCEEDED (the API's
+# error shape), answered here the same way.
+THROTTLED_BODY = (
+    '{"error":{"type":"rate_limited","message":"over the request rate limit: '
+    "UsagePlanRateLimit per second with UsagePlanBurstLimit of burst per tenant, or the "
+    'stage\'s ApiThrottlingRateLimit","field":null}}'
+)
+QUOTA_EXCEEDED_BODY = (
+    '{"error":{"type":"quota_exceeded","message":"over the daily request quota: '
+    'UsagePlanDailyQuota per tenant per UTC day","field":null}}'
+)
+
+
+@dataclass(frozen=True)
+class UsagePlan:
+    """A usage plan's limits, per usage identifier (API Gateway's semantics)."""
+
+    rate: float  # requests per second, steady state
+    burst: int  # requests at once above it (the bucket's size)
+    daily_quota: int | None = None  # requests per UTC day; None: no quota
+
+
+class TokenBucket:
+    """``burst`` tokens, refilled at ``rate`` per second; a request takes one."""
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = float(burst)
+        self.updated = now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
 
 @dataclass
 class ApiGateway:
-    """A REST API stage: authorizer on x-api-key, then the proxy integration."""
+    """A REST API stage: authorizer on x-api-key, usage plan, then the proxy integration."""
 
     api: FunctionHost
     authorizer: FunctionHost | None
     public_paths: tuple[str, ...] = ("/openapi.json",)
     stage: str = "prod"
     cache_seconds: float = 300
+    # None: methods need no usage identifier (a stack without a usage plan).
+    usage_plan: UsagePlan | None = None
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
     _cache: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    _buckets: dict[str, TokenBucket] = field(default_factory=dict)
+    _days: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (day, count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
     requests: int = 0
+    throttled: int = 0
+
+    def admit(self, usage_key: str | None) -> tuple[int, bytes] | None:
+        """None if the usage plan admits one more request of ``usage_key``, else the
+        answer: 403 without a usage identifier (as API Gateway answers a method that
+        requires a key), 429 over the throttle or the day's quota."""
+        plan = self.usage_plan
+        if plan is None:
+            return None
+        if not usage_key:
+            return 403, b'{"message":"Forbidden"}'
+        with self._lock:
+            now = self.monotonic()
+            bucket = self._buckets.setdefault(usage_key, TokenBucket(plan.rate, plan.burst, now))
+            if plan.daily_quota is not None:
+                day = int(self.wall() // 86400)
+                seen_day, count = self._days.get(usage_key, (day, 0))
+                count = count if seen_day == day else 0
+                if count >= plan.daily_quota:
+                    self.throttled += 1
+                    return 429, QUOTA_EXCEEDED_BODY.encode()
+            if not bucket.take(now):
+                self.throttled += 1
+                return 429, THROTTLED_BODY.encode()
+            if plan.daily_quota is not None:
+                self._days[usage_key] = (day, count + 1)
+        return None
 
     def authorize(self, headers: dict[str, str], method: str, path: str) -> dict[str, Any] | None:
         key = next((v for k, v in headers.items() if k.lower() == "x-api-key"), "")
         if not key or self.authorizer is None:
             return None
         cached = self._cache.get(key)
-        if cached and time.monotonic() - cached[0] < self.cache_seconds:
-            return cached[1]
+        if cached and self.monotonic() - cached[0] < self.cache_seconds:
+            return dict(cached[1])
         event = {
             "type": "REQUEST",
             "methodArn": (
@@ -544,8 +619,10 @@ class ApiGateway:
             return None
         context = dict(decision.get("context", {}))
         context["principalId"] = decision.get("principalId")
-        self._cache[key] = (time.monotonic(), context)
-        return context
+        if decision.get("usageIdentifierKey"):
+            context["usageIdentifierKey"] = decision["usageIdentifierKey"]
+        self._cache[key] = (self.monotonic(), context)
+        return dict(context)
 
     def handle(
         self, method: str, target: str, headers: dict[str, str], body: bytes
@@ -572,6 +649,9 @@ class ApiGateway:
                 return 500, {"Content-Type": "application/json"}, b'{"message":null}'
             if context is None:
                 return 401, {"Content-Type": "application/json"}, b'{"message":"Unauthorized"}'
+            refused = self.admit(context.pop("usageIdentifierKey", None))
+            if refused is not None:
+                return refused[0], {"Content-Type": "application/json"}, refused[1]
         event = {
             "resource": "/{proxy+}",
             "path": path,
@@ -636,7 +716,7 @@ class ApiGateway:
             def log_message(self, *args: Any) -> None:
                 return None
 
-        server = _QuietServer((host, port), Handler)
+        server = _GatewayServer((host, port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True, name="api-gateway").start()
         return server
 
@@ -656,11 +736,14 @@ def api_error(
     return status, headers, json.dumps(body).encode()
 
 
-class _QuietServer(http.server.ThreadingHTTPServer):
+class _GatewayServer(http.server.ThreadingHTTPServer):
     """A client that hangs up before its answer is written is its own business: no
     traceback on the terminal for it."""
 
     daemon_threads = True
+    # Clients may open many connections at once (a burst past a rate limit): the
+    # default backlog of 5 would reset the rest before the gateway could answer them.
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):

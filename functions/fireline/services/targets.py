@@ -13,7 +13,6 @@ not worker errors.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import threading
 import time
@@ -24,11 +23,11 @@ from typing import Any, Protocol
 
 import botocore.exceptions
 
-from fireline.domain import errors, model
+from fireline.domain import errors, model, signing
 from fireline.domain import target as target_rules
 from fireline.services import webhook
 
-SIGNATURE_HEADER = "X-Fireline-Signature"
+SIGNATURE_HEADER = signing.SIGNATURE_HEADER
 # What an outcome stores of a target's result: well inside a DynamoDB item's 400 KB and
 # Step Functions' 256 KB; past it, the size and the first characters are kept.
 MAX_OUTPUT_BYTES = 32 * 1024
@@ -137,23 +136,6 @@ class Registry:
         return sorted(self._handlers)
 
 
-def sign(secret: bytes, timestamp: int, body: bytes) -> str:
-    """``t=<unix seconds>,v1=<hex HMAC-SHA256 of "t.body">``, as Stripe-style receivers expect."""
-    digest = hmac.new(secret, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
-
-
-def verify(secret: bytes, header: str, body: bytes, *, now: int, tolerance: int = 300) -> bool:
-    """What a webhook receiver does with the signature header (used by tests and docs)."""
-    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
-    try:
-        timestamp = int(parts["t"])
-    except (KeyError, ValueError):
-        return False
-    expected = sign(secret, timestamp, body).split("v1=")[1]
-    return abs(now - timestamp) <= tolerance and hmac.compare_digest(expected, parts.get("v1", ""))
-
-
 def jsonable(value: Any, limit: int = MAX_OUTPUT_BYTES) -> Any:
     """A target's result (or a job's progress) as stored on the occurrence: itself if JSON
     can hold it within ``limit`` bytes, else an account of it (its size and a preview).
@@ -216,7 +198,7 @@ class TargetRunner:
         self,
         *,
         registry: Registry,
-        signing_secret: bytes,
+        signing_key: Callable[[str], signing.SigningKey],
         lambda_client: Callable[[float], Any],
         sqs_client: Callable[[], Any],
         workflows: Callable[[], WorkflowStarter] | None = None,
@@ -228,7 +210,8 @@ class TargetRunner:
         self._workflows = workflows
         self._python_runner = python or run_in_own_thread
         self.registry = registry
-        self._secret = signing_secret
+        # The tenant's current webhook signing key (see fireline.services.keys).
+        self._signing_key = signing_key
         self._lambda = lambda_client
         self._sqs = sqs_client
 
@@ -288,12 +271,19 @@ class TargetRunner:
         except errors.ValidationError as exc:
             raise TargetFailed(f"a header cannot be sent: {exc.message}") from exc
         body = json.dumps(context.as_message(), separators=(",", ":")).encode()
-        timestamp = int(time.time())
+        url = str(target["url"])
+        try:
+            key = self._signing_key(context.tenant_id)
+        except errors.NotFound as exc:
+            raise TargetFailed(f"not sent: {exc.message}") from exc
+        # Signed with the tenant's own key over time, method, URL and body: a delivery
+        # replayed to another URL (another tenant's receiver) or later does not verify.
+        signature = signing.header(key, int(time.time()), "POST", url, body)
         headers = {
             **{str(k): str(v) for k, v in target.get("headers", {}).items()},
             "Content-Type": "application/json",
             "Idempotency-Key": context.occurrence_key,
-            SIGNATURE_HEADER: sign(self._secret, timestamp, body),
+            SIGNATURE_HEADER: signature,
             "User-Agent": "fireline",
         }
         limit = min(timeout, float(target.get("timeout_seconds", timeout)))
@@ -302,7 +292,7 @@ class TargetRunner:
         try:
             answer = webhook.post(
                 self._egress,
-                str(target["url"]),
+                url,
                 body,
                 headers,
                 tenant_id=context.tenant_id,

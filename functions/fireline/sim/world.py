@@ -16,12 +16,15 @@ from typing import Any, cast
 
 from fireline import ports
 from fireline.adapters import memory
-from fireline.domain import model, occurrence, schedule
+from fireline.domain import model, occurrence, schedule, signing
 from fireline.services import targets
 from fireline.services import worker as worker_service
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import lambdas
 from fireline.sim import network as sim_network
+
+# Every simulated tenant signs with this key (the simulation sends no real webhook).
+SIMULATED_SIGNING_KEY = signing.SigningKey("sig_sim", "simulated-signing-secret", created_ms=0)
 
 
 @dataclass(frozen=True)
@@ -277,7 +280,7 @@ def worker_for(
     """The real worker service over the world's simulated stores, running simulated jobs."""
     runner = targets.TargetRunner(
         registry=jobs.registry,
-        signing_secret=b"simulated-signing-secret",
+        signing_key=lambda tenant_id: SIMULATED_SIGNING_KEY,
         lambda_client=lambda timeout: None,
         sqs_client=lambda: None,
         python=python,

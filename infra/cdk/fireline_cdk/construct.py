@@ -55,10 +55,13 @@ PROP_PARAMETERS = {
     "horizon_seconds": "HorizonSeconds",
     "lag_alarm_threshold_seconds": "LagAlarmThresholdSeconds",
     "tenant_concurrency_limit": "TenantConcurrencyLimit",
-    "webhook_signing_secret": "WebhookSigningSecret",
+    "authorizer_cache_ttl_seconds": "AuthorizerCacheTtlSeconds",
     "log_retention_days": "LogRetentionDays",
     "api_throttling.rate_limit": "ApiThrottlingRateLimit",
     "api_throttling.burst_limit": "ApiThrottlingBurstLimit",
+    "usage_plan.rate_limit": "UsagePlanRateLimit",
+    "usage_plan.burst_limit": "UsagePlanBurstLimit",
+    "usage_plan.daily_quota": "UsagePlanDailyQuota",
     "memory_sizes.api": "ApiMemorySize",
     "memory_sizes.ticker": "TickerMemorySize",
     "memory_sizes.worker": "WorkerMemorySize",
@@ -78,6 +81,16 @@ class MemorySizes:
     worker: int | None = None  # the default and short class workers
     long_runner: int | None = None
     workflow: int | None = None
+
+
+@dataclass(frozen=True)
+class UsagePlan:
+    """Each tenant's limits (the API Gateway usage plan its keys are in): requests per
+    second, burst, requests per day (0: no quota); None keeps the template's default."""
+
+    rate_limit: int | None = None
+    burst_limit: int | None = None
+    daily_quota: int | None = None
 
 
 @dataclass(frozen=True)
@@ -115,9 +128,10 @@ class Fireline(Construct):
         horizon_seconds: int | None = None,
         lag_alarm_threshold_seconds: int | None = None,
         tenant_concurrency_limit: int | None = None,
-        webhook_signing_secret: cdk.SecretValue | None = None,
+        authorizer_cache_ttl_seconds: int | None = None,
         log_retention_days: int | None = None,
         api_throttling: ApiThrottling | None = None,
+        usage_plan: UsagePlan | None = None,
         memory_sizes: MemorySizes | None = None,
         vpc: ec2.IVpc | None = None,
         vpc_subnets: ec2.SubnetSelection | None = None,
@@ -128,7 +142,6 @@ class Fireline(Construct):
         template_file: Path = TEMPLATE,
     ) -> None:
         super().__init__(scope, construct_id)
-        translated = translate(template_file)
         code_folder = template_file.parent / code_uri(template_file)
         props: dict[str, Any] = {
             "alarm_topic": alarm_topic.topic_arn if alarm_topic else None,
@@ -139,13 +152,10 @@ class Fireline(Construct):
             "horizon_seconds": horizon_seconds,
             "lag_alarm_threshold_seconds": lag_alarm_threshold_seconds,
             "tenant_concurrency_limit": tenant_concurrency_limit,
-            # A dynamic reference: CloudFormation reads the secret at deploy time, so its
-            # value never appears in the synthesized template.
-            "webhook_signing_secret": (
-                webhook_signing_secret.unsafe_unwrap() if webhook_signing_secret else None
-            ),
+            "authorizer_cache_ttl_seconds": authorizer_cache_ttl_seconds,
             "log_retention_days": log_retention_days,
             **_nested("api_throttling", api_throttling or ApiThrottling()),
+            **_nested("usage_plan", usage_plan or UsagePlan()),
             **_nested("memory_sizes", memory_sizes or MemorySizes()),
         }
         if vpc is not None:
@@ -167,7 +177,21 @@ class Fireline(Construct):
         elif vpc_subnets is not None or security_groups is not None:
             raise ValueError("vpc_subnets and security_groups need a vpc")
 
-        self.parameter_values = parameter_values(translated, props, parameters or {})
+        declared = yaml_parse(template_file.read_text())
+        self.parameter_values = parameter_values(declared, props, parameters or {})
+        # The SAM transform resolves some parameters itself (the API's Auth: the
+        # authorizer's cache TTL), as CloudFormation's transform does with a deploy's
+        # values: it is given the values known at synth.
+        # (A Number as a number: the API definition's TTL is an integer.)
+        kinds = {name: spec["Type"] for name, spec in declared["Parameters"].items()}
+        translated = translate(
+            template_file,
+            {
+                name: int(value) if kinds[name] == "Number" and value.isdigit() else value
+                for name, value in self.parameter_values.items()
+                if isinstance(value, str) and not cdk.Token.is_unresolved(value)
+            },
+        )
         with tempfile.TemporaryDirectory() as work:
             # CfnInclude reads a file, once, here.
             included = Path(work) / "template.json"
@@ -212,12 +236,14 @@ class Fireline(Construct):
         return self.template.get_resource(logical_id)
 
 
-def translate(template_file: Path = TEMPLATE) -> dict[str, Any]:
+def translate(
+    template_file: Path = TEMPLATE, parameter_values: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The SAM template as plain CloudFormation, with the code left as a placeholder."""
     template = yaml_parse(template_file.read_text())
     template["Globals"]["Function"]["CodeUri"] = dict(CODE_PLACEHOLDER)
     deploy.inline_definitions(template, template_file.parent)
-    return deploy.translate(template)
+    return deploy.translate(template, parameter_values=dict(parameter_values or {}))
 
 
 def parameter_values(
@@ -290,7 +316,7 @@ def _checked(name: str, declared: dict[str, Any], value: Any) -> Any:
     return text
 
 
-def _nested(prefix: str, values: MemorySizes | ApiThrottling) -> dict[str, Any]:
+def _nested(prefix: str, values: MemorySizes | ApiThrottling | UsagePlan) -> dict[str, Any]:
     return {f"{prefix}.{f.name}": getattr(values, f.name) for f in fields(values)}
 
 

@@ -1,0 +1,306 @@
+"""``fireline admin``: tenants' API keys and webhook signing keys, on a deployment.
+
+Unlike the operator commands (the HTTP API, as a tenant), these act on the deployment's
+resources with the operator's AWS credentials (boto3's usual chain): the API keys table,
+the tenants' secrets in Secrets Manager and API Gateway's usage plan, found from the
+CloudFormation stack's outputs (``--stack``), or named one by one. ``--endpoint-url``
+points them at an emulator (the local cloud prints its URL).
+
+    fireline admin keys create --tenant acme     # the key is shown once, here
+    fireline admin keys list [--tenant acme]
+    fireline admin keys revoke ak_...
+    fireline admin keys rotate ak_... [--grace 3600]
+    fireline admin signing show --tenant acme    # the keys a receiver verifies with
+    fireline admin signing rotate --tenant acme [--overlap 86400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import botocore.exceptions
+from rich.console import Console
+from rich.table import Table
+
+from fireline.adapters import api_keys_dynamodb, apigateway, memory_keys, secretsmanager
+from fireline.domain import api_keys, errors, signing
+from fireline.services import keys
+
+STACK_ENV = "FIRELINE_STACK"
+DEFAULT_STACK = "fireline"
+
+
+def add_admin_command(subparsers: Any) -> None:
+    admin = subparsers.add_parser(
+        "admin", help="tenants' API keys and signing keys (AWS credentials, not an API key)"
+    )
+    groups = admin.add_subparsers(dest="area", metavar="AREA", required=True)
+
+    keys_parser = groups.add_parser("keys", help="tenants' API keys")
+    key_actions = keys_parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = _leaf(key_actions, "create", _keys_create, "create an API key (shown once)")
+    create.add_argument("--tenant", required=True, help="the tenant the key authenticates")
+    create.add_argument("--usage-plan", metavar="ID", help="a usage plan other than the stack's")
+    listing = _leaf(key_actions, "list", _keys_list, "list keys (never the keys themselves)")
+    listing.add_argument("--tenant", help="only this tenant's")
+    revoke = _leaf(key_actions, "revoke", _keys_revoke, "refuse a key from now on")
+    revoke.add_argument("key_id", metavar="KEY_ID")
+    rotate = _leaf(key_actions, "rotate", _keys_rotate, "a new key; the old one revoked")
+    rotate.add_argument("key_id", metavar="KEY_ID")
+    rotate.add_argument(
+        "--grace",
+        type=_seconds,
+        default=0,
+        metavar="SECONDS",
+        help="keep the old key working this long (default: 0, revoked at once)",
+    )
+
+    signing_parser = groups.add_parser("signing", help="tenants' webhook signing keys")
+    signing_actions = signing_parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    show = _leaf(signing_actions, "show", _signing_show, "the keys a receiver verifies with")
+    show.add_argument("--tenant", required=True)
+    turn = _leaf(signing_actions, "rotate", _signing_rotate, "a new signing key")
+    turn.add_argument("--tenant", required=True)
+    turn.add_argument(
+        "--overlap",
+        type=_seconds,
+        default=signing.DEFAULT_OVERLAP_SECONDS,
+        metavar="SECONDS",
+        help=(
+            "how long the previous keys stay valid (default: "
+            f"{signing.DEFAULT_OVERLAP_SECONDS}; at least the workers' cache TTL, "
+            f"{keys.DEFAULT_CACHE_SECONDS})"
+        ),
+    )
+
+
+def _leaf(group: Any, name: str, run: Any, help: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = group.add_parser(name, help=help, description=help)
+    where = parser.add_argument_group("deployment")
+    where.add_argument(
+        "--stack",
+        default=os.environ.get(STACK_ENV) or DEFAULT_STACK,
+        help=f"CloudFormation stack whose outputs name the resources (default: ${STACK_ENV}, "
+        f"else {DEFAULT_STACK})",
+    )
+    where.add_argument("--region", help="AWS region (default: the AWS configuration's)")
+    where.add_argument("--endpoint-url", metavar="URL", help="an emulator (the local cloud)")
+    where.add_argument("--keys-table", help="ApiKeysTable's name, instead of the stack output")
+    where.add_argument("--signing-prefix", help="the signing secrets' name prefix, likewise")
+    where.add_argument("--usage-plan-id", help="the usage plan's id, likewise")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(run=lambda args: _guarded(run, args))
+    return parser
+
+
+def _seconds(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
+    return number
+
+
+def _guarded(run: Any, args: argparse.Namespace) -> int:
+    try:
+        code: int = run(args)
+        return code
+    except errors.FirelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        print(f"error: AWS: {exc}", file=sys.stderr)
+        return 1
+
+
+# --- the deployment ------------------------------------------------------------------------
+
+
+def _session(args: argparse.Namespace) -> boto3.session.Session:
+    if args.endpoint_url and not os.environ.get("AWS_ACCESS_KEY_ID"):
+        # An emulator takes any credentials; the local cloud's are these.
+        return boto3.session.Session(
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+            region_name=args.region or "us-east-1",
+        )
+    return boto3.session.Session(region_name=args.region)
+
+
+def admin_for(args: argparse.Namespace) -> keys.KeyAdmin:
+    session = _session(args)
+
+    def client(service: str) -> Any:
+        return session.client(service, endpoint_url=args.endpoint_url)  # type: ignore[call-overload]
+
+    needed = (args.keys_table, args.signing_prefix)
+    outputs: dict[str, str] = {}
+    if not all(needed) or args.usage_plan_id is None:
+        try:
+            stack = client("cloudformation").describe_stacks(StackName=args.stack)["Stacks"][0]
+        except botocore.exceptions.ClientError as exc:
+            if not all(needed):
+                raise errors.ValidationError(
+                    f"no stack {args.stack!r} to read outputs from ({exc}); name it, or give "
+                    "--keys-table and --signing-prefix",
+                    field="stack",
+                ) from exc
+        else:
+            outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    table = args.keys_table or outputs.get("ApiKeysTableName")
+    prefix = args.signing_prefix or outputs.get("SigningSecretPrefix")
+    if not table or not prefix:
+        raise errors.ValidationError(
+            f"stack {args.stack!r} has no ApiKeysTableName or SigningSecretPrefix output",
+            field="stack",
+        )
+    plan_id = args.usage_plan_id or outputs.get("UsagePlanId")
+    # Without a usage plan (the local cloud plays API Gateway itself) the usage
+    # identifiers are the tenants' own and the local gateway applies the plan's limits.
+    usage: Any = (
+        apigateway.ApiGatewayUsagePlans(
+            client("apigateway"), plan_id, name_prefix=f"{args.stack}-tenant-"
+        )
+        if plan_id
+        else memory_keys.MemoryUsagePlans()
+    )
+    return keys.KeyAdmin(
+        keys=api_keys_dynamodb.DynamoApiKeyStore(client("dynamodb"), table),
+        signing_keys=secretsmanager.SecretsManagerSigningKeys(client("secretsmanager"), prefix),
+        usage=usage,
+        now_ms=lambda: int(time.time() * 1000),
+    )
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    created = admin_for(args).create(args.tenant, usage_plan_id=args.usage_plan)
+    shown = {**_key_view(created.record), "api_key": created.api_key}
+    if args.json:
+        print(json.dumps(shown, indent=2))
+    else:
+        print(f"API key of tenant {created.record.tenant_id} (shown once, store it now):")
+        print(created.api_key)
+        print(f"key id {created.record.key_id}")
+        if created.signing_ring_created:
+            print(
+                "webhook signing key created for the tenant: "
+                f"fireline admin signing show --tenant {created.record.tenant_id}"
+            )
+    return 0
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    records = admin_for(args).list(args.tenant)
+    views = [_key_view(r) for r in records]
+    if args.json:
+        print(json.dumps(views, indent=2))
+        return 0
+    if not views:
+        print("no keys")
+        return 0
+    table = _table("key id", "tenant", "created", "state", "ends")
+    for view in views:
+        table.add_row(
+            view["key_id"], view["tenant"], view["created"], view["state"], view["ends"] or "-"
+        )
+    _console().print(table)
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    ended = admin_for(args).revoke(args.key_id)
+    return _print_key(args, ended, f"revoked {ended.key_id} of tenant {ended.tenant_id}")
+
+
+def _keys_rotate(args: argparse.Namespace) -> int:
+    created, old = admin_for(args).rotate(args.key_id, grace_seconds=args.grace)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "new": {**_key_view(created.record), "api_key": created.api_key},
+                    "old": _key_view(old),
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"new API key of tenant {created.record.tenant_id} (shown once, store it now):")
+    print(created.api_key)
+    print(f"key id {created.record.key_id}; {old.key_id} is refused from {_when(old.ends_ms)}")
+    return 0
+
+
+def _signing_show(args: argparse.Namespace) -> int:
+    ring = admin_for(args).signing_ring(args.tenant)
+    return _print_ring(args, ring)
+
+
+def _signing_rotate(args: argparse.Namespace) -> int:
+    ring = admin_for(args).rotate_signing(args.tenant, overlap_seconds=args.overlap)
+    return _print_ring(args, ring)
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def _when(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    )
+
+
+def _key_view(record: api_keys.ApiKey) -> dict[str, Any]:
+    now = int(time.time() * 1000)
+    return {
+        "key_id": record.key_id,
+        "tenant": record.tenant_id,
+        "created": _when(record.created_ms),
+        "state": record.state_at(now).value,
+        "ends": _when(record.ends_ms),
+    }
+
+
+def _print_key(args: argparse.Namespace, record: api_keys.ApiKey, text: str) -> int:
+    print(json.dumps(_key_view(record), indent=2) if args.json else text)
+    return 0
+
+
+def _print_ring(args: argparse.Namespace, ring: signing.KeyRing) -> int:
+    # The JSON is what fireline.webhooks.keys_from_document reads on the receiver's side.
+    if args.json:
+        print(json.dumps(ring.to_document(), indent=2))
+        return 0
+    table = _table("key id", "secret", "created", "valid until")
+    for key in ring.keys:
+        table.add_row(key.key_id, key.secret, _when(key.created_ms), _when(key.not_after_ms) or "-")
+    _console().print(table)
+    print(f"deliveries are signed with {ring.current.key_id}")
+    return 0
+
+
+def _console() -> Console:
+    return Console(
+        markup=False, emoji=False, highlight=False, width=None if sys.stdout.isatty() else 1000
+    )
+
+
+def _table(*columns: str) -> Table:
+    table = Table(box=None, pad_edge=False, padding=(0, 3, 0, 0), header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
