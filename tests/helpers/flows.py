@@ -124,8 +124,8 @@ class Flow:
         runner = self.runner = targets.TargetRunner(
             registry=self.registry,
             signing_secret=SIGNING_SECRET,
-            lambda_client=lambda timeout: None,
-            sqs_client=lambda: None,
+            lambda_client=lambda timeout, credentials: None,
+            sqs_client=lambda credentials: None,
             workflows=lambda: self.service,
         )
         self.workers = {

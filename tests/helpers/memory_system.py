@@ -40,8 +40,8 @@ class MemorySystem:
         return targets.TargetRunner(
             registry=self.registry,
             signing_secret=SIGNING_SECRET,
-            lambda_client=lambda timeout: None,
-            sqs_client=lambda: None,
+            lambda_client=lambda timeout, credentials: None,
+            sqs_client=lambda credentials: None,
         )
 
     def long_jobs(

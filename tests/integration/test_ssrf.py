@@ -179,8 +179,8 @@ def runner(network: webhook.Egress) -> targets.TargetRunner:
     return targets.TargetRunner(
         registry=targets.Registry(),
         signing_secret=b"0123456789abcdef",
-        lambda_client=lambda timeout: None,
-        sqs_client=lambda: None,
+        lambda_client=lambda timeout, credentials: None,
+        sqs_client=lambda credentials: None,
         egress=network,
     )
 

@@ -272,8 +272,8 @@ def worker_for(
     runner = targets.TargetRunner(
         registry=jobs.registry,
         signing_secret=b"simulated-signing-secret",
-        lambda_client=lambda timeout: None,
-        sqs_client=lambda: None,
+        lambda_client=lambda timeout, credentials: None,
+        sqs_client=lambda credentials: None,
         python=lambdas.run_inline,
     )
     return worker_service.Worker(
