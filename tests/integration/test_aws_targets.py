@@ -8,7 +8,9 @@ What moto does not do: it hands out credentials for any role without reading its
 policy (neither the principal nor the ``sts:ExternalId`` condition is checked). So these
 tests check what Fireline controls: that it sends the tenant id as ExternalId and a session
 name naming the tenant, that it calls with the credentials it got, and that without a role
-(or the operator's allowlist) it calls nothing at all.
+(or the operator's allowlist) it calls nothing at all. What moto does check, when asked
+(its INITIAL_NO_AUTH_ACTION_COUNT): an assumed role's own permissions policies, on every
+request made with its credentials; one test turns that on around the targets' calls.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from typing import Any
 
 import boto3
 import pytest
+from moto import settings as moto_settings
 from moto.awslambda_simple.models import lambda_simple_backends
 from moto.sts.models import sts_backends
 
 from fireline import wiring
 from fireline.domain import aws_target, model, occurrence, retry, schedule
-from fireline.services import roles
+from fireline.services import roles, targets
 from fireline.services.schedules import JobDraft
 from fireline.services.worker import Result
 from helpers.aws import ACCOUNT_ID, REGION
@@ -337,3 +340,58 @@ def test_the_deployment_policy_knows_its_own_resources_from_the_environment(
     # THEN this stack's queue is its own; a like-named function in another account is not
     assert policy.is_own(own)
     assert not policy.is_own(other_account)
+
+
+# --- the role's permissions are what a job has ---------------------------------------------
+
+
+def tenant_role(name: str, actions: list[str]) -> str:
+    """A role in the tenant's account allowed ``actions`` (moto reads its policies when
+    it enforces IAM)."""
+    iam = client_as("iam", as_tenant())
+    arn: str = iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}],
+    }
+    iam.put_role_policy(RoleName=name, PolicyName="targets", PolicyDocument=json.dumps(policy))
+    return arn
+
+
+def test_a_job_can_do_what_the_tenants_role_allows_and_nothing_more(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = tenant_queue()
+    may_send = tenant_role("fireline-send", ["sqs:SendMessage"])
+    may_invoke = tenant_role("fireline-invoke", ["lambda:InvokeFunction"])
+    runner = system.runner()
+    context = targets.JobContext(
+        occurrence_key="job_1#1#2026-05-01T12:00:00Z",
+        tenant_id="tenant-a",
+        schedule_id="job_1",
+        fire_time=system.clock.now(),
+        attempt=1,
+        payload={},
+    )
+    # GIVEN both roles' credentials already held (as a warm worker holds them)
+    for role in (may_send, may_invoke):
+        system.roles.credentials(role, "tenant-a")
+    # WHEN moto enforces IAM (every request from here on is checked against the caller's
+    # policies) and a job sends to the tenant's queue as each role
+    monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    sent = runner.run({"type": "sqs", "queue_url": url, "role_arn": may_send}, context, timeout=5)
+    with pytest.raises(targets.TargetFailed) as refused:
+        runner.run({"type": "sqs", "queue_url": url, "role_arn": may_invoke}, context, timeout=5)
+    monkeypatch.setattr(moto_settings, "INITIAL_NO_AUTH_ACTION_COUNT", float("inf"))
+    # THEN the role allowed to send sent; the other was refused by IAM, and the tenant
+    # reads a category and the error code
+    assert "message_id" in sent
+    assert str(refused.value).startswith("sqs target: access denied (")
+    assert (
+        len(
+            client_as("sqs", as_tenant()).receive_message(QueueUrl=url, MaxNumberOfMessages=10)[
+                "Messages"
+            ]
+        )
+        == 1
+    )

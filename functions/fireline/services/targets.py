@@ -237,6 +237,9 @@ _CATEGORIES = {
 }
 
 
+_STATUS_CATEGORIES = {403: "access denied", 404: "not found", 429: "throttled"}
+
+
 def aws_failure(exc: Exception) -> str:
     """``<category> (<error code>)`` for a failed AWS call."""
     if isinstance(exc, botocore.exceptions.ClientError):
@@ -244,7 +247,11 @@ def aws_failure(exc: Exception) -> str:
         for category, codes in _CATEGORIES.items():
             if code in codes:
                 return f"{category} ({code})"
-        return f"refused ({code})"
+        # A code not listed (services and emulators spell some their own way): the
+        # HTTP status still says which category it is.
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        category = _STATUS_CATEGORIES.get(status or 0, "refused")
+        return f"{category} ({code})"
     if isinstance(exc, botocore.exceptions.ConnectionError | botocore.exceptions.HTTPClientError):
         return "unreachable"
     return f"failed ({type(exc).__name__})"
