@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench campaign stories strictness clean run localstack-test cdk-synth
+.PHONY: install test lint bench campaign stories strictness clean run localstack-test cdk-synth checkov
 
 install: $(STAMP)
 
@@ -15,9 +15,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# checkov pins a `packaging` older than pytest accepts, so it lives in a virtualenv of its
+# own, pinned: tests/integration/test_checkov.py runs it on the translated template.
+CHECKOV_VENV := .venv-checkov
+CHECKOV := $(CHECKOV_VENV)/bin/checkov
+CHECKOV_VERSION := 3.3.30
+
+$(CHECKOV):
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet 'checkov==$(CHECKOV_VERSION)'
+
+checkov: install $(CHECKOV)
+	$(BIN)/python -m pytest -q tests/integration/test_checkov.py
+
 # One worker per core; a test file stays on one worker, so its module fixtures (a local
 # cloud, a synthesized app) are built once.
-test: install
+test: install $(CHECKOV)
 	$(BIN)/python -m pytest -q -n $${TEST_WORKERS:-auto} --dist loadfile
 
 lint: install
@@ -72,7 +85,7 @@ campaign: install
 		--hypothesis-seed=$(SEED) tests/campaign
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis cdk.out
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis cdk.out
 
 # The example CDK app synthesized into cdk.out/, offline: no AWS account or credentials.
 # The code is packaged alone (enough for the local cloud); BUNDLE=true pip-installs its

@@ -32,8 +32,8 @@ from fireline.adapters import (
 )
 from fireline.adapters import clock as clock_adapter
 from fireline.api import app as api_app
-from fireline.domain import egress, errors, model, quota, workflow
-from fireline.services import isolation, keys, schedules, targets, ticker, webhook, workflows
+from fireline.domain import aws_target, egress, errors, model, quota, workflow
+from fireline.services import isolation, keys, roles, schedules, targets, ticker, webhook, workflows
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import worker as worker_service
 
@@ -98,6 +98,13 @@ class Settings:
     # public (CIDRs); by default https to public addresses only.
     http_target_allow_http: str = ""
     http_target_allow_networks: str = ""
+    # AWS targets: tenant=arn-pattern pairs callable without a role (default: none), the
+    # role every tenant's role trusts (assumed first), and what makes a resource Fireline's.
+    target_allowlist: str = ""
+    target_caller_role_arn: str = ""
+    stack_name: str = ""
+    account_id: str = ""
+    long_task_queue_url: str = ""
     region: str = "us-east-1"
 
     @classmethod
@@ -148,6 +155,11 @@ class Settings:
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             http_target_allow_http=env.get("HTTP_TARGET_ALLOW_HTTP", ""),
             http_target_allow_networks=env.get("HTTP_TARGET_ALLOW_NETWORKS", ""),
+            target_allowlist=env.get("TARGET_ALLOWLIST", ""),
+            target_caller_role_arn=env.get("TARGET_CALLER_ROLE_ARN", ""),
+            stack_name=env.get("FIRELINE_STACK_NAME", ""),
+            account_id=env.get("FIRELINE_ACCOUNT_ID", ""),
+            long_task_queue_url=env.get("LONG_TASK_QUEUE_URL", ""),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
         )
 
@@ -257,18 +269,69 @@ def _target_session() -> boto3.session.Session:
     return boto3.session.Session()
 
 
-@functools.lru_cache(maxsize=16)
-def target_lambda_client(read_timeout: int) -> Any:
-    """A client for invoking tenants' functions whose reads wait ``read_timeout`` seconds.
+def _client_as(service: str, credentials: roles.Credentials | None, config: Config) -> Any:
+    """A client of ``service`` calling as ``credentials`` (a tenant's role), or as the
+    function itself when None."""
+    s = settings()
+    keys = credentials or roles.Credentials("", "", "", 0)
+    return _target_session().client(
+        service,  # type: ignore[call-overload]
+        region_name=s.region,
+        endpoint_url=s.endpoint_url,
+        config=config,
+        aws_access_key_id=keys.access_key_id or None,
+        aws_secret_access_key=keys.secret_access_key or None,
+        aws_session_token=keys.session_token or None,
+    )
+
+
+# Clients per tenant role are kept while their credentials are (renewed hourly, so an
+# old client falls out of the cache); the bound covers a worker's tenants at once.
+@functools.lru_cache(maxsize=64)
+def target_lambda_client(read_timeout: int, credentials: roles.Credentials | None = None) -> Any:
+    """A client for invoking tenants' functions whose reads wait ``read_timeout`` seconds,
+    as ``credentials`` (a tenant's role) or, with None, as the worker.
 
     botocore fixes the read timeout per client, so there is one per timeout in use (a
     class's deadline, mostly), kept while warm; one session shares the service model."""
+    config = TARGET_LAMBDA_CONFIG.merge(Config(read_timeout=max(1, read_timeout)))
+    return _client_as("lambda", credentials, config)
+
+
+@functools.lru_cache(maxsize=64)
+def target_sqs_client(credentials: roles.Credentials | None) -> Any:
+    """A client for sending to tenants' queues as ``credentials`` (None: the worker)."""
+    if credentials is None:
+        return sqs_client()
+    return _client_as("sqs", credentials, BOTO_CONFIG)
+
+
+def _sts_client(credentials: roles.Credentials | None) -> Any:
+    # STS's regional endpoint (the region's own, not the global one in us-east-1).
+    return _client_as("sts", credentials, BOTO_CONFIG)
+
+
+@functools.cache
+def role_assumer() -> roles.RoleAssumer:
+    return roles.RoleAssumer(_sts_client, caller_role_arn=settings().target_caller_role_arn)
+
+
+@functools.cache
+def aws_target_policy() -> aws_target.AwsTargetPolicy:
+    """The operator's allowlist and this deployment's own queues, functions and state
+    machine (never targets)."""
     s = settings()
-    return _target_session().client(
-        "lambda",
-        region_name=s.region,
-        endpoint_url=s.endpoint_url,
-        config=TARGET_LAMBDA_CONFIG.merge(Config(read_timeout=max(1, read_timeout))),
+    return aws_target.AwsTargetPolicy.parse(
+        s.target_allowlist,
+        account=s.account_id,
+        stack_name=s.stack_name,
+        own_resources=[
+            *s.queue_urls.values(),
+            *s.dead_letter_urls.values(),
+            s.workflow_queue_url,
+            s.long_task_queue_url,
+            s.long_job_state_machine_arn,
+        ],
     )
 
 
@@ -292,10 +355,14 @@ def target_runner() -> targets.TargetRunner:
         registry=registry(),
         # Resolved per delivery: a worker without a prefix fails only its HTTP targets.
         signing_key=lambda tenant_id: signing_keys().current(tenant_id),
-        lambda_client=lambda timeout: target_lambda_client(math.ceil(timeout)),
-        sqs_client=sqs_client,
+        lambda_client=lambda timeout, credentials: target_lambda_client(
+            math.ceil(timeout), credentials
+        ),
+        sqs_client=target_sqs_client,
         workflows=workflow_service if settings().workflows_table else None,
         egress=webhook.Egress(policy=egress_policy()),
+        roles_for_targets=role_assumer(),
+        aws_targets=aws_target_policy(),
         # A process per attempt, killed at its deadline: a runaway job of one tenant
         # never keeps running beside the next jobs of another.
         python=isolation.run_in_child_process,
@@ -356,6 +423,7 @@ def schedule_service() -> schedules.ScheduleService:
         long_jobs=long_jobs() if settings().long_job_state_machine_arn else None,
         workflows=workflow_service() if settings().workflows_table else None,
         egress=egress_policy(),
+        aws_targets=aws_target_policy(),
     )
 
 
@@ -411,6 +479,7 @@ def workflow_service() -> workflows.WorkflowService:
         clock=clock(),
         definitions=definitions(),
         egress=egress_policy(),
+        aws_targets=aws_target_policy(),
     )
 
 
@@ -463,6 +532,7 @@ def reset() -> None:
         occurrence_store, lease_store, work_queue, api_key_store, signing_key_store,
         signing_keys, idempotency_store,
         schedule_service, api, slot_store, target_lambda_client, _target_session,
+        target_sqs_client, role_assumer, aws_target_policy,
         target_runner, worker, registry, sfn_client, long_jobs, s3_client, workflow_store,
         document_store, definitions, workflow_service, controller, node_jobs,
     ):  # fmt: skip

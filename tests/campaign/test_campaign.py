@@ -306,8 +306,8 @@ class Campaign(RuleBasedStateMachine):
         runner = targets.TargetRunner(
             registry=self.registry,
             signing_key=signing_key,
-            lambda_client=lambda timeout: None,
-            sqs_client=lambda: None,
+            lambda_client=lambda timeout, credentials: None,
+            sqs_client=lambda credentials: None,
             workflows=lambda: self.wf_service,
             python=_inline,
         )

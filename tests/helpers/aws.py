@@ -34,6 +34,8 @@ from cfnlint.decode import cfn_yaml
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
 REGION = "us-east-1"
+# moto's default account: Fireline's own, where the stack lives.
+ACCOUNT_ID = "123456789012"
 
 
 def load_template() -> dict[str, Any]:
@@ -149,7 +151,17 @@ class Stack:
                 roleArn="arn:aws:iam::123456789012:role/fireline-test",
             )["stateMachineArn"]
 
-        refs = {**tables, **queues, **buckets, **machines, **parameters}
+        refs = {
+            **tables,
+            **queues,
+            **buckets,
+            **machines,
+            **parameters,
+            "AWS::StackName": prefix,
+            "AWS::AccountId": ACCOUNT_ID,
+            # The role tenants' target roles trust (moto's STS assumes any role).
+            "TargetCallerRole.Arn": f"arn:aws:iam::{ACCOUNT_ID}:role/{prefix}-TargetCallerRole",
+        }
         variables = template["Globals"]["Function"]["Environment"]["Variables"]
         environment = {name: _resolve(value, refs) for name, value in variables.items()}
         return cls(tables, queues, indexes, environment, buckets)
@@ -175,6 +187,8 @@ def _lifecycle_rule(rule: dict[str, Any]) -> dict[str, Any]:
 def _resolve(value: Any, refs: dict[str, str]) -> str:
     if isinstance(value, dict) and "Ref" in value:
         return refs[value["Ref"]]
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return refs[".".join(value["Fn::GetAtt"])]
     return str(value)
 
 

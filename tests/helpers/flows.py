@@ -129,8 +129,8 @@ class Flow:
         runner = self.runner = targets.TargetRunner(
             registry=self.registry,
             signing_key=signing_key,
-            lambda_client=lambda timeout: None,
-            sqs_client=lambda: None,
+            lambda_client=lambda timeout, credentials: None,
+            sqs_client=lambda credentials: None,
             workflows=lambda: self.service,
         )
         self.workers = {

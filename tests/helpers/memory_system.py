@@ -43,8 +43,8 @@ class MemorySystem:
         return targets.TargetRunner(
             registry=self.registry,
             signing_key=signing_key,
-            lambda_client=lambda timeout: None,
-            sqs_client=lambda: None,
+            lambda_client=lambda timeout, credentials: None,
+            sqs_client=lambda credentials: None,
             python=python,
         )
 

@@ -22,7 +22,16 @@ from fireline.adapters import dynamodb, memory, s3, sqs, stepfunctions, workflow
 from fireline.api import app as api_app
 from fireline.domain import egress as egress_rules
 from fireline.domain import model, workflow
-from fireline.services import claims, long_jobs, schedules, targets, ticker, webhook, worker
+from fireline.services import (
+    claims,
+    long_jobs,
+    roles,
+    schedules,
+    targets,
+    ticker,
+    webhook,
+    worker,
+)
 
 from .aws import REGION, RequestLog, Stack, serialized_item_writes, sqs_follows
 from .flows import Flow, signing_key
@@ -63,6 +72,9 @@ class System:
         #: Python handlers the workers of this system run (tests register their own).
         self.registry = targets.Registry()
         self.registry.register("noop")(lambda context: None)
+        #: Tenants' roles, assumed on moto's STS (which gives each assumed role's
+        #: credentials the role's account) as the deployed worker does.
+        self.roles = roles.RoleAssumer(lambda credentials: client_as("sts", credentials))
 
     def allow_local_webhooks(self) -> None:
         """The local cloud's operator setting: plain http and the loopback (test servers
@@ -74,8 +86,12 @@ class System:
         return targets.TargetRunner(
             registry=self.registry,
             signing_key=signing_key,
-            lambda_client=lambda timeout: boto3.client("lambda", region_name=REGION),
-            sqs_client=lambda: self.sqs_client,
+            lambda_client=lambda timeout, credentials: client_as("lambda", credentials),
+            sqs_client=lambda credentials: (
+                self.sqs_client if credentials is None else client_as("sqs", credentials)
+            ),
+            roles_for_targets=self.roles,
+            aws_targets=self.service.aws_targets,
             egress=webhook.Egress(policy=self.egress),
         )
 
@@ -199,10 +215,15 @@ def api_event(
 
 
 @contextlib.contextmanager
-def moto_system(start: datetime = START) -> Iterator[System]:
+def moto_system(
+    start: datetime = START, *, lambda_without_docker: bool = False
+) -> Iterator[System]:
     clock = memory.FakeClock(start)
     # moto runs state machine definitions when asked to (long jobs need it).
     sfn_config: Any = {"stepfunctions": {"execute_state_machine": True}}
+    if lambda_without_docker:
+        # Invoke answers from moto's own stub (per account) instead of a container.
+        sfn_config["lambda"] = {"use_docker": False}
     with mock_aws(config=sfn_config), serialized_item_writes(), sqs_follows(clock):
         stack = Stack.create()
         log = RequestLog(indexes=stack.indexes)
@@ -211,6 +232,19 @@ def moto_system(start: datetime = START) -> Iterator[System]:
         log.attach(ddb)
         log.attach(sqs_client)
         yield System(stack=stack, clock=clock, log=log, ddb=ddb, sqs_client=sqs_client)
+
+
+def client_as(service: str, credentials: roles.Credentials | None) -> Any:
+    """A moto client as ``credentials`` (a tenant's assumed role), or as Fireline."""
+    if credentials is None:
+        return boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
+    return boto3.client(  # type: ignore[call-overload]
+        service,
+        region_name=REGION,
+        aws_access_key_id=credentials.access_key_id,
+        aws_secret_access_key=credentials.secret_access_key,
+        aws_session_token=credentials.session_token,
+    )
 
 
 def flow_on(system: System) -> Flow:

@@ -81,6 +81,11 @@ def cursor_of(key: Any) -> str:
 # --- POST /schedules and GET /schedules/{id} ----------------------------------------------
 
 
+LAMBDA_ARN = "arn:aws:lambda:eu-west-1:111122223333:function:x"
+SQS_URL = "https://sqs.eu-west-1.amazonaws.com/111122223333/jobs"
+TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-jobs"
+
+
 @pytest.mark.parametrize(
     ("spec", "shown", "description", "next_fire"),
     [
@@ -216,12 +221,12 @@ def test_policies_are_stored_as_given(system: System) -> None:
             },
         ),
         (
-            {"type": "lambda", "function_arn": "arn:aws:lambda:eu-west-1:123456789012:function:x"},
-            {"type": "lambda", "function_arn": "arn:aws:lambda:eu-west-1:123456789012:function:x"},
+            {"type": "lambda", "function_arn": LAMBDA_ARN, "role_arn": TENANT_ROLE},
+            {"type": "lambda", "function_arn": LAMBDA_ARN, "role_arn": TENANT_ROLE},
         ),
         (
-            {"type": "sqs", "queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/jobs"},
-            {"type": "sqs", "queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/jobs"},
+            {"type": "sqs", "queue_url": SQS_URL, "role_arn": TENANT_ROLE},
+            {"type": "sqs", "queue_url": SQS_URL, "role_arn": TENANT_ROLE},
         ),
     ],
     ids=["python", "http", "lambda", "sqs"],

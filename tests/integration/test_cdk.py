@@ -137,7 +137,10 @@ def _drift(sam: dict[str, Any], synthesized: Synthesized) -> list[str]:
             found.append(f"{logical_id}: missing from the CDK template")
             continue
         mine = copy.deepcopy(mine_by_id[logical_id])
+        # Metadata annotates, it deploys nothing: the CDK's own (construct paths) and the
+        # template's (checkov's reasons) alike.
         mine.pop("Metadata", None)
+        resource = {key: value for key, value in resource.items() if key != "Metadata"}
         for owned in CONSTRUCT_OWNED.get(resource["Type"], set()):
             mine["Properties"].pop(owned, None)
             resource = {**resource, "Properties": dict(resource["Properties"])}

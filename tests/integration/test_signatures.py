@@ -69,8 +69,8 @@ class Deployment:
         self.runner = targets.TargetRunner(
             registry=targets.Registry(),
             signing_key=self.cache.current,
-            lambda_client=lambda timeout: None,
-            sqs_client=lambda: None,
+            lambda_client=lambda timeout, credentials: None,
+            sqs_client=lambda credentials: None,
             egress=LOCAL,
         )
 

@@ -180,8 +180,8 @@ def runner(network: webhook.Egress) -> targets.TargetRunner:
     return targets.TargetRunner(
         registry=targets.Registry(),
         signing_key=signing_key,
-        lambda_client=lambda timeout: None,
-        sqs_client=lambda: None,
+        lambda_client=lambda timeout, credentials: None,
+        sqs_client=lambda credentials: None,
         egress=network,
     )
 

@@ -16,7 +16,7 @@ from botocore.stub import Stubber
 
 from fireline import wiring
 from fireline.domain import errors, model, occurrence, retry, schedule, workflow
-from fireline.services import targets
+from fireline.services import roles, targets
 from fireline.services.schedules import JobDraft, ScheduleDraft
 from fireline.services.worker import Result
 from helpers.flows import signing_key
@@ -69,6 +69,8 @@ def deployment_env(endpoint: str) -> dict[str, str]:
         "SIGNING_SECRET_PREFIX": "fireline/test/signing/",
         "AWS_ENDPOINT_URL": endpoint,
         "JOB_CLASS": "short",
+        # The operator's allowlist: this tenant's functions without a role of its own.
+        "TARGET_ALLOWLIST": "tenant-a=arn:aws:lambda:us-east-1:123456789012:function:tenant-*",
     }
     return env
 
@@ -89,6 +91,7 @@ def test_a_lambda_target_slower_than_its_deadline_is_invoked_once_and_fails_with
     slow_lambda: SlowLambda,
 ) -> None:
     system = MemorySystem()
+    system.service.aws_targets = wiring.aws_target_policy()  # the operator's allowlist
     # GIVEN a job whose Lambda target runs longer than the job's 1 s deadline
     body = system.due_job(
         job_class="short",
@@ -121,33 +124,55 @@ def stubbed(service: str, operation: str, code: str, status: int) -> Any:
 
 
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/gone"
+TENANT_ROLE = "arn:aws:iam::123456789012:role/tenant-a-jobs"
+
+
+class FixedSts:
+    """STS that hands out credentials for any role (the tenant's trust is not the
+    question here; the target's own failure is)."""
+
+    def assume_role(self, **kwargs: Any) -> dict[str, Any]:
+        return {
+            "Credentials": {
+                "AccessKeyId": "ASIATENANTA",
+                "SecretAccessKey": "secret",
+                "SessionToken": "token",
+                "Expiration": NOW.replace(year=NOW.year + 1),
+            }
+        }
+
+
+AS_TENANT = {"roles_for_targets": roles.RoleAssumer(lambda credentials: FixedSts())}
 FAILING_TARGETS = [
     pytest.param(
-        {"type": "lambda", "function_arn": FUNCTION_ARN},
+        {"type": "lambda", "function_arn": FUNCTION_ARN, "role_arn": TENANT_ROLE},
         {
-            "lambda_client": lambda timeout: stubbed(
+            "lambda_client": lambda timeout, credentials: stubbed(
                 "lambda", "invoke", "ResourceNotFoundException", 404
-            )
+            ),
+            **AS_TENANT,
         },
         "ResourceNotFoundException",
         id="missing lambda",
     ),
     pytest.param(
-        {"type": "lambda", "function_arn": FUNCTION_ARN},
+        {"type": "lambda", "function_arn": FUNCTION_ARN, "role_arn": TENANT_ROLE},
         {
-            "lambda_client": lambda timeout: stubbed(
+            "lambda_client": lambda timeout, credentials: stubbed(
                 "lambda", "invoke", "AccessDeniedException", 403
-            )
+            ),
+            **AS_TENANT,
         },
         "AccessDeniedException",
         id="access error",
     ),
     pytest.param(
-        {"type": "sqs", "queue_url": QUEUE_URL},
+        {"type": "sqs", "queue_url": QUEUE_URL, "role_arn": TENANT_ROLE},
         {
-            "sqs_client": lambda: stubbed(
+            "sqs_client": lambda credentials: stubbed(
                 "sqs", "send_message", "AWS.SimpleQueueService.NonExistentQueue", 400
-            )
+            ),
+            **AS_TENANT,
         },
         "NonExistentQueue",
         id="missing queue",
@@ -195,7 +220,11 @@ def test_a_target_that_fails_in_any_way_is_retried_then_dead_and_listed(
     runner = targets.TargetRunner(
         registry=system.registry,
         signing_key=signing_key,
-        **{"lambda_client": lambda timeout: None, "sqs_client": lambda: None, **clients},
+        **{
+            "lambda_client": lambda timeout, credentials: None,
+            "sqs_client": lambda credentials: None,
+            **clients,
+        },
     )
     worker = system.worker(runner=runner)
     # WHEN each delivery runs it
@@ -296,10 +325,15 @@ def test_a_fifo_target_gets_a_message_group_id_sqs_accepts_for_the_longest_node(
     runner = targets.TargetRunner(
         registry=targets.Registry(),
         signing_key=signing_key,
-        lambda_client=lambda timeout: None,
-        sqs_client=lambda: sqs,
+        lambda_client=lambda timeout, credentials: None,
+        sqs_client=lambda credentials: sqs,
+        **AS_TENANT,
     )
-    target = {"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/jobs.fifo"}
+    target = {
+        "type": "sqs",
+        "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/jobs.fifo",
+        "role_arn": TENANT_ROLE,
+    }
     # GIVEN workflow nodes with the longest ids a node may have, in a run of the longest id
     run_id = "r" + "0" * 24
     nodes = ["n" * 128, "n" * 127 + "m"]

@@ -72,6 +72,10 @@ ENVIRONMENT = {
     "WORKFLOW_QUEUE_URL": {"Ref": "WorkflowQueue"},
     "HTTP_TARGET_ALLOW_HTTP": {"Ref": "HttpTargetAllowHttp"},
     "HTTP_TARGET_ALLOW_NETWORKS": {"Ref": "HttpTargetAllowNetworks"},
+    "TARGET_ALLOWLIST": {"Ref": "TargetAllowlist"},
+    "TARGET_CALLER_ROLE_ARN": {"Fn::GetAtt": ["TargetCallerRole", "Arn"]},
+    "FIRELINE_STACK_NAME": {"Ref": "AWS::StackName"},
+    "FIRELINE_ACCOUNT_ID": {"Ref": "AWS::AccountId"},
     "POWERTOOLS_SERVICE_NAME": "fireline",
     "POWERTOOLS_METRICS_NAMESPACE": "Fireline",
     "LOG_LEVEL": "INFO",
@@ -163,22 +167,13 @@ EVENT_SOURCE_MAPPINGS = {
         "ScalingConfig": {"MaximumConcurrency": 20},
     },
 }
-# A job's target is the tenant's own Lambda function or SQS queue, unknown to the template.
-TENANT_TARGET_ACTIONS = {"lambda:InvokeFunction", "sqs:SendMessage"}
-# function -> the actions its role allows on "*"; any function not named here has none.
-WILDCARD_ACTIONS = {
-    # The workers that run jobs themselves and the long runner call tenant targets.
-    "DefaultWorkerFunction": TENANT_TARGET_ACTIONS,
-    "ShortWorkerFunction": TENANT_TARGET_ACTIONS,
-    LONG_RUNNER: TENANT_TARGET_ACTIONS,
-    # A tenant's heartbeat goes to the task token; cancel stops the execution.
-    "ApiFunction": {"states:SendTaskHeartbeat", "states:StopExecution"},
-    # Cancelling a workflow run stops its running long nodes' executions.
-    "WorkflowFunction": {"states:StopExecution"},
-}
-# function -> Step Functions actions its role allows on the named state machine; any
-# function not named here has none.
+# function -> Step Functions actions its role allows on the named state machine (or its
+# executions); any function not named here has none.
 STATE_MACHINE_GRANTS = {
+    # A tenant's heartbeat goes to the task token; cancel stops the execution.
+    "ApiFunction": {"LongJobStateMachine": {"states:SendTaskHeartbeat", "states:StopExecution"}},
+    # Cancelling a workflow run stops its running long nodes' executions.
+    WORKFLOW_CONTROLLER: {"LongJobStateMachine": {"states:StopExecution"}},
     "LongWorkerFunction": {"LongJobStateMachine": {"states:StartExecution"}},
     LONG_RUNNER: {
         "LongJobStateMachine": {
@@ -397,6 +392,8 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "LogRetentionDays",
         "WorkerSubnetIds",
         "WorkerSecurityGroupIds",
+        "TargetAllowlist",
+        "TargetAllowlistArns",
     }
     # HTTP targets: https to public addresses only unless the operator widens it.
     assert parameters["HttpTargetAllowHttp"]["Default"] == ""
@@ -784,9 +781,13 @@ def test_every_function_gets_the_shared_runtime_and_environment(
     assert props["LoggingConfig"] == {"LogGroup": {"Ref": "FunctionLogGroup"}}
 
 
-def test_function_logs_expire_after_the_retention_parameter(translated: dict[str, Any]) -> None:
-    # GIVEN the one log group every function writes to
-    (name,) = _resources_of_type(translated, "AWS::Logs::LogGroup")
+@pytest.mark.parametrize("name", ["FunctionLogGroup", "ApiAccessLogGroup"])
+def test_logs_expire_after_the_retention_parameter(translated: dict[str, Any], name: str) -> None:
+    # GIVEN the log group every function writes to, and the API's access log
+    assert set(_resources_of_type(translated, "AWS::Logs::LogGroup")) == {
+        "FunctionLogGroup",
+        "ApiAccessLogGroup",
+    }
     group = translated["Resources"][name]
     retention = translated["Parameters"]["LogRetentionDays"]
 
@@ -795,6 +796,88 @@ def test_function_logs_expire_after_the_retention_parameter(translated: dict[str
     assert retention["Default"] == 30 and retention["Default"] in retention["AllowedValues"]
     # AND like the run history it outlives the stack, expiring by its retention
     assert (group["DeletionPolicy"], group["UpdateReplacePolicy"]) == ("Retain", "Retain")
+
+
+def test_the_api_stage_writes_a_json_access_log_line_per_request(
+    translated: dict[str, Any],
+) -> None:
+    # GIVEN the API's stage
+    (stage,) = _resources_of_type(translated, "AWS::ApiGateway::Stage").values()
+    setting = stage["Properties"]["AccessLogSetting"]
+    line = json.loads(setting["Format"])
+
+    # THEN it logs to the access log group, one JSON object per request naming the
+    # request, the tenant the authorizer found, the answer and how long it took
+    assert setting["DestinationArn"] == {"Fn::GetAtt": ["ApiAccessLogGroup", "Arn"]}
+    assert line["requestId"] == "$context.requestId"
+    assert line["tenant"] == "$context.authorizer.tenant_id"
+    assert line["status"] == "$context.status"
+    assert line["latency"] == "$context.responseLatency"
+    # AND the account's API Gateway logging role is set before the API is made
+    account = translated["Resources"]["ApiGatewayAccount"]
+    assert account["Properties"]["CloudWatchRoleArn"] == {
+        "Fn::GetAtt": ["ApiGatewayLoggingRole", "Arn"]
+    }
+    assert "ApiGatewayAccount" in translated["Resources"]["FirelineApi"]["DependsOn"]
+
+
+def test_retained_tables_are_protected_from_deletion(translated: dict[str, Any]) -> None:
+    tables = _resources_of_type(translated, "AWS::DynamoDB::Table")
+    retained = {name for name, table in tables.items() if table["DeletionPolicy"] == "Retain"}
+    protected = {
+        name
+        for name, table in tables.items()
+        if table["Properties"].get("DeletionProtectionEnabled") is True
+    }
+
+    # GIVEN the tables holding what cannot be rebuilt (kept when the stack goes)
+    assert retained == {"SchedulesTable", "OccurrencesTable", "ApiKeysTable", "WorkflowsTable"}
+    # THEN each refuses a DeleteTable until someone turns protection off; the
+    # short-lived ones are not protected (they go with the stack)
+    assert protected == retained
+
+
+def test_tenant_targets_are_called_through_the_target_caller_role_only(
+    translated: dict[str, Any],
+) -> None:
+    resources = translated["Resources"]
+    caller = resources["TargetCallerRole"]["Properties"]
+    (trust,) = caller["AssumeRolePolicyDocument"]["Statement"]
+    (grant,) = [s for p in caller["Policies"] for s in p["PolicyDocument"]["Statement"]]
+
+    # GIVEN the role tenants' target roles trust: it trusts this account (only roles
+    # granted sts:AssumeRole on it may assume it) and may do nothing but assume roles
+    assert trust["Principal"] == {
+        "AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}
+    }
+    assert (grant["Action"], grant["Resource"]) == (
+        "sts:AssumeRole",
+        {"Fn::Sub": "arn:${AWS::Partition}:iam::*:role/*"},
+    )
+    # THEN exactly the functions that call targets may assume it
+    assumers = {
+        name.removesuffix("Role")
+        for name, resource in resources.items()
+        if resource["Type"] == "AWS::IAM::Role" and "TargetCallerRole" in _grants(resource, "sts")
+    }
+    assert assumers == set(TARGET_RUNNERS)
+    # AND none of them may invoke a function or send to a queue as itself unless the
+    # operator allowlists ARNs: a policy that exists only then, on those ARNs alone
+    for function in TARGET_RUNNERS:
+        actions = {a for s in _statements(resources[f"{function}Role"]) for a in _actions(s)}
+        assert {"lambda:InvokeFunction", "sqs:SendMessage"} & actions == set()
+    allowlisted = resources["TargetAllowlistPolicy"]
+    assert allowlisted["Condition"] == "HasTargetAllowlistArns"
+    assert allowlisted["Properties"]["PolicyDocument"]["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Action": ["lambda:InvokeFunction", "sqs:SendMessage"],
+            "Resource": {"Ref": "TargetAllowlistArns"},
+        }
+    ]
+    assert {r["Ref"] for r in allowlisted["Properties"]["Roles"]} == {
+        f"{f}Role" for f in TARGET_RUNNERS
+    }
 
 
 @pytest.mark.parametrize("function", sorted(HANDLERS))
@@ -1208,18 +1291,21 @@ def test_only_the_api_writes_definitions_and_the_workflow_functions_read_them(
     assert set(grants) == {"DefinitionsBucket"}
     actions = grants["DefinitionsBucket"]
     assert "s3:GetObject" in actions
-    assert ("s3:PutObject" in actions, "s3:DeleteObject" in actions) == (crud, crud)
+    assert ("s3:PutObject" in actions) == crud
+    # Nothing deletes a definition or an upload (the lifecycle rule expires uploads).
+    assert "s3:DeleteObject" not in actions
 
 
 @pytest.mark.parametrize("function", sorted(HANDLERS))
-def test_only_target_callers_and_the_api_have_wildcard_grants(
+def test_no_function_has_a_grant_on_every_resource(
     translated: dict[str, Any], function: str
 ) -> None:
-    # The functions that call tenant targets may invoke any function and send to any
-    # queue; the API may heartbeat any task and stop any execution; nothing else.
+    # Tenant targets are called as the tenant's role (or what the operator allowlists),
+    # the API heartbeats and stops only the long job state machine's executions: no role
+    # allows anything on "*".
     role = translated["Resources"][f"{function}Role"]
 
-    assert _wildcard_actions(role) == WILDCARD_ACTIONS.get(function, set())
+    assert _wildcard_actions(role) == set()
 
 
 @pytest.mark.parametrize("function", sorted(HANDLERS))
@@ -1354,6 +1440,7 @@ def test_outputs_name_the_api_the_state_machine_every_table_bucket_and_queue(
             "SigningSecretPrefix",
             "UsagePlanId",
             "AuthorizerCacheTtlSeconds",
+            "TargetCallerRoleArn",
         }
         | named
     )

@@ -404,7 +404,15 @@ def test_http_target_error_status_is_a_failed_attempt(
 def test_sqs_target_sends_to_the_tenant_queue_with_the_key(system: System) -> None:
     url = system.sqs_client.create_queue(QueueName="tenant-inbox")["QueueUrl"]
     system.service.create_job(
-        "tenant-a", JobDraft(delay_seconds=0, target={"type": "sqs", "queue_url": url})
+        "tenant-a",
+        JobDraft(
+            delay_seconds=0,
+            target={
+                "type": "sqs",
+                "queue_url": url,
+                "role_arn": "arn:aws:iam::123456789012:role/tenant-a-jobs",
+            },
+        ),
     )
     system.ticker(use_lease=False).tick()
     (message,) = system.receive()

@@ -352,6 +352,21 @@ def test_create_leaves_unset_options_to_the_api(
     assert "idempotency-key" not in api.last.headers
 
 
+def test_a_role_arn_goes_with_an_aws_target(api: FakeApi) -> None:
+    api.answer("POST", "/schedules", 201, SCHEDULE)
+    role = "arn:aws:iam::111122223333:role/fireline-jobs"
+    queue = "https://sqs.us-east-1.amazonaws.com/111122223333/q"
+
+    args = ("schedules", "create", "rate(5 minutes)", "--target-sqs", queue, "--role-arn", role)
+    assert run(api, "--json", *args) == 0
+
+    assert api.last.body["target"] == {
+        "type": "sqs",
+        "queue_url": queue,
+        "role_arn": role,
+    }
+
+
 @pytest.mark.parametrize(("action", "state"), [("pause", "paused"), ("resume", "active")])
 def test_pause_and_resume_post_to_the_schedule(
     api: FakeApi, capsys: pytest.CaptureFixture[str], action: str, state: str

@@ -195,8 +195,8 @@ def test_the_target_runner_names_the_handler_that_ran_past_its_deadline() -> Non
     runner = targets.TargetRunner(
         registry=registry,
         signing_key=signing_key,
-        lambda_client=lambda timeout: None,
-        sqs_client=lambda: None,
+        lambda_client=lambda timeout, credentials: None,
+        sqs_client=lambda credentials: None,
         python=isolation.run_in_child_process,
     )
     with pytest.raises(targets.DeadlineExceeded, match="hang ran past"):

@@ -34,7 +34,17 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
-from fireline.domain import dag, errors, model, occurrence, policies, retry, schedule, workflow
+from fireline.domain import (
+    aws_target,
+    dag,
+    errors,
+    model,
+    occurrence,
+    policies,
+    retry,
+    schedule,
+    workflow,
+)
 from fireline.domain import target as target_rules
 from fireline.services import schedules as service
 from fireline.services import workflows
@@ -148,16 +158,34 @@ class HttpTarget(Strict):
         return value
 
 
+# Whom an AWS target is called as (see fireline.domain.aws_target).
+ROLE_ARN_DESCRIPTION = (
+    "a role in your account that trusts Fireline's target caller role with your tenant id "
+    "as ExternalId; the call is made as that role. Required unless the operator's "
+    "allowlist names the target for your tenant"
+)
+
+
 class LambdaTarget(Strict):
+    """Invoke a function synchronously, as ``role_arn``."""
+
     type: Literal["lambda"]
     function_arn: str = Field(
         pattern=r"^arn:aws[a-zA-Z-]*:lambda:[a-z0-9-]+:\d{12}:function:[A-Za-z0-9_-]+(:[A-Za-z0-9_$-]+)?$"
     )
+    role_arn: str | None = Field(
+        default=None, pattern=rf"^{aws_target.ROLE_ARN.pattern}$", description=ROLE_ARN_DESCRIPTION
+    )
 
 
 class SqsTarget(Strict):
+    """Send a message to a queue, as ``role_arn``."""
+
     type: Literal["sqs"]
     queue_url: HttpUrl
+    role_arn: str | None = Field(
+        default=None, pattern=rf"^{aws_target.ROLE_ARN.pattern}$", description=ROLE_ARN_DESCRIPTION
+    )
 
 
 Target = Annotated[

@@ -136,6 +136,12 @@ def _add_target_options(parser: argparse.ArgumentParser) -> None:
     choice.add_argument("--target-http", metavar="URL", help="a webhook to POST to")
     choice.add_argument("--target-lambda", metavar="ARN", help="a Lambda function to invoke")
     choice.add_argument("--target-sqs", metavar="URL", help="an SQS queue to send to")
+    target.add_argument(
+        "--role-arn",
+        metavar="ARN",
+        help="the role in your account a Lambda or SQS target is called as (it trusts "
+        "Fireline with your tenant id as ExternalId)",
+    )
     parser.add_argument("--class", dest="job_class", choices=JOB_CLASSES, help="job class")
     parser.add_argument(
         "--payload", metavar="JSON", type=_json_object, help="a JSON object given to the job"
@@ -147,9 +153,11 @@ def _target(args: argparse.Namespace) -> dict[str, str]:
         return {"type": "python", "handler": args.target_python}
     if args.target_http is not None:
         return {"type": "http", "url": args.target_http}
+    # Whom an AWS target is called as: sent only when given (the API names it when needed).
+    role = {"role_arn": args.role_arn} if args.role_arn else {}
     if args.target_lambda is not None:
-        return {"type": "lambda", "function_arn": args.target_lambda}
-    return {"type": "sqs", "queue_url": args.target_sqs}
+        return {"type": "lambda", "function_arn": args.target_lambda, **role}
+    return {"type": "sqs", "queue_url": args.target_sqs, **role}
 
 
 def _job_fields(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fireline.domain import egress, errors
+from fireline.domain import aws_target, egress, errors
 
 # RFC 9110 field names are tokens.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -70,10 +70,12 @@ def check(
     *,
     tenant_id: str,
     policy: egress.EgressPolicy = egress.STRICT,
+    aws: aws_target.AwsTargetPolicy = aws_target.ROLES_ONLY,
     field: str = "target",
 ) -> None:
-    """Refuse a target no attempt could call, or one the SSRF rules refuse (typed error
-    naming the field)."""
+    """Refuse a target no attempt could call, one the SSRF rules refuse, or an AWS target
+    the tenant may not call as it stands (typed error naming the field)."""
+    aws_target.check(target, tenant_id=tenant_id, policy=aws, field=field)
     if target.get("type") == "http":
         egress.check_url(str(target.get("url", "")), tenant_id, policy, field=f"{field}.url")
         check_headers(target.get("headers") or {}, field=f"{field}.headers")

@@ -19,8 +19,17 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from fireline import ports
+from fireline.domain import (
+    aws_target,
+    errors,
+    model,
+    natural,
+    occurrence,
+    policies,
+    retry,
+    schedule,
+)
 from fireline.domain import egress as egress_rules
-from fireline.domain import errors, model, natural, occurrence, policies, retry, schedule
 from fireline.domain import target as target_rules
 from fireline.services import claims, dispatch
 from fireline.services import long_jobs as long_jobs_service
@@ -103,6 +112,7 @@ class ScheduleService:
         long_jobs: long_jobs_service.LongJobs | None = None,
         workflows: WorkflowCatalog | None = None,
         egress: egress_rules.EgressPolicy = egress_rules.STRICT,
+        aws_targets: aws_target.AwsTargetPolicy = aws_target.ROLES_ONLY,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -117,6 +127,8 @@ class ScheduleService:
         self.workflows = workflows
         # What HTTP targets may name (the operator's widening of https-to-public-only).
         self.egress = egress
+        # Whom AWS targets are called as: a tenant's role, or the operator's allowlist.
+        self.aws_targets = aws_targets
 
     # --- schedules -------------------------------------------------------------------------
 
@@ -444,7 +456,7 @@ class ScheduleService:
 
     def _check_target(self, tenant_id: str, target: dict[str, Any]) -> None:
         """Refuse, at registration, a target no attempt could call."""
-        target_rules.check(target, tenant_id=tenant_id, policy=self.egress)
+        target_rules.check(target, tenant_id=tenant_id, policy=self.egress, aws=self.aws_targets)
         kind = target.get("type")
         known = self.handlers
         if kind == "python" and known is not None and target.get("handler") not in known:

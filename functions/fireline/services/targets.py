@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 import botocore.exceptions
 
-from fireline.domain import errors, model, signing
+from fireline.domain import aws_target, errors, model, signing
 from fireline.domain import target as target_rules
-from fireline.services import webhook
+from fireline.services import roles, webhook
 
 SIGNATURE_HEADER = signing.SIGNATURE_HEADER
 # What an outcome stores of a target's result: well inside a DynamoDB item's 400 KB and
@@ -193,18 +193,75 @@ def run_id_for(tenant_id: str, source: str) -> str:
     return "r" + hashlib.sha256(f"{tenant_id}\n{source}".encode()).hexdigest()[:24]
 
 
+# What a tenant reads when its AWS target fails: a category and AWS's error code, never
+# the error's text (which names resources and accounts) nor anything of a resource that
+# is not the tenant's.
+_CATEGORIES = {
+    "access denied": (
+        "AccessDenied",
+        "AccessDeniedException",
+        "AuthorizationError",
+        "UnrecognizedClientException",
+        "InvalidClientTokenId",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "KMSAccessDeniedException",
+    ),
+    "not found": (
+        "ResourceNotFoundException",
+        "AWS.SimpleQueueService.NonExistentQueue",
+        "QueueDoesNotExist",
+        "NoSuchEntity",
+    ),
+    "throttled": (
+        "Throttling",
+        "ThrottlingException",
+        "TooManyRequestsException",
+        "RequestThrottled",
+        "RequestLimitExceeded",
+    ),
+}
+
+
+_STATUS_CATEGORIES = {403: "access denied", 404: "not found", 429: "throttled"}
+
+
+def aws_failure(exc: Exception) -> str:
+    """``<category> (<error code>)`` for a failed AWS call."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", "")) or "unknown"
+        for category, codes in _CATEGORIES.items():
+            if code in codes:
+                return f"{category} ({code})"
+        # A code not listed (services and emulators spell some their own way): the
+        # HTTP status still says which category it is.
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        category = _STATUS_CATEGORIES.get(status or 0, "refused")
+        return f"{category} ({code})"
+    if isinstance(exc, botocore.exceptions.ConnectionError | botocore.exceptions.HTTPClientError):
+        return "unreachable"
+    return f"failed ({type(exc).__name__})"
+
+
 class TargetRunner:
     def __init__(
         self,
         *,
         registry: Registry,
         signing_key: Callable[[str], signing.SigningKey],
-        lambda_client: Callable[[float], Any],
-        sqs_client: Callable[[], Any],
+        lambda_client: Callable[[float, roles.Credentials | None], Any],
+        sqs_client: Callable[[roles.Credentials | None], Any],
         workflows: Callable[[], WorkflowStarter] | None = None,
         python: PythonRunner | None = None,
         egress: webhook.Egress | None = None,
+        roles_for_targets: roles.RoleAssumer | None = None,
+        aws_targets: aws_target.AwsTargetPolicy = aws_target.ROLES_ONLY,
     ) -> None:
+        """``lambda_client(timeout, credentials)`` and ``sqs_client(credentials)`` build
+        clients that call as ``credentials`` (a tenant's role), or as the worker itself
+        when None (targets the operator's allowlist names)."""
+        self._roles = roles_for_targets
+        self._aws_targets = aws_targets
         # Where HTTP targets may go: https to public addresses unless the operator widens it.
         self._egress = egress or webhook.Egress()
         self._workflows = workflows
@@ -223,8 +280,8 @@ class TargetRunner:
         call = {
             "python": lambda: self._python(target, context, timeout),
             "http": lambda: self._http(target, context, timeout),
-            "lambda": lambda: self._invoke(target, context, timeout),
-            "sqs": lambda: self._send(target, context),
+            "lambda": lambda: self._invoke(target, context, timeout, self._as(target, context)),
+            "sqs": lambda: self._send(target, context, self._as(target, context)),
             "workflow": lambda: self._start_workflow(target, context),
         }.get(str(kind))
         if call is None:
@@ -309,12 +366,37 @@ class TargetRunner:
             raise TargetFailed(f"HTTP {answer.status}")
         return {"status": answer.status, "body": answer.body.decode(errors="replace")[:1024]}
 
-    def _invoke(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
+    def _as(self, target: dict[str, Any], context: JobContext) -> roles.Credentials | None:
+        """The credentials an AWS target is called with: the tenant's role, assumed with
+        the tenant id as ExternalId, or the worker's own (None) where the operator's
+        allowlist names the target for this tenant. Anything else is refused before any
+        call, as are Fireline's own resources (a target stored before these rules, or
+        written around the API, meets them here)."""
+        why = aws_target.refusal(target, tenant_id=context.tenant_id, policy=self._aws_targets)
+        if why is not None:
+            raise TargetFailed(why)
+        role = target.get("role_arn")
+        if not role:
+            return None
+        if self._roles is None:
+            raise TargetFailed("not allowed: this deployment assumes no tenant roles")
+        try:
+            return self._roles.credentials(str(role), context.tenant_id)
+        except Exception as exc:
+            raise TargetFailed(f"role_arn could not be assumed: {aws_failure(exc)}") from exc
+
+    def _invoke(
+        self,
+        target: dict[str, Any],
+        context: JobContext,
+        timeout: float,
+        credentials: roles.Credentials | None,
+    ) -> Any:
         """Invoke synchronously, waiting up to ``timeout`` for the function to end. The
         client never resends (see wiring): a read timeout leaves the function running and
         ends this attempt with the deadline, as a slow webhook does."""
         try:
-            response = self._lambda(timeout).invoke(
+            response = self._lambda(timeout, credentials).invoke(
                 FunctionName=target["function_arn"],
                 InvocationType="RequestResponse",
                 Payload=json.dumps(context.as_message()).encode(),
@@ -323,12 +405,16 @@ class TargetRunner:
             raise DeadlineExceeded(
                 f"{target['function_arn']} did not answer in {timeout:.0f} s"
             ) from exc
+        except Exception as exc:
+            raise TargetFailed(f"lambda target: {aws_failure(exc)}") from exc
         payload = response["Payload"].read().decode() if "Payload" in response else ""
         if response.get("FunctionError"):
             raise TargetFailed(f"{target['function_arn']} failed: {payload[:512]}")
         return {"status": response.get("StatusCode"), "payload": payload[:1024]}
 
-    def _send(self, target: dict[str, Any], context: JobContext) -> Any:
+    def _send(
+        self, target: dict[str, Any], context: JobContext, credentials: roles.Credentials | None
+    ) -> Any:
         url = str(target["queue_url"])
         kwargs: dict[str, Any] = {
             "QueueUrl": url,
@@ -343,5 +429,8 @@ class TargetRunner:
             kwargs["MessageDeduplicationId"] = hashlib.sha256(
                 context.occurrence_key.encode()
             ).hexdigest()
-        response = self._sqs().send_message(**kwargs)
+        try:
+            response = self._sqs(credentials).send_message(**kwargs)
+        except Exception as exc:
+            raise TargetFailed(f"sqs target: {aws_failure(exc)}") from exc
         return {"message_id": response["MessageId"]}

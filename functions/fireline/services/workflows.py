@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import dag, errors, model, occurrence, workflow
+from fireline.domain import aws_target, dag, errors, model, occurrence, workflow
 from fireline.domain import egress as egress_rules
 from fireline.domain import target as target_rules
 from fireline.services import dispatch
@@ -662,6 +662,7 @@ class WorkflowService:
         clock: ports.Clock,
         definitions: Definitions | None = None,
         egress: egress_rules.EgressPolicy = egress_rules.STRICT,
+        aws_targets: aws_target.AwsTargetPolicy = aws_target.ROLES_ONLY,
     ) -> None:
         self.store = store
         self.documents = documents
@@ -670,6 +671,8 @@ class WorkflowService:
         self.definitions = definitions or Definitions(store, documents)
         # What HTTP targets may name (the operator's widening of https-to-public-only).
         self.egress = egress
+        # Whom AWS targets are called as: a tenant's role, or the operator's allowlist.
+        self.aws_targets = aws_targets
 
     def register(
         self,
@@ -686,6 +689,7 @@ class WorkflowService:
                     spec.target,
                     tenant_id=tenant_id,
                     policy=self.egress,
+                    aws=self.aws_targets,
                     field=f"nodes[{index}].target",
                 )
                 checked.add(id(spec.target))

@@ -281,8 +281,8 @@ def worker_for(
     runner = targets.TargetRunner(
         registry=jobs.registry,
         signing_key=lambda tenant_id: SIMULATED_SIGNING_KEY,
-        lambda_client=lambda timeout: None,
-        sqs_client=lambda: None,
+        lambda_client=lambda timeout, credentials: None,
+        sqs_client=lambda credentials: None,
         python=python,
     )
     return worker_service.Worker(

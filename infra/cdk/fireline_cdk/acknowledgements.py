@@ -58,28 +58,12 @@ SIGNING_SECRETS_REASON = (
     "tenants are added: read-only, and only the names under this stack's prefix."
 )
 
-# role -> why it acts on "*": resources not known when the stack is deployed.
-WILDCARD_ROLES = {
-    "ApiFunctionRole": (
-        "A tenant's heartbeat and cancel act on the task token or execution of that job, "
-        "whose ARN exists only once the execution starts."
-    ),
-    "DefaultWorkerFunctionRole": (
-        "Jobs' Lambda and SQS targets are the tenants' own functions and queues, unknown "
-        "at deploy time."
-    ),
-    "ShortWorkerFunctionRole": (
-        "Jobs' Lambda and SQS targets are the tenants' own functions and queues, unknown "
-        "at deploy time."
-    ),
-    "LongRunnerFunctionRole": (
-        "Long jobs' Lambda and SQS targets are the tenants' own functions and queues, "
-        "unknown at deploy time."
-    ),
-    "WorkflowFunctionRole": (
-        "Cancelling a run stops its long nodes' executions, whose ARNs exist only once they start."
-    ),
-}
+# Executions of the long job state machine: named after their jobs' occurrences, so their
+# ARNs exist only once each starts; the grant names the state machine, not "*".
+LONG_JOB_EXECUTIONS = (
+    "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:"
+    "<AWS::AccountId>:execution:<LongJobStateMachine.Name>:*]"
+)
 
 # The template validator reads the empty default of WorkerSubnetIds and
 # WorkerSecurityGroupIds as ids; they are empty only when HasWorkerVpc is false.
@@ -151,16 +135,41 @@ RESOURCES = {
             "source of the OpenAPI document) and answers 400 naming the field."
         ),
     },
-    "FirelineApiStage": {
-        "AwsSolutions-APIG1": (
-            "Every request reaches the API function, whose log group records each "
-            "invocation (START and REPORT lines with the request id), and the stage is "
-            "traced with X-Ray; stage logs need the account-wide API Gateway logging role "
-            "(AWS::ApiGateway::Account), which an application stack does not own."
+    "ApiFunctionRole": {
+        LONG_JOB_EXECUTIONS: (
+            "A tenant's cancel stops its long job's execution, one of the long job state "
+            "machine's, whose ARN exists only once it starts."
         ),
+        "AwsSolutions-IAM5[Resource::<DefinitionsBucket.Arn>/*]": (
+            "The objects of DefinitionsBucket (definition documents and uploads, keyed by "
+            "tenant and version): get and put, no other bucket, nothing deleted."
+        ),
+    },
+    "WorkflowFunctionRole": {
+        LONG_JOB_EXECUTIONS: (
+            "Cancelling a run stops its long nodes' executions, the long job state "
+            "machine's, whose ARNs exist only once they start."
+        ),
+    },
+    "TargetCallerRole": {
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:iam::*:role/*]": (
+            "Tenants' target roles are in the tenants' own accounts, unknown at deploy "
+            "time; each trusts this role only with its tenant id as ExternalId, and this "
+            "role may do nothing else."
+        ),
+    },
+    "ApiGatewayLoggingRole": {
+        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+        "AmazonAPIGatewayPushToCloudWatchLogs]": (
+            "The policy AWS provides for API Gateway's account-level logging role: "
+            "creating and writing the log groups of the account's API stages."
+        ),
+    },
+    "FirelineApiStage": {
         "AwsSolutions-APIG6": (
-            "As for access logs: execution logging needs the account-wide API Gateway "
-            "logging role; each request's invocation is in the API function's log group."
+            "The stage writes an access log line per request (ApiAccessLogGroup); execution "
+            "logs would add API Gateway's own trace of each request, and each request's "
+            "invocation is in the API function's log group."
         ),
         "AwsSolutions-APIG3": (
             "A WAF web ACL is the account's or organisation's choice (Firewall Manager); "
@@ -204,9 +213,6 @@ def acknowledge(
                 finding = signing_finding if sub == SIGNING_SECRETS else _resource_finding(sub)
                 if finding in wildcards:
                     _ack(template.get_resource(logical_id), finding, wildcards[finding])
-    for role, reason in WILDCARD_ROLES.items():
-        if role in resources:
-            _ack(template.get_resource(role), "AwsSolutions-IAM5[Resource::*]", reason)
     for logical_id, resource in resources.items():
         if "VpcConfig" in resource.get("Properties", {}):
             for finding in ("CloudFormation-Validate::F3031", "CloudFormation-Validate::E1150"):

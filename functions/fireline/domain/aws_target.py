@@ -1,0 +1,185 @@
+"""Whom a tenant's AWS target (a Lambda function, an SQS queue) is called as: pure rules.
+
+A worker runs with Fireline's own role. Were it to call a tenant's function or queue
+with that role, a tenant could name *any* function or queue the role can reach, Fireline's
+own included (a confused deputy). So, as EventBridge Scheduler does, an AWS target carries
+a ``role_arn``: a role in the tenant's account that trusts Fireline's target caller role
+with the tenant id as ExternalId. The worker assumes it and calls the target as the
+tenant; what the tenant's role cannot do, the job cannot do.
+
+Single-account deployments may do without a role: the operator lists, per tenant, the ARN
+patterns a tenant's targets may name (and grants the workers those ARNs in the template).
+Anything else is denied. Fireline's own functions and queues are never targets, with a
+role or without: refused at registration and again at every attempt.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fireline.domain import errors
+
+# An IAM role: arn:<partition>:iam::<account>:role/<path/>name (IAM's own character set).
+ROLE_ARN = re.compile(r"arn:aws[a-zA-Z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]{1,512}")
+FUNCTION_ARN = re.compile(
+    r"arn:(?P<partition>aws[a-zA-Z-]*):lambda:(?P<region>[a-z0-9-]+):(?P<account>\d{12})"
+    r":function:(?P<name>[A-Za-z0-9_-]+)(:[A-Za-z0-9_$-]+)?"
+)
+# A queue URL's path is /<account>/<name> on every SQS endpoint (and on emulators).
+_QUEUE_PATH = re.compile(r"/(?P<account>\d{12})/(?P<name>[A-Za-z0-9_-]{1,80}(\.fifo)?)")
+_SQS_HOST = re.compile(r"sqs\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?")
+
+# The target types this module governs, and the field naming each one's resource.
+RESOURCE_FIELDS = {"lambda": "function_arn", "sqs": "queue_url"}
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A target's function or queue: its ARN (for allowlists), account and name (for the
+    own-resource rule)."""
+
+    arn: str
+    account: str
+    name: str
+
+
+def resource_of(target: Mapping[str, Any]) -> Resource | None:
+    """The function or queue ``target`` names, or None when it names neither (a malformed
+    ARN or URL: the API's own validation refuses those first)."""
+    kind = target.get("type")
+    if kind == "lambda":
+        match = FUNCTION_ARN.fullmatch(str(target.get("function_arn", "")))
+        if match is None:
+            return None
+        return Resource(match.group(0), match["account"], match["name"])
+    if kind == "sqs":
+        url = urllib.parse.urlsplit(str(target.get("queue_url", "")))
+        path = _QUEUE_PATH.fullmatch(url.path.rstrip("/"))
+        if path is None:
+            return None
+        host = _SQS_HOST.fullmatch(url.hostname or "")
+        region = host["region"] if host else "*"
+        arn = f"arn:aws:sqs:{region}:{path['account']}:{path['name']}"
+        return Resource(arn, path["account"], path["name"])
+    return None
+
+
+@dataclass(frozen=True)
+class AwsTargetPolicy:
+    """What the operator decided about AWS targets.
+
+    ``account`` and ``stack_name`` say which resources are Fireline's own: CloudFormation
+    names a stack's functions and queues ``<stack>-<LogicalId>-<suffix>``, and
+    ``own_names`` adds the ones the environment names outright (the queues' URLs).
+    ``allowlist`` maps a tenant id (or ``*``, every tenant) to the ARN patterns (``*``
+    and ``?`` wildcards) its targets may name without a role."""
+
+    account: str = ""
+    stack_name: str = ""
+    own_names: frozenset[str] = frozenset()
+    allowlist: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(
+        cls,
+        allowlist: str,
+        *,
+        account: str = "",
+        stack_name: str = "",
+        own_resources: Iterable[str] = (),
+        field_name: str = "TARGET_ALLOWLIST",
+    ) -> AwsTargetPolicy:
+        """``allowlist`` is comma-separated ``tenant=arn-pattern`` pairs (the template's
+        TargetAllowlist); ``own_resources`` are ARNs or queue URLs of this deployment."""
+        entries: dict[str, list[str]] = {}
+        for raw in allowlist.split(","):
+            item = raw.strip()
+            if not item:
+                continue
+            tenant, sep, pattern = item.partition("=")
+            if not sep or not tenant.strip() or not pattern.strip().startswith("arn:"):
+                raise errors.ValidationError(
+                    f"{item!r} is not tenant=arn-pattern", field=field_name
+                )
+            entries.setdefault(tenant.strip(), []).append(pattern.strip())
+        names = set()
+        for own in own_resources:
+            if not own:
+                continue
+            # A queue URL or an ARN: its last segment is the resource's name.
+            names.add(re.split(r"[/:]", own.rstrip("/"))[-1])
+        return cls(
+            account=account,
+            stack_name=stack_name,
+            own_names=frozenset(names),
+            allowlist={t: tuple(p) for t, p in entries.items()},
+        )
+
+    def is_own(self, resource: Resource) -> bool:
+        """Whether ``resource`` belongs to this deployment (never a tenant's target)."""
+        if self.account and resource.account != self.account:
+            return False
+        if resource.name in self.own_names:
+            return True
+        return bool(self.stack_name) and resource.name.startswith(f"{self.stack_name}-")
+
+    def allows(self, tenant_id: str, resource: Resource) -> bool:
+        """Whether the operator lets ``tenant_id`` call ``resource`` without a role."""
+        patterns = (*self.allowlist.get(tenant_id, ()), *self.allowlist.get("*", ()))
+        return any(fnmatch.fnmatchcase(resource.arn, p) for p in patterns)
+
+
+# Roles only: no allowlist, no own resources known (tests and tools build their own).
+ROLES_ONLY = AwsTargetPolicy()
+
+
+def check(
+    target: Mapping[str, Any], *, tenant_id: str, policy: AwsTargetPolicy, field: str = "target"
+) -> None:
+    """Refuse, at registration, an AWS target no attempt may call (typed error naming the
+    field): one of Fireline's own resources, a malformed role, or no role where the
+    operator's allowlist does not cover the resource."""
+    kind = str(target.get("type"))
+    if kind not in RESOURCE_FIELDS:
+        return
+    where = f"{field}.{RESOURCE_FIELDS[kind]}"
+    resource = resource_of(target)
+    if resource is None:
+        raise errors.ValidationError("names no function or queue Fireline can call", field=where)
+    if policy.is_own(resource):
+        raise errors.ValidationError(
+            "is a resource of this Fireline deployment, never a target", field=where
+        )
+    role = target.get("role_arn")
+    if role is not None:
+        if not isinstance(role, str) or not ROLE_ARN.fullmatch(role):
+            raise errors.ValidationError(
+                "is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)",
+                field=f"{field}.role_arn",
+            )
+        return
+    if not policy.allows(tenant_id, resource):
+        raise errors.ValidationError(
+            "is required: a role in your account that trusts Fireline with your tenant id "
+            "as ExternalId (no operator allowlist covers this target)",
+            field=f"{field}.role_arn",
+        )
+
+
+def refusal(target: Mapping[str, Any], *, tenant_id: str, policy: AwsTargetPolicy) -> str | None:
+    """Why an attempt may not call ``target`` (a category a tenant may read), or None.
+
+    The same rules as at registration, again at every attempt: a target stored before the
+    operator changed the allowlist, or written around the API, is refused here."""
+    try:
+        check(target, tenant_id=tenant_id, policy=policy)
+    except errors.ValidationError as exc:
+        if (exc.field or "").endswith(".role_arn"):
+            return "not allowed: no role_arn, and no operator allowlist covers the target"
+        return "refused: the target is not one a tenant may call"
+    return None

@@ -1,0 +1,135 @@
+"""Whom a tenant's AWS target is called as: the pure rules and the role credentials cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fireline.domain import aws_target, errors
+from fireline.services import roles
+
+ACCOUNT = "123456789012"
+TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-jobs"
+POLICY = aws_target.AwsTargetPolicy.parse(
+    f"acme=arn:aws:sqs:*:{ACCOUNT}:acme-*, *=arn:aws:lambda:us-east-1:{ACCOUNT}:function:shared",
+    account=ACCOUNT,
+    stack_name="fireline",
+    own_resources=[f"https://sqs.us-east-1.amazonaws.com/{ACCOUNT}/queue-from-env"],
+)
+
+
+def sqs(name: str, account: str = ACCOUNT, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "sqs",
+        "queue_url": f"https://sqs.us-east-1.amazonaws.com/{account}/{name}",
+        **extra,
+    }
+
+
+def fn(name: str, account: str = ACCOUNT, **extra: Any) -> dict[str, Any]:
+    arn = f"arn:aws:lambda:us-east-1:{account}:function:{name}"
+    return {"type": "lambda", "function_arn": arn, **extra}
+
+
+@pytest.mark.parametrize(
+    ("tenant", "target", "field"),
+    [
+        # no role, no allowlist entry
+        ("beta", sqs("acme-reports"), "target.role_arn"),
+        ("acme", sqs("other"), "target.role_arn"),
+        # Fireline's own: by the stack's name prefix or named by the environment, with a
+        # role or without
+        ("acme", fn("fireline-WorkflowFunction-ABC", role_arn=TENANT_ROLE), "target.function_arn"),
+        ("acme", sqs("queue-from-env", role_arn=TENANT_ROLE), "target.queue_url"),
+        ("acme", sqs("fireline-DefaultDeadLetterQueue-XYZ"), "target.queue_url"),
+        # a role that is no role
+        ("acme", sqs("x", role_arn="arn:aws:iam::111122223333:user/bob"), "target.role_arn"),
+    ],
+)
+def test_refused_targets_name_the_field_at_fault(
+    tenant: str, target: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(errors.ValidationError) as raised:
+        aws_target.check(target, tenant_id=tenant, policy=POLICY)
+    assert raised.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("tenant", "target"),
+    [
+        ("acme", sqs("acme-reports")),  # acme's allowlist
+        ("beta", fn("shared")),  # every tenant's
+        ("beta", sqs("anything", account="111122223333", role_arn=TENANT_ROLE)),
+        # a like-named resource in another account is not Fireline's
+        ("beta", fn("fireline-x", account="111122223333", role_arn=TENANT_ROLE)),
+    ],
+)
+def test_allowed_targets_pass(tenant: str, target: dict[str, Any]) -> None:
+    aws_target.check(target, tenant_id=tenant, policy=POLICY)
+    assert aws_target.refusal(target, tenant_id=tenant, policy=POLICY) is None
+
+
+def test_an_allowlist_entry_that_is_not_tenant_equals_arn_is_refused_naming_the_setting() -> None:
+    with pytest.raises(errors.ValidationError) as raised:
+        aws_target.AwsTargetPolicy.parse("acme:arn:aws:sqs:*")
+    assert raised.value.field == "TARGET_ALLOWLIST"
+
+
+class RecordingSts:
+    """STS that records each AssumeRole and who called it (the credentials it was built
+    with), answering credentials that expire an hour after ``now``."""
+
+    def __init__(self, clock: list[float]) -> None:
+        self.clock = clock
+        self.calls: list[tuple[roles.Credentials | None, dict[str, Any]]] = []
+
+    def client(self, credentials: roles.Credentials | None) -> RecordingSts:
+        self.caller = credentials
+        return self
+
+    def assume_role(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append((self.caller, kwargs))
+        n = len(self.calls)
+        return {
+            "Credentials": {
+                "AccessKeyId": f"ASIA{n}",
+                "SecretAccessKey": "s",
+                "SessionToken": "t",
+                "Expiration": self.clock[0] + 3600,
+            }
+        }
+
+
+def test_tenant_roles_are_assumed_from_the_caller_role_cached_and_renewed_before_expiry() -> None:
+    clock = [1_000_000.0]
+    sts = RecordingSts(clock)
+    caller = "arn:aws:iam::123456789012:role/fireline-TargetCallerRole-X"
+    assumer = roles.RoleAssumer(sts.client, caller_role_arn=caller, now=lambda: clock[0])
+    # WHEN tenant-a's role is needed twice within the hour
+    first = assumer.credentials(TENANT_ROLE, "tenant-a")
+    assert assumer.credentials(TENANT_ROLE, "tenant-a") == first
+    # THEN two calls: the caller role as the worker, then the tenant's role as the caller
+    # role, with the tenant id as ExternalId and a session naming the tenant
+    (hop_by, hop), (tenant_by, tenant) = sts.calls
+    assert hop_by is None and hop["RoleArn"] == caller and "ExternalId" not in hop
+    assert tenant_by is not None and tenant_by.access_key_id == "ASIA1"
+    assert tenant == {
+        "RoleArn": TENANT_ROLE,
+        "RoleSessionName": "fireline-tenant-a",
+        "ExternalId": "tenant-a",
+        "DurationSeconds": 3600,
+    }
+    # AND another tenant naming the same role gets its own credentials (its ExternalId)
+    assumer.credentials(TENANT_ROLE, "tenant-b")
+    assert [c[1].get("ExternalId") for c in sts.calls] == [None, "tenant-a", "tenant-b"]
+    # AND once within the margin of expiry, both links are renewed
+    clock[0] += 3600 - roles.RENEW_MARGIN_SECONDS + 1
+    renewed = assumer.credentials(TENANT_ROLE, "tenant-a")
+    assert renewed != first
+    assert [c[1]["RoleArn"] for c in sts.calls[3:]] == [caller, TENANT_ROLE]
+
+
+def test_a_session_name_is_within_stss_characters_and_length() -> None:
+    name = roles.session_name("tenant with spaces/and:colons" + "x" * 80)
+    assert len(name) == 64 and name.startswith("fireline-tenant-with-spaces-and-colons")
