@@ -65,7 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_operator_commands(commands)
     add_local_command(commands)
+    add_admin_commands(commands)
     return parser
+
+
+def add_admin_commands(subparsers: SubParsers[argparse.ArgumentParser]) -> None:
+    """``fireline admin``: a deployment's operator, with AWS credentials, not an API key."""
+    from fireline.cli.quotas import add_quota_commands
+
+    admin = subparsers.add_parser("admin", help="operate a deployment (AWS credentials)")
+    group = admin.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
+    add_quota_commands(group)
 
 
 def add_local_command(subparsers: SubParsers[argparse.ArgumentParser]) -> None:

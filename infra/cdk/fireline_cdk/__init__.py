@@ -7,6 +7,12 @@ template's parameters. See ``fireline_cdk.construct``.
 
 from __future__ import annotations
 
-from fireline_cdk.construct import PROP_PARAMETERS, ApiThrottling, Fireline, MemorySizes
+from fireline_cdk.construct import (
+    PROP_PARAMETERS,
+    ApiThrottling,
+    Fireline,
+    MemorySizes,
+    TenantQuotas,
+)
 
-__all__ = ["PROP_PARAMETERS", "ApiThrottling", "Fireline", "MemorySizes"]
+__all__ = ["PROP_PARAMETERS", "ApiThrottling", "Fireline", "MemorySizes", "TenantQuotas"]
