@@ -26,7 +26,7 @@ from fireline.api import app as api_app
 from fireline.domain import errors, model, quota
 from fireline.services import dispatch, schedules, targets, workflows
 from fireline.services import worker as worker_service
-from helpers.aws import REGION, Stack, serialized_item_writes
+from helpers.aws import REGION, RequestLog, Stack, serialized_item_writes
 from helpers.system import api_event
 
 A, B = "tenant-a", "tenant-b"
@@ -374,3 +374,56 @@ def test_an_operators_override_is_the_tenants_limit(system: Quotas) -> None:
     status, error = quota_error(system.call("POST", "/schedules", SCHEDULE))
 
     assert (status, error["limit"], error["used"]) == (403, 3, 3)
+
+
+# --- what it costs (moto, every request counted) --------------------------------------------
+
+
+def test_a_counted_create_delete_and_job_end_cost_one_request_and_one_extra_item_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with mock_aws(), serialized_item_writes():
+        stack = Stack.create(prefix=f"qc{next(_copies)}")
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        log = RequestLog()
+        log.attach(ddb)
+        counts = quotas_dynamodb.DynamoQuotaStore(ddb, stack.tables["SlotsTable"])
+        store = dynamodb.DynamoScheduleStore(ddb, stack.tables["SchedulesTable"], quotas=counts)
+        service = schedules.ScheduleService(
+            schedules=store,
+            occurrences=dynamodb.DynamoOccurrenceStore(ddb, stack.tables["OccurrencesTable"]),
+            queue=memory.MemoryWorkQueue(memory.FakeClock(START)),
+            clock=memory.FakeClock(START),
+            quotas=LIMITS,
+        )
+        figures: dict[str, dict[str, Any]] = {}
+
+        def measure(name: str, action: Any) -> Any:
+            log.reset()
+            try:
+                return action()
+            finally:
+                figures[name] = {"requests": +log.requests, "items": dict(log.item_writes)}
+
+        draft = schedules.ScheduleDraft(spec="rate(1 minute)", target=PYTHON)
+        created = measure("create", lambda: service.create(A, draft))
+        measure("delete", lambda: service.delete(A, created.schedule_id))
+        job = service.create_job(A, schedules.JobDraft(delay_seconds=60, target=PYTHON))
+        measure("job end", lambda: store.release(A, job.job.schedule_id, quota.Quota.ACTIVE_JOBS))
+        service.create(A, draft)
+        service.create(A, draft)
+        with pytest.raises(errors.QuotaExceeded):
+            measure("refused", lambda: service.create(A, draft))
+    with capsys.disabled():
+        print(f"\nquota costs on moto: {json.dumps(figures, default=str)}")
+    # THEN each counted write is one request (a transaction) writing the item and the count
+    for name in ("create", "delete", "job end"):
+        assert figures[name]["requests"]["TransactWriteItems"] == 1, figures[name]
+        assert figures[name]["items"] == {
+            stack.tables["SchedulesTable"]: 1,
+            stack.tables["SlotsTable"]: 1,
+        }, figures[name]
+        assert "PutItem" not in figures[name]["requests"]
+    # AND a refusal writes nothing and reads the count once to name it
+    assert figures["refused"]["items"] == {}
+    assert figures["refused"]["requests"]["GetItem"] == 1
