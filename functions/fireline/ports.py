@@ -13,7 +13,7 @@ read, and lease calls on owner and fencing token.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -52,8 +52,11 @@ class DueEntry:
 
 
 class ScheduleStore(Protocol):
-    def create(self, item: model.Schedule) -> None:
-        """Store a new schedule; AlreadyExists when its id is taken (conditional put)."""
+    def create(self, item: model.Schedule, *, charge: quota.Charge | None = None) -> None:
+        """Store a new schedule; AlreadyExists when its id is taken (conditional put).
+
+        With ``charge``, the same atomic write takes a unit of the tenant's quota: over
+        the limit it raises QuotaExceeded and writes nothing (nor does AlreadyExists)."""
         ...
 
     def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None: ...
@@ -69,11 +72,21 @@ class ScheduleStore(Protocol):
         ...
 
     def replace(self, item: model.Schedule, *, expected_version: int) -> None:
-        """Overwrite a schedule; ConflictError unless the stored version is expected_version."""
+        """Overwrite a schedule; ConflictError unless the stored version is expected_version
+        and the stored ``quota_held`` is the item's (a unit given back stays given back)."""
         ...
 
-    def delete(self, tenant_id: str, schedule_id: str) -> bool:
-        """Remove a schedule; False when there was none."""
+    def delete(
+        self, tenant_id: str, schedule_id: str, *, refund: quota.Quota | None = None
+    ) -> bool:
+        """Remove a schedule; False when there was none. With ``refund``, only a schedule
+        holding a unit of its quota is removed, and the unit is given back in the same
+        atomic write: of two deletes (or a retried one), one gives it back."""
+        ...
+
+    def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
+        """Give back the unit of quota the schedule (a job) holds and keep the item, in one
+        atomic write; False when it holds none (given back already, or no such item)."""
         ...
 
     def due(
@@ -316,6 +329,28 @@ class SlotStore(Protocol):
         ...
 
 
+class QuotaStore(Protocol):
+    """A tenant's quota use and the operator's overrides (see fireline.domain.quota).
+
+    Creates take and deletes give back units in the same atomic write as the item itself
+    (``ScheduleStore.create``, ``WorkflowStore.put_definition``); this port reads the
+    counts, sets overrides and counts what has no item of its own (uploads)."""
+
+    def usage(self, tenant_id: str) -> quota.Usage:
+        """Counts and overrides, read consistently."""
+        ...
+
+    def set_limit(self, tenant_id: str, name: quota.Quota, limit: int | None) -> None:
+        """Override one quota's default for one tenant (0: no limit; None: the default)."""
+        ...
+
+    def count_upload(self, tenant_id: str, day: str, charge: quota.Charge) -> int:
+        """Count one upload in ``day`` if the tenant is under its daily limit (one
+        conditional write; a new day starts from zero); QuotaExceeded when not. The
+        count of the day, this one included."""
+        ...
+
+
 class ApiKeyStore(Protocol):
     """API keys (kept only as SHA-256 hashes) and the tenant each one authenticates."""
 
@@ -361,6 +396,23 @@ class UsagePlans(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class UploadForm:
+    """Where a client POSTs a document (a multipart form: these fields, then the file)."""
+
+    url: str
+    fields: dict[str, str]
+
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    """What a document's metadata says, read without its body."""
+
+    size: int
+    content_type: str
+    etag: str
+
+
 class DocumentStore(Protocol):
     """Large immutable documents (workflow definitions): S3 in AWS."""
 
@@ -368,8 +420,21 @@ class DocumentStore(Protocol):
 
     def get(self, key: str) -> bytes | None: ...
 
-    def upload_url(self, key: str, *, expires_seconds: int) -> str:
-        """A presigned URL a client PUTs a document to, without passing through the API."""
+    def upload_form(
+        self, key: str, *, expires_seconds: int, max_bytes: int, content_type: str
+    ) -> UploadForm:
+        """A presigned POST a client uploads a document with, without passing through
+        the API; its policy allows only ``key``, ``content_type`` and 1 to ``max_bytes``
+        bytes (enforced by the store, where the store enforces policies)."""
+        ...
+
+    def describe(self, key: str) -> DocumentInfo | None:
+        """The document's size and type, from its metadata (no body read); None if absent."""
+        ...
+
+    def chunks(self, key: str, *, etag: str) -> Iterator[bytes]:
+        """The document's body in pieces, if it is still the one ``etag`` names;
+        ConflictError when it was replaced since, NotFound when it is gone."""
         ...
 
 
@@ -380,8 +445,12 @@ class WorkflowStore(Protocol):
     event, a reconcile racing a completion) converge: of two, one moves the node.
     """
 
-    def put_definition(self, meta: workflow.DefinitionMeta) -> bool:
-        """Index a new version; False when that version exists (a racing registration)."""
+    def put_definition(
+        self, meta: workflow.DefinitionMeta, *, charge: quota.Charge | None = None
+    ) -> bool:
+        """Index a new version; False when that version exists (a racing registration).
+        With ``charge`` (a new workflow's first version) the same atomic write takes a
+        unit of the tenant's quota, or raises QuotaExceeded and writes nothing."""
         ...
 
     def latest_definition(

@@ -12,7 +12,7 @@ import importlib
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -31,6 +31,7 @@ from fireline.adapters import (
     workflows_dynamodb,
 )
 from fireline.adapters import clock as clock_adapter
+from fireline.adapters import quotas_dynamodb
 from fireline.api import app as api_app
 from fireline.domain import aws_target, egress, errors, model, quota, workflow
 from fireline.services import isolation, keys, roles, schedules, targets, ticker, webhook, workflows
@@ -106,6 +107,9 @@ class Settings:
     account_id: str = ""
     long_task_queue_url: str = ""
     region: str = "us-east-1"
+    # Per-tenant count quotas (QUOTA_SCHEDULES, ...): the deployment's defaults; counted
+    # only where the slots table (which keeps the counts and overrides) is set.
+    quotas: dict[quota.Quota, int] = field(default_factory=lambda: dict(quota.DEFAULT_QUOTAS))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -161,7 +165,16 @@ class Settings:
             account_id=env.get("FIRELINE_ACCOUNT_ID", ""),
             long_task_queue_url=env.get("LONG_TASK_QUEUE_URL", ""),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            quotas={
+                q: quota.check_quota(q, number(quota_variable(q), default))
+                for q, default in quota.DEFAULT_QUOTAS.items()
+            },
         )
+
+
+def quota_variable(name: quota.Quota) -> str:
+    """The environment variable of one default quota: QUOTA_SCHEDULES, ..."""
+    return f"QUOTA_{name.value.upper()}"
 
 
 @functools.cache
@@ -205,9 +218,20 @@ def clock() -> clock_adapter.SystemClock:
 
 
 @functools.cache
+def quota_store() -> quotas_dynamodb.DynamoQuotaStore | None:
+    """Quota use and overrides, beside the concurrency overrides (None: not counted)."""
+    if not settings().slots_table:
+        return None
+    return quotas_dynamodb.DynamoQuotaStore(dynamodb_client(), settings().slots_table)
+
+
+@functools.cache
 def schedule_store() -> dynamodb.DynamoScheduleStore:
     return dynamodb.DynamoScheduleStore(
-        dynamodb_client(), settings().schedules_table, shards=settings().shards
+        dynamodb_client(),
+        settings().schedules_table,
+        shards=settings().shards,
+        quotas=quota_store(),
     )
 
 
@@ -405,6 +429,7 @@ def worker() -> worker_service.Worker:
             job_class=s.job_class,
             tenant_limit=s.tenant_limit,
             class_max_concurrency=s.class_max_concurrency,
+            jobs_counted=quota_store() is not None,
         ),
         metrics=metrics(),
         long_jobs=long_jobs() if s.job_class == "long" else None,
@@ -424,6 +449,7 @@ def schedule_service() -> schedules.ScheduleService:
         workflows=workflow_service() if settings().workflows_table else None,
         egress=egress_policy(),
         aws_targets=aws_target_policy(),
+        quotas=settings().quotas if quota_store() is not None else None,
     )
 
 
@@ -454,7 +480,9 @@ def workflow_store() -> workflows_dynamodb.DynamoWorkflowStore:
     s = settings()
     if not s.workflows_table:
         raise errors.ValidationError("is not set", field="WORKFLOWS_TABLE")
-    return workflows_dynamodb.DynamoWorkflowStore(dynamodb_client(), s.workflows_table)
+    return workflows_dynamodb.DynamoWorkflowStore(
+        dynamodb_client(), s.workflows_table, quotas=quota_store()
+    )
 
 
 @functools.cache
@@ -480,6 +508,8 @@ def workflow_service() -> workflows.WorkflowService:
         definitions=definitions(),
         egress=egress_policy(),
         aws_targets=aws_target_policy(),
+        quotas=quota_store(),
+        limits=settings().quotas,
     )
 
 
@@ -531,7 +561,7 @@ def reset() -> None:
         settings, dynamodb_client, sqs_client, logger, metrics, clock, schedule_store,
         occurrence_store, lease_store, work_queue, api_key_store, signing_key_store,
         signing_keys, idempotency_store,
-        schedule_service, api, slot_store, target_lambda_client, _target_session,
+        schedule_service, api, slot_store, quota_store, target_lambda_client, _target_session,
         target_sqs_client, role_assumer, aws_target_policy,
         target_runner, worker, registry, sfn_client, long_jobs, s3_client, workflow_store,
         document_store, definitions, workflow_service, controller, node_jobs,

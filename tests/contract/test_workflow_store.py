@@ -9,12 +9,14 @@ helpers.dynalite), its documents in memory.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
+import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -726,11 +728,58 @@ def test_given_nothing_stored_then_get_is_none(documents: ports.DocumentStore) -
     assert documents.get("uploads/tenant-a/nothing.json") is None
 
 
-def test_upload_url_names_the_key_and_its_expiry(documents: ports.DocumentStore) -> None:
-    url = documents.upload_url("uploads/tenant-a/abc123.json", expires_seconds=900)
+UPLOAD_KEY = "uploads/tenant-a/abc123.json"
 
-    assert "uploads/tenant-a/abc123.json" in url
-    assert "expires=900" in url.lower()
+
+def test_given_a_document_then_its_size_and_type_are_described_without_its_body(
+    documents: ports.DocumentStore,
+) -> None:
+    documents.put(DOCUMENT_KEY, b'{"nodes":[]}')
+
+    info = documents.describe(DOCUMENT_KEY)
+
+    assert info is not None
+    assert (info.size, info.content_type) == (12, "application/json")
+    assert documents.describe("uploads/tenant-a/nothing.json") is None
+
+
+def test_given_a_described_document_then_its_chunks_are_its_body(
+    documents: ports.DocumentStore,
+) -> None:
+    body = b"x" * (3 * 1024 * 1024 + 5)  # more than one chunk in every store
+    documents.put(DOCUMENT_KEY, body)
+    info = documents.describe(DOCUMENT_KEY)
+    assert info is not None
+
+    chunks = list(documents.chunks(DOCUMENT_KEY, etag=info.etag))
+
+    assert len(chunks) > 1
+    assert b"".join(chunks) == body
+
+
+def test_given_a_document_replaced_after_it_was_described_then_its_chunks_are_refused(
+    documents: ports.DocumentStore,
+) -> None:
+    documents.put(DOCUMENT_KEY, b"small")
+    info = documents.describe(DOCUMENT_KEY)
+    assert info is not None
+    # WHEN something larger is put over it before it is read
+    documents.put(DOCUMENT_KEY, b"much larger than what was described")
+
+    # THEN the read refuses it, rather than read what was never sized
+    with pytest.raises(errors.ConflictError):
+        list(documents.chunks(DOCUMENT_KEY, etag=info.etag))
+
+
+def test_an_upload_form_names_the_key_and_the_content_type(
+    documents: ports.DocumentStore,
+) -> None:
+    form = documents.upload_form(
+        UPLOAD_KEY, expires_seconds=900, max_bytes=1024, content_type="application/json"
+    )
+
+    assert form.fields["key"] == UPLOAD_KEY
+    assert form.fields["Content-Type"] == "application/json"
 
 
 # ---------------------------------------------------------------- AWS only
@@ -747,23 +796,78 @@ def dynamo_store(stack: Stack, **options: Any) -> workflows_dynamodb.DynamoWorkf
     return workflows_dynamodb.DynamoWorkflowStore(client, stack.tables["WorkflowsTable"], **options)
 
 
-def test_a_body_put_to_the_presigned_url_is_the_document_got(aws: Stack) -> None:
+def post_form(form: ports.UploadForm, body: bytes, **fields: str) -> requests.Response:
+    """What a client does with an upload form: its fields, then the file, last."""
+    return requests.post(
+        form.url,
+        data={**form.fields, **fields},
+        files={"file": ("definition.json", body)},
+        timeout=5,
+    )
+
+
+def test_the_upload_forms_policy_limits_key_type_size_and_time(aws: Stack) -> None:
     store = s3_store(aws)
-    url = store.upload_url("uploads/tenant-a/abc123.json", expires_seconds=900)
+    signed_at = datetime.now(UTC)
 
-    response = requests.put(url, data=b'{"nodes":[],"edges":[]}', timeout=5)
+    form = store.upload_form(
+        UPLOAD_KEY, expires_seconds=900, max_bytes=1024, content_type="application/json"
+    )
 
-    assert response.status_code == 200
-    assert "X-Amz-Algorithm=AWS4-HMAC-SHA256" in url
-    assert store.get("uploads/tenant-a/abc123.json") == b'{"nodes":[],"edges":[]}'
+    # THEN the signed policy S3 checks the form against holds every condition
+    policy = json.loads(base64.b64decode(form.fields["policy"]))
+    conditions = policy["conditions"]
+    assert {"bucket": aws.buckets["DefinitionsBucket"]} in conditions
+    assert {"key": UPLOAD_KEY} in conditions
+    assert {"Content-Type": "application/json"} in conditions
+    assert ["content-length-range", 1, 1024] in conditions
+    # AND it expires with the form, 15 minutes after it was signed
+    expires = datetime.fromisoformat(policy["expiration"].replace("Z", "+00:00"))
+    assert timedelta(seconds=895) <= expires - signed_at <= timedelta(seconds=905)
+    # AND it is signed with SigV4 (the fields S3 needs to verify it)
+    assert form.fields["x-amz-algorithm"] == "AWS4-HMAC-SHA256"
+    assert {"x-amz-credential", "x-amz-date", "x-amz-signature"} <= set(form.fields)
+
+
+def test_a_document_posted_with_the_form_is_stored_with_its_type(aws: Stack) -> None:
+    store = s3_store(aws)
+    form = store.upload_form(
+        UPLOAD_KEY, expires_seconds=900, max_bytes=1024, content_type="application/json"
+    )
+
+    response = post_form(form, b'{"nodes":[],"edges":[]}')
+
+    assert response.status_code == 204
+    assert store.get(UPLOAD_KEY) == b'{"nodes":[],"edges":[]}'
+    info = store.describe(UPLOAD_KEY)
+    assert info is not None and (info.size, info.content_type) == (23, "application/json")
+
+
+def test_moto_stores_a_form_past_its_policy_so_the_api_checks_the_metadata(aws: Stack) -> None:
+    """moto (5.x) checks none of a POST policy's conditions, nor its signature: a body
+    past content-length-range and another content type are stored as sent. S3 refuses
+    both (EntityTooLarge, AccessDenied); the API checks size and type from the object's
+    metadata either way, so a store that lets them through changes nothing."""
+    store = s3_store(aws)
+    form = store.upload_form(
+        UPLOAD_KEY, expires_seconds=900, max_bytes=16, content_type="application/json"
+    )
+
+    response = post_form(form, b"x" * 17, **{"Content-Type": "text/html"})
+
+    assert response.status_code == 204
+    info = store.describe(UPLOAD_KEY)
+    assert info is not None and (info.size, info.content_type) == (17, "text/html")
 
 
 @pytest.mark.parametrize("seconds", [0, 7 * 24 * 3600 + 1])
-def test_an_upload_url_beyond_what_s3_signs_is_refused(aws: Stack, seconds: int) -> None:
+def test_an_upload_form_beyond_what_s3_signs_is_refused(aws: Stack, seconds: int) -> None:
     store = s3_store(aws)
 
     with pytest.raises(errors.ValidationError) as raised:
-        store.upload_url("uploads/tenant-a/abc123.json", expires_seconds=seconds)
+        store.upload_form(
+            UPLOAD_KEY, expires_seconds=seconds, max_bytes=1024, content_type="application/json"
+        )
 
     assert raised.value.field == "expires_seconds"
 

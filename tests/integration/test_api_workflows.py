@@ -385,12 +385,16 @@ def test_other_workflow_routes_keep_the_general_body_limit(api: Api) -> None:
 def test_an_uploaded_definition_is_registered_by_its_upload_id(api: Api) -> None:
     # WHEN an upload is asked for
     status, upload = api.call("POST", "/workflow-uploads")
-    # THEN it gives an id and a URL to PUT the document to, valid 15 minutes
+    # THEN it gives an id and a form to POST the document with, valid 15 minutes, for
+    # JSON of 64 MiB at most
     assert status == 201
     assert upload["expires_in"] == workflows.UPLOAD_EXPIRES_SECONDS == 900
+    assert upload["max_bytes"] == workflows.MAX_UPLOAD_BYTES == 64 * 1024 * 1024
     key = workflows.upload_key(A, upload["upload_id"])
-    assert upload["upload_url"] == f"memory://{key}?expires=900"
-    # WHEN the document is PUT there and registered by its id
+    assert upload["upload_url"] == f"memory://{key}"
+    assert upload["upload_fields"]["key"] == key
+    assert upload["upload_fields"]["Content-Type"] == "application/json"
+    # WHEN the document is uploaded there and registered by its id
     api.documents.put(key, json.dumps(DIAMOND).encode())
     out = register(api, {"upload_id": upload["upload_id"]})
     # THEN it is registered as if it came inline
@@ -817,15 +821,37 @@ def test_a_node_whose_http_header_is_invalid_is_refused_naming_it(api: Api) -> N
     assert api.versions() == 0
 
 
-def test_an_upload_over_the_document_limit_is_refused_before_any_node_is_read(
+def test_an_upload_over_the_document_limit_is_refused_as_too_large_without_being_read(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The limit is 64 MiB; a smaller one here keeps the test cheap.
-    monkeypatch.setattr(models, "MAX_UPLOAD_BYTES", 1024)
+    monkeypatch.setattr(workflows, "MAX_UPLOAD_BYTES", 1024)
     raw = json.dumps({"nodes": [{"id": f"n{i}", "target": PYTHON} for i in range(40)], "edges": []})
     assert len(raw) > 1024
+    # GIVEN an object put behind the upload form's back, past its content-length-range
     upload_id = put_upload(api, raw.encode())
+    read_before = api.documents.bytes_read
+    # WHEN it is registered
     status, out = api.call("PUT", "/workflows/wf", {"upload_id": upload_id})
+    # THEN 413 naming upload_id, decided on its size alone: not a byte of it was read
+    assert (status, out["error"]["type"], out["error"]["field"]) == (
+        413,
+        "too_large",
+        "upload_id",
+    )
+    assert f"{len(raw)} bytes; the limit is 1024" in out["error"]["message"]
+    assert api.documents.bytes_read == read_before
+    assert api.versions() == 0
+
+
+def test_an_upload_of_another_content_type_is_refused_naming_upload_id(api: Api) -> None:
+    status, upload = api.call("POST", "/workflow-uploads")
+    assert status == 201
+    key = workflows.upload_key(A, upload["upload_id"])
+    api.documents.put(key, json.dumps(DIAMOND).encode(), content_type="text/html")
+
+    status, out = api.call("PUT", "/workflows/wf", {"upload_id": upload["upload_id"]})
+
     assert (status, out["error"]["field"]) == (400, "upload_id")
-    assert "the limit is 1024" in out["error"]["message"]
+    assert "must be application/json" in out["error"]["message"]
     assert api.versions() == 0

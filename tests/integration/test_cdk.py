@@ -210,6 +210,9 @@ def test_props_replace_their_template_parameters_with_the_apps_values(
     assert resources["StartLagAlarm"]["Properties"]["Threshold"] == {"Fn::Sub": "5000"}
     assert resources["FunctionLogGroup"]["Properties"]["RetentionInDays"] == 90
     assert (throttle["ThrottlingRateLimit"], throttle["ThrottlingBurstLimit"]) == (200, 400)
+    api = resources["ApiFunction"]["Properties"]["Environment"]["Variables"]
+    assert (api["QUOTA_SCHEDULES"], api["QUOTA_UPLOADS_PER_DAY"]) == ("5000", "100")
+    assert api["QUOTA_WORKFLOWS"] == {"Ref": "TenantWorkflowQuota"}  # no prop set it
     # AND the alarms notify the app's topic, which a condition cannot name (CloudFormation
     # evaluates conditions before any resource exists): there it reads as set
     topic = synthesized.values["AlarmTopicArn"]

@@ -4,8 +4,10 @@ handlers in their own processes, everything reached over HTTP like a user would.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+import os
+import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -196,24 +198,43 @@ def test_a_workflow_runs_on_the_local_cloud_in_dependency_order(cloud: LocalClou
     assert call(cloud, "GET", f"/runs/{run['run_id']}", key=OTHER_KEY)[0] == 404
 
 
-def test_a_large_definition_goes_through_a_presigned_upload(cloud: LocalCloud) -> None:
-    # GIVEN an upload URL from the API (the emulator's S3)
-    status, upload = call(cloud, "POST", "/workflow-uploads")
-    assert status == 201 and upload["upload_url"].startswith("http")
-    # WHEN the definition (3,000 nodes in a chain) is PUT there directly, then registered
+def readme_upload_commands() -> str:
+    """The README's three-step upload, as written there."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.DOTALL)
+    (found,) = [b for b in blocks if "workflow-uploads" in b and "upload_fields" in b]
+    return found
+
+
+@pytest.mark.skipif(
+    shutil.which("curl") is None or shutil.which("jq") is None,
+    reason="the README's upload example is run as written, with curl and jq",
+)
+def test_a_large_definition_goes_through_the_readmes_presigned_post(
+    cloud: LocalCloud, tmp_path: Path
+) -> None:
+    # GIVEN a definition of 3,000 nodes in a chain, as big-workflow.json
     nodes = [{"id": f"n{i}", "target": {"type": "python", "handler": "noop"}} for i in range(3000)]
     edges = [[f"n{i}", f"n{i + 1}"] for i in range(2999)]
-    request = urllib.request.Request(
-        upload["upload_url"],
-        data=json.dumps({"nodes": nodes, "edges": edges}).encode(),
-        method="PUT",
-        # Without it urllib says form-encoded, and the emulator's S3 parses the form away.
-        headers={"Content-Type": "application/json"},
+    (tmp_path / "big-workflow.json").write_text(json.dumps({"nodes": nodes, "edges": edges}))
+    # WHEN the README's commands run as written: ask for a form, POST the file with it to
+    # the emulator's S3, register the upload as workflow "big"
+    done = subprocess.run(
+        ["bash", "-eu", "-o", "pipefail", "-c", readme_upload_commands()],
+        cwd=tmp_path,
+        env={**os.environ, "API": cloud.api_url, "KEY": KEY},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        assert response.status == 200
-    status, registered = call(cloud, "PUT", "/workflows/chain", {"upload_id": upload["upload_id"]})
-    # THEN it is registered like an inline definition
-    assert status == 201, registered
-    assert (registered["nodes"], registered["edges"]) == (3000, 2999)
-    assert call(cloud, "GET", "/workflows/chain")[1]["nodes"] == 3000
+    # THEN the registration answered with the workflow, like an inline definition
+    assert done.returncode == 0, done.stderr
+    registered = json.loads(done.stdout)
+    assert "workflow_id" in registered, done.stdout
+    assert (registered["workflow_id"], registered["nodes"], registered["edges"]) == (
+        "big",
+        3000,
+        2999,
+    )
+    assert call(cloud, "GET", "/workflows/big")[1]["nodes"] == 3000

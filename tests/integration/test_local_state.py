@@ -5,10 +5,20 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from fireline.adapters import quotas_dynamodb
+from fireline.domain import quota
 from fireline.local.cloud import LocalCloud, LocalOptions
 from helpers.local_cloud import KEY, call
 
 _runs = itertools.count()
+
+
+def quota_use(cloud: LocalCloud) -> dict[quota.Quota, int]:
+    assert cloud.deployed is not None
+    counts = quotas_dynamodb.DynamoQuotaStore(
+        cloud.client("dynamodb"), cloud.deployed.physical("SlotsTable")
+    )
+    return dict(counts.usage("tenant-a").used)
 
 
 def options(state_dir: Path) -> LocalOptions:
@@ -38,6 +48,7 @@ def test_schedules_jobs_and_history_survive_a_restart(tmp_path: Path) -> None:
             "/jobs",
             {"delay_seconds": 3600, "target": {"type": "python", "handler": "echo"}},
         )
+        used_before = quota_use(first)
     assert (tmp_path / "state.json").exists()
     # WHEN a second run starts on new tables with the same state directory
     with LocalCloud(options(tmp_path)) as second:
@@ -50,3 +61,7 @@ def test_schedules_jobs_and_history_survive_a_restart(tmp_path: Path) -> None:
         status, job_again = call(second, "GET", f"/jobs/{job['id']}")
         assert status == 200 and job_again["state"] == "scheduled"
         assert second.deployed is not None and second.deployed.stack_name != "state-0"
+        # AND so is the quota use they hold, which their deletes and ends give back
+        assert quota_use(second) == used_before
+        assert used_before[quota.Quota.SCHEDULES] >= 1
+        assert used_before[quota.Quota.ACTIVE_JOBS] >= 1

@@ -10,9 +10,9 @@ Each curl command must answer 2xx, or the status its comment states (`# 202 ...`
 CLI command must exit 0.
 
 Skipped, by the marker `SKIP_MARKERS` (a command naming one is not run): the presigned
-upload steps (`/workflow-uploads`, the PUT to its `$URL`, and the registration of its
-`upload_id`), which need a document on disk and the URL of the first step's answer;
-tests/integration/test_local_cloud.py runs an upload end to end.
+upload steps (the POST of the form the first step's `$UPLOAD` holds, and the registration
+of its `upload_id`), which need a document on disk and that answer;
+tests/integration/test_local_cloud.py runs the upload block as written, end to end.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from helpers.local_cloud import KEY, TEST_KEYS, call
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-SKIP_MARKERS = ("workflow-uploads", '"$URL"', "upload_id")
+SKIP_MARKERS = ("workflow-uploads", '"$UPLOAD"')
 COMMAND_START = re.compile(r"^(curl |\.venv/bin/fireline )")
 
 
@@ -61,7 +61,7 @@ def test_the_readme_has_the_examples_this_test_runs() -> None:
     curls = [c for c in RUN_IN_ORDER if c.startswith("curl")]
     clis = [c for c in RUN_IN_ORDER if c.startswith(".venv/bin/fireline")]
     assert len(curls) >= 3 and len(clis) >= 5, COMMANDS
-    assert len(COMMANDS) - len(RUN_IN_ORDER) == 3  # the three upload steps, no more
+    assert len(COMMANDS) - len(RUN_IN_ORDER) == 2  # the two upload steps, no more
 
 
 @pytest.fixture(scope="module")

@@ -108,11 +108,20 @@ JOB_CLASSES = {
 }
 # Where the tenants' webhook signing secrets live (Secrets Manager names start with it).
 SIGNING_PREFIX = {"Fn::Sub": "fireline/${AWS::StackName}/signing/"}
+# The API enforces the tenants' count quotas: the defaults are the template's parameters.
+QUOTA_ENVIRONMENT = {
+    "QUOTA_SCHEDULES": {"Ref": "TenantScheduleQuota"},
+    "QUOTA_ACTIVE_JOBS": {"Ref": "TenantActiveJobQuota"},
+    "QUOTA_WORKFLOWS": {"Ref": "TenantWorkflowQuota"},
+    "QUOTA_WORKFLOW_VERSIONS": {"Ref": "TenantWorkflowVersionQuota"},
+    "QUOTA_UPLOADS_PER_DAY": {"Ref": "TenantUploadsPerDayQuota"},
+}
 # Only the functions that run targets sign webhooks (they are told where the tenants'
 # secrets are, never a secret); the workers run one job class each; every function
 # shares the rest.
 FUNCTION_ENVIRONMENT = {
     **{function: ENVIRONMENT for function in HANDLERS if function not in JOB_CLASSES},
+    "ApiFunction": {**ENVIRONMENT, **QUOTA_ENVIRONMENT},
     **{
         function: {
             **ENVIRONMENT,
@@ -280,15 +289,22 @@ def _actions(statement: dict[str, Any]) -> list[str]:
     return [actions] if isinstance(actions, str) else actions
 
 
-def _grants(role: dict[str, Any], service: str) -> dict[str, set[str]]:
+def _grants(
+    role: dict[str, Any], service: str, *, attributes: list[str] | None = None
+) -> dict[str, set[str]]:
     """Resource logical id -> actions of ``service`` the role's inline policies allow on it.
 
     Statements on "*" name no resource and are left out here: see ``_wildcard_actions``.
+    With ``attributes``, only the statements limited to exactly those DynamoDB attributes.
     """
     grants: dict[str, set[str]] = {}
     for statement in _statements(role):
         mine = {action for action in _actions(statement) if action.startswith(f"{service}:")}
         if not mine:
+            continue
+        if attributes is not None and statement.get("Condition") != {
+            "ForAllValues:StringEquals": {"dynamodb:Attributes": attributes}
+        }:
             continue
         for target in _referenced(statement["Resource"]):
             grants.setdefault(target, set()).update(mine)
@@ -394,6 +410,11 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "WorkerSecurityGroupIds",
         "TargetAllowlist",
         "TargetAllowlistArns",
+        "TenantScheduleQuota",
+        "TenantActiveJobQuota",
+        "TenantWorkflowQuota",
+        "TenantWorkflowVersionQuota",
+        "TenantUploadsPerDayQuota",
     }
     # HTTP targets: https to public addresses only unless the operator widens it.
     assert parameters["HttpTargetAllowHttp"]["Default"] == ""
@@ -1243,10 +1264,34 @@ def test_each_function_reaches_only_its_tables_and_queues(
 def test_read_only_grants_cannot_write(
     translated: dict[str, Any], function: str, table: str
 ) -> None:
-    grants = _grants(translated["Resources"][f"{function}Role"], "dynamodb")
+    role = translated["Resources"][f"{function}Role"]
+    grants = _grants(role, "dynamodb")
+    # A worker's one write to a schedule, a finished job's quota mark, is scoped to it.
+    scoped = _grants(role, "dynamodb", attributes=QUOTA_MARK)
 
     assert "dynamodb:GetItem" in grants[table]
-    assert grants[table] & DYNAMODB_WRITES == set()
+    assert (grants[table] - scoped.get(table, set())) & DYNAMODB_WRITES == set()
+
+
+QUOTA_MARK = ["tenant_id", "schedule_id", "quota_held"]
+
+
+@pytest.mark.parametrize("function", sorted(WORKERS))
+def test_workers_may_write_a_schedules_quota_mark_and_nothing_else_of_it(
+    translated: dict[str, Any], function: str
+) -> None:
+    # A finished one-off job gives its unit of quota back: its mark goes in one transaction
+    # with the count (an UpdateItem of the mark), and no other attribute may be written.
+    role = translated["Resources"][f"{function}Role"]
+
+    scoped = _grants(role, "dynamodb", attributes=QUOTA_MARK)
+
+    assert scoped == {"SchedulesTable": {"dynamodb:UpdateItem"}}
+    assert "dynamodb:UpdateItem" in _grants(role, "dynamodb")["SlotsTable"]
+    assert (
+        _grants(translated["Resources"][f"{LONG_RUNNER}Role"], "dynamodb", attributes=QUOTA_MARK)
+        == {}
+    )
 
 
 @pytest.mark.parametrize("function", TARGET_RUNNERS)

@@ -35,8 +35,11 @@ from fireline.domain import errors, lease, model, occurrence, policies, quota, r
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from fireline.adapters.quotas_dynamodb import DynamoQuotaStore
 else:
-    DynamoDBClient = Any
+    DynamoDBClient = TransactWriteItemTypeDef = Any
 
 logger = Logger(service="fireline", child=True)
 DUE_INDEX = "due"
@@ -161,6 +164,12 @@ def _translated() -> Iterator[None]:
         raise
 
 
+def _cancellation_reasons(exc: ClientError) -> list[str]:
+    """Each item's reason in a cancelled transaction, in the request's order
+    (``ConditionalCheckFailed``, ``TransactionConflict``, ``None`` where it was fine)."""
+    return [str(r.get("Code") or "None") for r in exc.response.get("CancellationReasons", [])]
+
+
 def _applied(write: Callable[[], object]) -> bool:
     """Run a conditional write: False when its condition failed (nothing was written)."""
     try:
@@ -204,6 +213,7 @@ def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
         "created_at_ms": _ms(item.created_at) if item.created_at else None,
         "updated_at_ms": _ms(item.updated_at) if item.updated_at else None,
         "paused_at_ms": _ms(item.paused_at) if item.paused_at else None,
+        "quota_held": True if item.quota_held else None,
     }
     if item.next_fire is not None:
         # The two attributes that put the item in the sparse due index.
@@ -245,18 +255,37 @@ def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
         created_at=_opt_from_ms(record.get("created_at_ms")),
         updated_at=_opt_from_ms(record.get("updated_at_ms")),
         paused_at=_opt_from_ms(record.get("paused_at_ms")),
+        quota_held=bool(record.get("quota_held", False)),
     )
 
 
 class DynamoScheduleStore:
     def __init__(
-        self, client: DynamoDBClient, table_name: str, *, shards: int = model.DEFAULT_SHARDS
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        shards: int = model.DEFAULT_SHARDS,
+        quotas: DynamoQuotaStore | None = None,
     ) -> None:
         self._client = client
         self._table = table_name
         self.shards = shards
+        # Where creates take and deletes give back quota units (None: nothing counted).
+        self._quotas = quotas
 
-    def create(self, item: model.Schedule) -> None:
+    def _key(self, tenant_id: str, schedule_id: str) -> dict[str, Any]:
+        return _encode({"tenant_id": tenant_id, "schedule_id": schedule_id})
+
+    def _counted(self) -> DynamoQuotaStore:
+        if self._quotas is None:
+            raise errors.ValidationError("this deployment counts no quotas", field="quota")
+        return self._quotas
+
+    def create(self, item: model.Schedule, *, charge: quota.Charge | None = None) -> None:
+        if charge is not None:
+            self._create_charged(item, charge)
+            return
         try:
             with _translated():
                 self._client.put_item(
@@ -271,11 +300,45 @@ class DynamoScheduleStore:
                 raise errors.AlreadyExists(f"schedule {item.schedule_id} exists") from exc
             raise
 
+    def _create_charged(self, item: model.Schedule, charge: quota.Charge) -> None:
+        quotas = self._counted()
+        put: TransactWriteItemTypeDef = {
+            "Put": {
+                "TableName": self._table,
+                "Item": _encode(schedule_to_item(replace(item, quota_held=True), self.shards)),
+                # A retried create (the same id, from its Idempotency-Key) finds its first
+                # attempt's item and takes no second unit: the transaction fails whole.
+                "ConditionExpression": "attribute_not_exists(#sid)",
+                "ExpressionAttributeNames": {"#sid": "schedule_id"},
+            }
+        }
+        reasons = quotas.transact([put, quotas.charge(item.tenant_id, charge)])
+        if not reasons:
+            return
+        if reasons[0] == "ConditionalCheckFailed":
+            raise errors.AlreadyExists(f"schedule {item.schedule_id} exists")
+        raise quotas.refused(item.tenant_id, charge)
+
+    def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
+        quotas = self._counted()
+        unmark: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": self._key(tenant_id, schedule_id),
+                "UpdateExpression": "REMOVE #held",
+                # The mark goes once: a second release (a redelivery, a retried cancel)
+                # fails here and gives nothing back.
+                "ConditionExpression": "attribute_exists(#held)",
+                "ExpressionAttributeNames": {"#held": "quota_held"},
+            }
+        }
+        return not quotas.transact([unmark, quotas.refund(tenant_id, refund)])
+
     def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
         with _translated():
             response = self._client.get_item(
                 TableName=self._table,
-                Key=_encode({"tenant_id": tenant_id, "schedule_id": schedule_id}),
+                Key=self._key(tenant_id, schedule_id),
                 ConsistentRead=True,
             )
         record = response.get("Item")
@@ -335,8 +398,21 @@ class DynamoScheduleStore:
                     # Optimistic concurrency: two updates from the same read cannot both land.
                     # (A ticker's advance does not change the version: a replace after it
                     # rewrites next_fire, and the version bump voids what it materialized.)
-                    ConditionExpression="attribute_exists(#sid) AND #v = :v",
-                    ExpressionAttributeNames={"#sid": "schedule_id", "#v": "version"},
+                    # The quota mark must be as read: a job's unit given back meanwhile
+                    # (its end) is not marked held again, to be given back twice.
+                    ConditionExpression=(
+                        "attribute_exists(#sid) AND #v = :v AND "
+                        + (
+                            "attribute_exists(#held)"
+                            if item.quota_held
+                            else "attribute_not_exists(#held)"
+                        )
+                    ),
+                    ExpressionAttributeNames={
+                        "#sid": "schedule_id",
+                        "#v": "version",
+                        "#held": "quota_held",
+                    },
                     ExpressionAttributeValues={":v": {"N": str(expected_version)}},
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
@@ -349,11 +425,26 @@ class DynamoScheduleStore:
                 f"schedule {item.schedule_id} changed since version {expected_version}"
             ) from exc
 
-    def delete(self, tenant_id: str, schedule_id: str) -> bool:
+    def delete(
+        self, tenant_id: str, schedule_id: str, *, refund: quota.Quota | None = None
+    ) -> bool:
+        if refund is not None:
+            quotas = self._counted()
+            remove: TransactWriteItemTypeDef = {
+                "Delete": {
+                    "TableName": self._table,
+                    "Key": self._key(tenant_id, schedule_id),
+                    # Only an item holding its unit gives it back: a retried delete (after
+                    # a lost answer) finds nothing and gives nothing back twice.
+                    "ConditionExpression": "attribute_exists(#held)",
+                    "ExpressionAttributeNames": {"#held": "quota_held"},
+                }
+            }
+            return not quotas.transact([remove, quotas.refund(tenant_id, refund)])
         with _translated():
             response = self._client.delete_item(
                 TableName=self._table,
-                Key=_encode({"tenant_id": tenant_id, "schedule_id": schedule_id}),
+                Key=self._key(tenant_id, schedule_id),
                 ReturnValues="ALL_OLD",
             )
         return "Attributes" in response
@@ -962,9 +1053,13 @@ class DynamoSlotStore:
         limit: int | None = None
         kwargs: dict[str, Any] = {
             "TableName": self._table,
-            "KeyConditionExpression": "#tid = :tid",
-            "ExpressionAttributeNames": {"#tid": "tenant_id"},
-            "ExpressionAttributeValues": {":tid": {"S": tenant_id}},
+            # From the limit override on: the items before it (quota use) are not slots.
+            "KeyConditionExpression": "#tid = :tid AND #slot >= :first",
+            "ExpressionAttributeNames": {"#tid": "tenant_id", "#slot": "slot"},
+            "ExpressionAttributeValues": {
+                ":tid": {"S": tenant_id},
+                ":first": {"N": str(LIMIT_SLOT)},
+            },
             "ConsistentRead": True,
         }
         while True:

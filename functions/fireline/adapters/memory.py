@@ -17,7 +17,7 @@ import math
 import random
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -144,9 +144,74 @@ class _Propagation:
             apply()
 
 
+class MemoryQuotaStore:
+    """Quota use and overrides; the memory stores take and give back units through
+    ``charge`` and ``refund`` under their own lock, as DynamoDB's transactions do."""
+
+    def __init__(self) -> None:
+        self._used: dict[str, dict[quota.Quota, int]] = defaultdict(dict)
+        self._overrides: dict[str, dict[quota.Quota, int]] = defaultdict(dict)
+        self._uploads: dict[str, tuple[str, int]] = {}
+        self._lock = threading.RLock()
+
+    def usage(self, tenant_id: str) -> quota.Usage:
+        with self._lock:
+            day, count = self._uploads.get(tenant_id, (None, 0))
+            return quota.Usage(
+                used=dict(self._used[tenant_id]),
+                overrides=dict(self._overrides[tenant_id]),
+                uploads_day=day,
+                uploads=count,
+            )
+
+    def set_limit(self, tenant_id: str, name: quota.Quota, limit: int | None) -> None:
+        with self._lock:
+            if limit is None:
+                self._overrides[tenant_id].pop(name, None)
+            else:
+                self._overrides[tenant_id][name] = quota.check_quota(name, limit)
+
+    def count_upload(self, tenant_id: str, day: str, charge: quota.Charge) -> int:
+        with self._lock:
+            last_day, count = self._uploads.get(tenant_id, (day, 0))
+            count = count if last_day == day else 0
+            limit = self._limit(tenant_id, charge)
+            if not quota.under(limit, count):
+                raise quota.exceeded(charge.quota, limit, count)
+            self._uploads[tenant_id] = (day, count + 1)
+            return count + 1
+
+    def check(self, tenant_id: str, charge: quota.Charge) -> None:
+        """QuotaExceeded unless a unit is free (call ``charge`` under the same lock)."""
+        with self._lock:
+            used = self._used[tenant_id].get(charge.quota, 0)
+            limit = self._limit(tenant_id, charge)
+            if not quota.under(limit, used):
+                raise quota.exceeded(charge.quota, limit, max(0, used))
+
+    def charge(self, tenant_id: str, charge: quota.Charge) -> None:
+        with self._lock:
+            self.check(tenant_id, charge)
+            self._used[tenant_id][charge.quota] = self._used[tenant_id].get(charge.quota, 0) + 1
+
+    def refund(self, tenant_id: str, name: quota.Quota) -> None:
+        with self._lock:
+            self._used[tenant_id][name] = self._used[tenant_id].get(name, 0) - 1
+
+    def _limit(self, tenant_id: str, charge: quota.Charge) -> int:
+        return self._overrides[tenant_id].get(charge.quota, charge.default)
+
+
 class MemoryScheduleStore:
-    def __init__(self, shards: int = model.DEFAULT_SHARDS, *, lag: IndexLag | None = None) -> None:
+    def __init__(
+        self,
+        shards: int = model.DEFAULT_SHARDS,
+        *,
+        lag: IndexLag | None = None,
+        quotas: MemoryQuotaStore | None = None,
+    ) -> None:
         self.shards = shards
+        self.quotas = quotas
         self._items: dict[tuple[str, str], model.Schedule] = {}
         # Per shard, sorted (next_fire, tenant_id, schedule_id): the sparse due index.
         self._index: dict[int, list[tuple[datetime, str, str]]] = defaultdict(list)
@@ -155,12 +220,30 @@ class MemoryScheduleStore:
         #: Entries read by ``due`` (the memory twin of a Query's ScannedCount).
         self.index_reads = 0
 
-    def create(self, item: model.Schedule) -> None:
+    def _counted(self) -> MemoryQuotaStore:
+        if self.quotas is None:
+            raise errors.ValidationError("this deployment counts no quotas", field="quota")
+        return self.quotas
+
+    def create(self, item: model.Schedule, *, charge: quota.Charge | None = None) -> None:
         key = (item.tenant_id, item.schedule_id)
         with self._lock:
             if key in self._items:
                 raise errors.AlreadyExists(f"schedule {item.schedule_id} exists")
+            if charge is not None:
+                self._counted().charge(item.tenant_id, charge)
+                item = replace(item, quota_held=True)
             self._store(item)
+
+    def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
+        quotas = self._counted()
+        with self._lock:
+            current = self._items.get((tenant_id, schedule_id))
+            if current is None or not current.quota_held:
+                return False
+            self._items[(tenant_id, schedule_id)] = replace(current, quota_held=False)
+            quotas.refund(tenant_id, refund)
+            return True
 
     def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
         with self._lock:
@@ -194,15 +277,25 @@ class MemoryScheduleStore:
                     f"schedule {item.schedule_id} is at version {current.version}, "
                     f"not {expected_version}"
                 )
+            if current.quota_held != item.quota_held:
+                raise errors.ConflictError(
+                    f"schedule {item.schedule_id}'s quota unit changed since it was read"
+                )
             self._unindex(current)
             self._store(item)
 
-    def delete(self, tenant_id: str, schedule_id: str) -> bool:
+    def delete(
+        self, tenant_id: str, schedule_id: str, *, refund: quota.Quota | None = None
+    ) -> bool:
+        quotas = self._counted() if refund is not None else None
         with self._lock:
-            current = self._items.pop((tenant_id, schedule_id), None)
-            if current is None:
+            current = self._items.get((tenant_id, schedule_id))
+            if current is None or (refund is not None and not current.quota_held):
                 return False
+            del self._items[(tenant_id, schedule_id)]
             self._unindex(current)
+            if quotas is not None and refund is not None:
+                quotas.refund(tenant_id, refund)
             return True
 
     def due(
@@ -770,20 +863,60 @@ class MemorySlotStore:
 
 
 class MemoryDocumentStore:
-    def __init__(self) -> None:
-        self._docs: dict[str, bytes] = {}
-        self._lock = threading.Lock()
+    CHUNK_BYTES = 64 * 1024
 
-    def put(self, key: str, body: bytes) -> None:
+    def __init__(self) -> None:
+        self._docs: dict[str, tuple[bytes, str]] = {}
+        self._lock = threading.Lock()
+        #: Body bytes handed out by ``get`` and ``chunks`` (a size check reads none).
+        self.bytes_read = 0
+
+    def put(self, key: str, body: bytes, *, content_type: str = "application/json") -> None:
         with self._lock:
-            self._docs[key] = bytes(body)
+            self._docs[key] = (bytes(body), content_type)
 
     def get(self, key: str) -> bytes | None:
         with self._lock:
-            return self._docs.get(key)
+            found = self._docs.get(key)
+            if found is None:
+                return None
+            self.bytes_read += len(found[0])
+            return found[0]
 
-    def upload_url(self, key: str, *, expires_seconds: int) -> str:
-        return f"memory://{key}?expires={expires_seconds}"
+    def upload_form(
+        self, key: str, *, expires_seconds: int, max_bytes: int, content_type: str
+    ) -> ports.UploadForm:
+        return ports.UploadForm(
+            url=f"memory://{key}",
+            fields={
+                "key": key,
+                "Content-Type": content_type,
+                "expires": str(expires_seconds),
+                "max_bytes": str(max_bytes),
+            },
+        )
+
+    def describe(self, key: str) -> ports.DocumentInfo | None:
+        with self._lock:
+            found = self._docs.get(key)
+        if found is None:
+            return None
+        body, content_type = found
+        return ports.DocumentInfo(len(body), content_type, hashlib.md5(body).hexdigest())
+
+    def chunks(self, key: str, *, etag: str) -> Iterator[bytes]:
+        info = self.describe(key)
+        if info is None:
+            raise errors.NotFound(f"no document {key}")
+        if info.etag != etag:
+            raise errors.ConflictError(f"document {key} was replaced since it was described")
+        with self._lock:
+            body = self._docs[key][0]
+        for start in range(0, len(body), self.CHUNK_BYTES):
+            piece = body[start : start + self.CHUNK_BYTES]
+            with self._lock:
+                self.bytes_read += len(piece)
+            yield piece
 
     def keys(self) -> list[str]:
         with self._lock:
@@ -798,8 +931,11 @@ class MemoryWorkflowStore:
     node can be measured on the memory path.
     """
 
-    def __init__(self, *, lag: IndexLag | None = None) -> None:
+    def __init__(
+        self, *, lag: IndexLag | None = None, quotas: MemoryQuotaStore | None = None
+    ) -> None:
         self._propagation = _Propagation(lag)
+        self.quotas = quotas
         self._definitions: dict[tuple[str, str, int], workflow.DefinitionMeta] = {}
         self._runs: dict[str, workflow.Run] = {}
         self._nodes: dict[str, dict[str, workflow.RunNode]] = defaultdict(dict)
@@ -810,11 +946,17 @@ class MemoryWorkflowStore:
         self._lock = threading.RLock()
         self.writes: dict[str, int] = defaultdict(int)
 
-    def put_definition(self, meta: workflow.DefinitionMeta) -> bool:
+    def put_definition(
+        self, meta: workflow.DefinitionMeta, *, charge: quota.Charge | None = None
+    ) -> bool:
         key = (meta.tenant_id, meta.workflow_id, meta.version)
         with self._lock:
             if key in self._definitions:
                 return False
+            if charge is not None:
+                if self.quotas is None:
+                    raise errors.ValidationError("this deployment counts no quotas", field="quota")
+                self.quotas.charge(meta.tenant_id, charge)
             self._definitions[key] = meta
             return True
 

@@ -29,6 +29,7 @@ from botocore.exceptions import ClientError
 from fireline import ports
 from fireline.adapters.dynamodb import (
     _applied,
+    _cancellation_reasons,
     _code,
     _decode,
     _decode_cursor,
@@ -36,7 +37,7 @@ from fireline.adapters.dynamodb import (
     _encode_cursor,
     _translated,
 )
-from fireline.domain import dag, errors, workflow
+from fireline.domain import dag, errors, quota, workflow
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
         WriteRequestOutputTypeDef,
         WriteRequestTypeDef,
     )
+
+    from fireline.adapters.quotas_dynamodb import DynamoQuotaStore
 else:
     DynamoDBClient = TransactWriteItemTypeDef = WriteRequestTypeDef = Any
     UpdateTypeDef = WriteRequestOutputTypeDef = Any
@@ -197,20 +200,42 @@ class DynamoWorkflowStore:
         table_name: str,
         *,
         sleep: Callable[[float], None] = time.sleep,
+        quotas: DynamoQuotaStore | None = None,
     ) -> None:
         self._client = client
         self._table = table_name
         self._sleep = sleep
+        # Where a new workflow takes its unit of the tenant's quota (None: not counted).
+        self._quotas = quotas
 
     def _backoff(self, attempt: int) -> None:
         self._sleep(min(BACKOFF_SECONDS * 2**attempt, 1.0))
 
     # --- definitions ---------------------------------------------------------------------
 
-    def put_definition(self, meta: workflow.DefinitionMeta) -> bool:
+    def put_definition(
+        self, meta: workflow.DefinitionMeta, *, charge: quota.Charge | None = None
+    ) -> bool:
         # Two registrations that read the same latest version race for the next one: one
         # indexes it, the other is told to retry.
-        return self._put_if_absent(_definition_to_item(meta))
+        if charge is None:
+            return self._put_if_absent(_definition_to_item(meta))
+        if self._quotas is None:
+            raise errors.ValidationError("this deployment counts no quotas", field="quota")
+        put: TransactWriteItemTypeDef = {
+            "Put": {
+                "TableName": self._table,
+                "Item": _encode(_definition_to_item(meta)),
+                "ConditionExpression": "attribute_not_exists(#pk)",
+                "ExpressionAttributeNames": {"#pk": "pk"},
+            }
+        }
+        reasons = self._quotas.transact([put, self._quotas.charge(meta.tenant_id, charge)])
+        if not reasons:
+            return True
+        if reasons[0] == "ConditionalCheckFailed":
+            return False  # the version is taken, and no unit was
+        raise self._quotas.refused(meta.tenant_id, charge)
 
     def _put_if_absent(self, item: dict[str, Any]) -> bool:
         """Put an item unless its key exists; False when it does."""
@@ -527,10 +552,7 @@ class DynamoWorkflowStore:
             except ClientError as exc:
                 if _code(exc) != "TransactionCanceledException":
                     raise
-                reasons = [
-                    str(r.get("Code") or "None")
-                    for r in exc.response.get("CancellationReasons", [])
-                ]
+                reasons = _cancellation_reasons(exc)
                 if "ConditionalCheckFailed" in reasons:
                     # On the parent: this chunk was applied already (or the node is not
                     # dispatched). On a child: its row is missing. Nothing changed.

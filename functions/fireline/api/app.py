@@ -50,8 +50,8 @@ DESCRIPTION = (
     "execution, exactly-once claim, idempotent handlers (never exactly-once execution)."
 )
 UPLOAD_HINT = (
-    "; upload larger definitions: POST /workflow-uploads, PUT the document to its "
-    'upload_url, then PUT /workflows/{workflow_id} with {"upload_id": ...}'
+    "; upload larger definitions: POST /workflow-uploads, POST the document to its "
+    'upload_url with its upload_fields, then PUT /workflows/{workflow_id} with {"upload_id": ...}'
 )
 # (method, path, limit, what the 413 adds): routes whose raw body may exceed the default.
 BODY_LIMITS: tuple[tuple[str, re.Pattern[str], int, str], ...] = (
@@ -100,6 +100,12 @@ def build_app(
                 return str(value)
         return None
 
+    def request_key() -> str | None:
+        """The request's Idempotency-Key, when creates are idempotent in this deployment:
+        a create's id is derived from it, so a retry finds the first attempt's item."""
+        key = header("Idempotency-Key")
+        return key if idempotency is not None and key is not None else None
+
     def once(operation: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """Run ``run`` at most once per (tenant, operation, Idempotency-Key)."""
         key = header("Idempotency-Key")
@@ -144,7 +150,7 @@ def build_app(
         owner = tenant()
 
         def run() -> dict[str, Any]:
-            created = service.create(owner, body.to_draft())
+            created = service.create(owner, body.to_draft(), request_key=request_key())
             return models.ScheduleOut.of(created).model_dump(mode="json")
 
         return _json(once("create_schedule", run), 201)
@@ -222,7 +228,7 @@ def build_app(
         owner = tenant()
 
         def run() -> dict[str, Any]:
-            view = service.create_job(owner, body.to_draft())
+            view = service.create_job(owner, body.to_draft(), request_key=request_key())
             return models.JobOut.of(view).model_dump(mode="json")
 
         return _json(once("create_job", run), 201)
@@ -301,6 +307,29 @@ def build_app(
     @app.exception_handler(errors.ValidationError)
     def invalid_value(exc: errors.ValidationError) -> Response[str]:
         return _error(400, "validation", exc.detail, exc.field)
+
+    @app.exception_handler(errors.TooLarge)
+    def too_large(exc: errors.TooLarge) -> Response[str]:
+        return _error(413, "too_large", exc.message, exc.field)
+
+    @app.exception_handler(errors.QuotaExceeded)
+    def quota_exceeded(exc: errors.QuotaExceeded) -> Response[str]:
+        # 429 where waiting frees the quota (a daily count), 403 where only the tenant's
+        # own deletes (or an operator's override) do.
+        body = models.QuotaErrorOut(
+            error=models.QuotaErrorBody(
+                type="quota_exceeded",
+                message=exc.message,
+                quota=exc.quota,
+                limit=exc.limit,
+                used=exc.used,
+            )
+        )
+        return Response(
+            status_code=429 if exc.retry_later else 403,
+            content_type=content_types.APPLICATION_JSON,
+            body=body.model_dump_json(),
+        )
 
     @app.exception_handler(Unauthorized)
     def unauthorized(exc: Unauthorized) -> Response[str]:
@@ -463,15 +492,18 @@ def _workflow_routes(
 
     @app.post(
         "/workflow-uploads",
-        summary="A URL to PUT a large workflow definition to, then register it by upload_id",
+        summary="A presigned POST to upload a large workflow definition with, then "
+        "register it by upload_id",
         responses=_responses(201, models.UploadOut),
     )
     def create_workflow_upload() -> Response[str]:
-        upload_id, url = workflows.upload(tenant())
+        upload_id, form = workflows.upload(tenant())
         out = models.UploadOut(
             upload_id=upload_id,
-            upload_url=url,
+            upload_url=form.url,
+            upload_fields=form.fields,
             expires_in=workflow_service.UPLOAD_EXPIRES_SECONDS,
+            max_bytes=workflow_service.MAX_UPLOAD_BYTES,
         )
         return _json(out.model_dump(mode="json"), 201)
 

@@ -371,7 +371,7 @@ class HeartbeatIn(Strict):
 # instance per node: about three times faster than a model), and the nodes of a workflow
 # mostly share a few targets, so each distinct target is validated and dumped once.
 
-MAX_UPLOAD_BYTES = 64 * 1024 * 1024  # an uploaded definition, read whole by the API
+MAX_UPLOAD_BYTES = workflows.MAX_UPLOAD_BYTES  # an uploaded definition (the POST policy's)
 _DEFAULT_RETRY = retry.RetryPolicy()
 
 NodeId = Annotated[str, StringConstraints(pattern=dag.NODE_ID.pattern)]
@@ -513,14 +513,10 @@ class WorkflowIn(Strict):
 def uploaded_definition(raw: bytes) -> DefinitionIn:
     """An uploaded document, validated by the same model as an inline body.
 
-    The size limits are checked before any node is: a document far over them is refused
+    Its size was checked before it was read (WorkflowService.uploaded); the node and
+    edge counts are checked before any node is, so a document far over them is refused
     without validating a node. Raises pydantic's ValidationError for the model's errors.
     """
-    if len(raw) > MAX_UPLOAD_BYTES:
-        raise errors.ValidationError(
-            f"the uploaded definition is {len(raw)} bytes; the limit is {MAX_UPLOAD_BYTES}",
-            field="upload_id",
-        )
     try:
         doc = decode_json(raw, field="upload_id")
     except (ValueError, UnicodeDecodeError) as exc:
@@ -725,8 +721,15 @@ class WorkflowOut(BaseModel):
 
 class UploadOut(BaseModel):
     upload_id: str
-    upload_url: str = Field(description="PUT the definition document (JSON) here")
-    expires_in: int = Field(description="seconds the URL stays valid")
+    upload_url: str = Field(
+        description="POST the definition document (JSON) here, as a multipart form: "
+        "upload_fields first, then the document as the field named file"
+    )
+    upload_fields: dict[str, str] = Field(
+        description="the form's fields, as given (the key, the content type and the signed policy)"
+    )
+    expires_in: int = Field(description="seconds the form stays valid")
+    max_bytes: int = Field(description="the largest document the form accepts")
 
 
 class RunOut(BaseModel):
@@ -822,5 +825,15 @@ class ErrorBody(BaseModel):
     field: str | None = None
 
 
+class QuotaErrorBody(ErrorBody):
+    quota: str = Field(description="the quota used up (schedules, active_jobs, ...)")
+    limit: int
+    used: int
+
+
 class ErrorOut(BaseModel):
     error: ErrorBody
+
+
+class QuotaErrorOut(BaseModel):
+    error: QuotaErrorBody

@@ -12,6 +12,7 @@ points them at an emulator (the local cloud prints its URL).
     fireline admin keys rotate ak_... [--grace 3600]
     fireline admin signing show --tenant acme    # the keys a receiver verifies with
     fireline admin signing rotate --tenant acme [--overlap 86400]
+    fireline admin quotas show|set|clear acme    # count quotas (fireline.cli.quotas)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from rich.table import Table
 from fireline.adapters import api_keys_dynamodb, apigateway, memory_keys, secretsmanager
 from fireline.domain import api_keys, errors, signing
 from fireline.services import keys
+from fireline.cli import quotas as quotas_cli
 
 STACK_ENV = "FIRELINE_STACK"
 DEFAULT_STACK = "fireline"
@@ -39,7 +41,8 @@ DEFAULT_STACK = "fireline"
 
 def add_admin_command(subparsers: Any) -> None:
     admin = subparsers.add_parser(
-        "admin", help="tenants' API keys and signing keys (AWS credentials, not an API key)"
+        "admin",
+        help="tenants' API keys, signing keys and quotas (AWS credentials, not an API key)",
     )
     groups = admin.add_subparsers(dest="area", metavar="AREA", required=True)
 
@@ -79,6 +82,9 @@ def add_admin_command(subparsers: Any) -> None:
             f"{keys.DEFAULT_CACHE_SECONDS})"
         ),
     )
+
+    # Per-tenant count quotas: use and overrides (fireline.cli.quotas).
+    quotas_cli.add_quota_commands(groups)
 
 
 def _leaf(group: Any, name: str, run: Any, help: str) -> argparse.ArgumentParser:

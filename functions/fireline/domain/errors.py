@@ -36,6 +36,10 @@ class ValidationError(FirelineError):
         return f"{self.field}: {self.detail}" if self.field else self.detail
 
 
+class TooLarge(ValidationError):
+    """The input is larger than its limit."""
+
+
 class ScheduleSyntaxError(ValidationError):
     """The schedule expression cannot be parsed."""
 
@@ -104,3 +108,16 @@ class LeaseLost(FirelineError):
 
 class MissingIdempotencyKey(FirelineError):
     """The message carries no occurrence key, so it cannot be run idempotently."""
+
+
+class QuotaExceeded(FirelineError):
+    """The tenant has used all of one of its quotas."""
+
+    def __init__(self, quota: str, *, limit: int, used: int, retry_later: bool = False) -> None:
+        super().__init__(f"the {quota} quota is used up: {used} of {limit}")
+        #: Which quota (``schedules``, ``active_jobs``, ``workflows``, ...).
+        self.quota = quota
+        self.limit = limit
+        self.used = used
+        #: True when waiting frees the quota by itself (a daily count), so a retry helps.
+        self.retry_later = retry_later

@@ -147,6 +147,15 @@ def due_shard(schedule_id: str, shards: int = DEFAULT_SHARDS) -> int:
     return zlib.crc32(schedule_id.encode()) % shards
 
 
+# A one-off job's id starts so (a recurring schedule's with "sch_"): a worker tells a
+# job's occurrence, whose end gives back the job's unit of quota, by its key alone.
+JOB_PREFIX = "job"
+
+
+def is_job_id(schedule_id: str) -> bool:
+    return schedule_id.startswith(f"{JOB_PREFIX}_")
+
+
 @dataclass(frozen=True)
 class Schedule:
     tenant_id: str
@@ -169,6 +178,9 @@ class Schedule:
     paused_at: datetime | None = None  # resume counts missed fires from here
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    # Holds a unit of its tenant's quota (schedules, or active jobs for a job), given back
+    # once: by its delete, or by a job's end.
+    quota_held: bool = False
 
     def __post_init__(self) -> None:
         if self.job_class not in JOB_CLASSES:

@@ -1,4 +1,6 @@
-"""Per-tenant concurrency limits, as numbered slots with an expiry.
+"""Per-tenant limits: concurrency slots, and count quotas.
+
+Concurrency limits are numbered slots with an expiry.
 
 A running job holds one of its tenant's slots (0 .. limit-1) until it finishes or its
 slot expires (its deadline plus a margin), so a worker that dies mid-job frees the slot
@@ -14,7 +16,10 @@ its slot expires.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from fireline.domain import errors
 
@@ -98,3 +103,89 @@ def holder_of(held: list[Slot], number: int, now_ms: int) -> str | None:
     """Who holds slot ``number`` now (None: nobody, or a holder whose time ran out)."""
     slot = next((s for s in held if s.number == number), None)
     return slot.holder if slot is not None and not slot.free(now_ms) else None
+
+
+# --- count quotas --------------------------------------------------------------------------
+#
+# A tenant may hold so many schedules, one-off jobs not yet finished and workflows, register
+# so many versions of one workflow, and ask for so many uploads a day. The limits are the
+# deployment's defaults unless the operator set an override for the tenant; 0 (default or
+# override) means no limit, as for the concurrency limit.
+
+
+class Quota(enum.StrEnum):
+    SCHEDULES = "schedules"
+    ACTIVE_JOBS = "active_jobs"  # one-off jobs not yet finished
+    WORKFLOWS = "workflows"
+    WORKFLOW_VERSIONS = "workflow_versions"  # versions of one workflow
+    UPLOADS_PER_DAY = "uploads_per_day"  # workflow uploads asked for in one UTC day
+
+
+#: Quotas whose use is a running count the stores keep (the others are counted otherwise:
+#: a workflow's versions by its version number, uploads per day by day).
+COUNTED = (Quota.SCHEDULES, Quota.ACTIVE_JOBS, Quota.WORKFLOWS)
+MAX_QUOTA = 10_000_000
+
+DEFAULT_QUOTAS: Mapping[Quota, int] = {
+    Quota.SCHEDULES: 10_000,
+    Quota.ACTIVE_JOBS: 100_000,
+    Quota.WORKFLOWS: 1_000,
+    Quota.WORKFLOW_VERSIONS: 1_000,
+    Quota.UPLOADS_PER_DAY: 1_000,
+}
+
+
+def check_quota(quota: Quota, limit: int) -> int:
+    if not 0 <= limit <= MAX_QUOTA:
+        raise errors.ValidationError(f"must be 0 (no limit) to {MAX_QUOTA}", field=quota.value)
+    return limit
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One unit of ``quota`` taken with a write, if the tenant is under its limit.
+
+    ``default`` is the deployment's limit; the store applies the tenant's override, if
+    any, in the same conditional write, so an override needs no read of its own."""
+
+    quota: Quota
+    default: int
+
+    def __post_init__(self) -> None:
+        check_quota(self.quota, self.default)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a tenant has used of its counted quotas, and the operator's overrides."""
+
+    used: Mapping[Quota, int] = field(default_factory=dict)
+    overrides: Mapping[Quota, int] = field(default_factory=dict)
+    uploads_day: str | None = None  # the UTC day ``used[UPLOADS_PER_DAY]`` counts
+    uploads: int = 0
+
+    def limit(self, quota: Quota, defaults: Mapping[Quota, int]) -> int:
+        return self.overrides.get(quota, defaults.get(quota, 0))
+
+    def count(self, quota: Quota, day: str | None = None) -> int:
+        if quota is Quota.UPLOADS_PER_DAY:
+            return self.uploads if day is not None and day == self.uploads_day else 0
+        return max(0, self.used.get(quota, 0))
+
+
+def under(limit: int, used: int) -> bool:
+    return limit == UNLIMITED or used < limit
+
+
+def exceeded(quota: Quota, limit: int, used: int) -> errors.QuotaExceeded:
+    return errors.QuotaExceeded(
+        quota.value,
+        limit=limit,
+        used=used,
+        retry_later=quota is Quota.UPLOADS_PER_DAY,
+    )
+
+
+def day_of(moment: datetime) -> str:
+    """The UTC day a daily quota counts in."""
+    return moment.astimezone(UTC).date().isoformat()

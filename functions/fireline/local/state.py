@@ -2,7 +2,7 @@
 
 moto keeps everything in memory, so on stop the local cloud exports the items of the
 tables whose contents matter (schedules, occurrences, idempotency records, API keys,
-tenant limit overrides) to ``state.json``, and on start imports them into the freshly
+tenant limit overrides and quota use) to ``state.json``, and on start imports them into the freshly
 deployed tables. Queue messages are not exported: instead every occurrence still queued,
 waiting for a retry or caught running gets its message sent again on start, which the
 claim makes harmless if it was already delivered. Leases and held slots are not kept:
@@ -22,7 +22,13 @@ from fireline.services import dispatch
 if TYPE_CHECKING:
     from fireline.local.cloud import LocalCloud
 
-KEPT_TABLES = ("SchedulesTable", "OccurrencesTable", "IdempotencyTable", "ApiKeysTable")
+KEPT_TABLES = (
+    "SchedulesTable",
+    "OccurrencesTable",
+    "IdempotencyTable",
+    "ApiKeysTable",
+    "SlotsTable",
+)
 STATE_FILE = "state.json"
 
 
@@ -34,6 +40,10 @@ def save(cloud: LocalCloud, directory: Path) -> Path:
         items: list[dict[str, Any]] = []
         for page in ddb.get_paginator("scan").paginate(TableName=cloud.deployed.physical(logical)):
             items += page["Items"]
+        if logical == "SlotsTable":
+            # The tenants' overrides and quota use (slots below 0), which the schedules
+            # and jobs kept beside them hold units of; not the held slots, which expire.
+            items = [i for i in items if int(i["slot"]["N"]) < 0]
         exported[logical] = items
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / STATE_FILE

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import hashlib
 import secrets
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -26,6 +27,7 @@ from fireline.domain import (
     natural,
     occurrence,
     policies,
+    quota,
     retry,
     schedule,
 )
@@ -44,6 +46,14 @@ TRIGGER_TRIES = 50
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(10)}"
+
+
+def request_id(prefix: str, tenant_id: str, request_key: str) -> str:
+    """The id a create with an Idempotency-Key gets: the same for every retry of that
+    request, so a retry after a lost answer finds what the first attempt created (and
+    takes no second unit of quota) instead of creating another."""
+    digest = hashlib.sha256(f"{tenant_id}\n{prefix}\n{request_key}".encode()).hexdigest()
+    return f"{prefix}_{digest[:20]}"
 
 
 class WorkflowCatalog(Protocol):
@@ -88,6 +98,13 @@ class JobView:
     occurrence: occurrence.Occurrence | None  # None until the ticker materializes it
 
     @property
+    def finished(self) -> bool:
+        """Its one run has an outcome (or never comes): it no longer counts as active."""
+        if self.occurrence is not None:
+            return self.occurrence.state in occurrence.SETTLED
+        return self.job.state is model.ScheduleState.CANCELLED
+
+    @property
     def state(self) -> str:
         if self.occurrence is not None:
             return self.occurrence.state.value
@@ -113,6 +130,7 @@ class ScheduleService:
         workflows: WorkflowCatalog | None = None,
         egress: egress_rules.EgressPolicy = egress_rules.STRICT,
         aws_targets: aws_target.AwsTargetPolicy = aws_target.ROLES_ONLY,
+        quotas: Mapping[quota.Quota, int] | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -129,16 +147,50 @@ class ScheduleService:
         self.egress = egress
         # Whom AWS targets are called as: a tenant's role, or the operator's allowlist.
         self.aws_targets = aws_targets
+        # The deployment's default quotas (the store applies a tenant's overrides); None:
+        # nothing is counted.
+        self.quotas = quotas
+
+    def _charge(self, name: quota.Quota) -> quota.Charge | None:
+        if self.quotas is None:
+            return None
+        return quota.Charge(name, self.quotas.get(name, quota.UNLIMITED))
+
+    def _create(
+        self,
+        item: model.Schedule,
+        charge: quota.Charge | None,
+        request_key: str | None,
+    ) -> model.Schedule:
+        """Store a new schedule or job (taking its unit of quota in the same write). A
+        retry of a create with an Idempotency-Key finds the first attempt's item."""
+        if charge is not None:
+            item = replace(item, quota_held=True)
+        try:
+            self.schedules.create(item, charge=charge)
+        except errors.AlreadyExists:
+            if request_key is None:
+                raise
+            found = self.schedules.get(item.tenant_id, item.schedule_id)
+            if found is None:  # created, then deleted meanwhile
+                raise
+            return found
+        return item
+
+    def _new_id(self, prefix: str, tenant_id: str, request_key: str | None) -> str:
+        if request_key is None:
+            return self.ids(prefix)
+        return request_id(prefix, tenant_id, request_key)
 
     # --- schedules -------------------------------------------------------------------------
 
-    def create(self, tenant_id: str, draft: ScheduleDraft) -> model.Schedule:
+    def create(
+        self, tenant_id: str, draft: ScheduleDraft, *, request_key: str | None = None
+    ) -> model.Schedule:
         now = self._now()
-        item = replace(
-            self._build(tenant_id, self.ids("sch"), draft, now, version=1), created_at=now
-        )
-        self.schedules.create(item)
-        return item
+        schedule_id = self._new_id("sch", tenant_id, request_key)
+        item = replace(self._build(tenant_id, schedule_id, draft, now, version=1), created_at=now)
+        return self._create(item, self._charge(quota.Quota.SCHEDULES), request_key)
 
     def get(self, tenant_id: str, schedule_id: str) -> model.Schedule:
         item = self.schedules.get(tenant_id, schedule_id)
@@ -172,14 +224,15 @@ class ScheduleService:
         item = self._build(tenant_id, schedule_id, draft, now, version=current.version + 1)
         if current.state is model.ScheduleState.PAUSED:
             item = replace(item, state=current.state, next_fire=None, paused_at=now)
-        item = replace(item, created_at=current.created_at)
+        item = replace(item, created_at=current.created_at, quota_held=current.quota_held)
         self.schedules.replace(item, expected_version=current.version)
         self._settle_older(current, item, now)
         return item
 
     def delete(self, tenant_id: str, schedule_id: str) -> None:
         current = self.get(tenant_id, schedule_id)
-        self.schedules.delete(tenant_id, schedule_id)
+        refund = quota.Quota.SCHEDULES if current.quota_held else None
+        self.schedules.delete(tenant_id, schedule_id, refund=refund)
         self._settle_older(current, None, self._now())
 
     def pause(self, tenant_id: str, schedule_id: str) -> model.Schedule:
@@ -282,7 +335,9 @@ class ScheduleService:
 
     # --- one-off jobs ----------------------------------------------------------------------
 
-    def create_job(self, tenant_id: str, draft: JobDraft) -> JobView:
+    def create_job(
+        self, tenant_id: str, draft: JobDraft, *, request_key: str | None = None
+    ) -> JobView:
         now = self._now()
         if (draft.run_at is None) == (draft.delay_seconds is None):
             raise errors.ValidationError(
@@ -303,7 +358,7 @@ class ScheduleService:
         spec = schedule.AtSpec(when=run_at)
         job = model.Schedule(
             tenant_id=tenant_id,
-            schedule_id=self.ids("job"),
+            schedule_id=self._new_id(model.JOB_PREFIX, tenant_id, request_key),
             timing=schedule.Timing(spec=spec),
             spec_text=str(spec),
             kind=model.Kind.JOB,
@@ -319,7 +374,9 @@ class ScheduleService:
             created_at=now,
             updated_at=now,
         )
-        self.schedules.create(job)
+        stored = self._create(job, self._charge(quota.Quota.ACTIVE_JOBS), request_key)
+        if stored is not job:
+            return self.get_job(tenant_id, stored.schedule_id)
         return JobView(job, None)
 
     def get_job(self, tenant_id: str, job_id: str) -> JobView:
@@ -331,7 +388,21 @@ class ScheduleService:
 
     def cancel_job(self, tenant_id: str, job_id: str) -> JobView:
         """Cancel a job that has not started. Its message, if sent, becomes a no-op: the
-        worker's claim is conditional on the row still being queued."""
+        worker's claim is conditional on the row still being queued. A cancelled job
+        gives its unit of the active jobs quota back (once, whoever sees it first)."""
+        view = self._cancel_job(tenant_id, job_id)
+        self.job_ended(view)
+        return view
+
+    def job_ended(self, view: JobView) -> bool:
+        """Give back a finished job's unit of quota; True if this call gave it back."""
+        if self.quotas is None or not view.finished or not view.job.quota_held:
+            return False
+        return self.schedules.release(
+            view.job.tenant_id, view.job.schedule_id, quota.Quota.ACTIVE_JOBS
+        )
+
+    def _cancel_job(self, tenant_id: str, job_id: str) -> JobView:
         view = self.get_job(tenant_id, job_id)
         now = self._now()
         row = view.occurrence
@@ -360,7 +431,7 @@ class ScheduleService:
                 try:
                     self.schedules.replace(cancelled, expected_version=view.job.version)
                 except errors.ConflictError:
-                    return self.cancel_job(tenant_id, job_id)  # changed meanwhile
+                    return self._cancel_job(tenant_id, job_id)  # changed meanwhile
                 # The ticker may have materialized its fire after we read it: that fire
                 # is cancelled too, not left queued (its message would find it cancelled).
                 self._settle_older(view.job, cancelled, now)

@@ -90,6 +90,8 @@ class WorkerConfig:
     # runners'). A tenant runs at most quota.class_limit of it at once, so the rest is
     # left to other tenants. 0: not shared out (the tenant limit alone applies).
     class_max_concurrency: int = 0
+    # One-off jobs hold a unit of their tenant's active jobs quota, given back at their end.
+    jobs_counted: bool = False
 
     @property
     def class_limit(self) -> int:
@@ -159,7 +161,27 @@ class Worker:
             # A workflow node settled (or this is a repeat of its outcome, whose event
             # may have been lost): tell the controller. It applies each outcome once.
             self.nodes.finished(key)
+        if result in _SETTLING and self.config.jobs_counted:
+            self._job_ended(key, body, result)
         return result
+
+    def _job_ended(self, key: str, body: dict[str, Any], result: Result) -> None:
+        """A one-off job's occurrence has its outcome: give back its unit of the active
+        jobs quota. The release is conditional on the job's mark, so a repeat (this
+        message redelivered after a crash right here, a cancel that saw it first) gives
+        nothing back twice; and a crash before it is repaired by that redelivery."""
+        schedule_id = occurrence.parse_key(key).schedule_id
+        if not model.is_job_id(schedule_id):
+            return
+        tenant_id = body.get("tenant_id")
+        if result is Result.SETTLED or body.get("type") == "outcome" or not tenant_id:
+            # Settled before (or a long job's outcome message): the row says whether the
+            # job has ended, and whose it is.
+            row = self.occurrences.get(key)
+            if row is None or row.state not in occurrence.SETTLED:
+                return  # a long job whose execution still runs: its outcome comes later
+            tenant_id = row.tenant_id
+        self.schedules.release(str(tenant_id), schedule_id, quota.Quota.ACTIVE_JOBS)
 
     def _handle(
         self,

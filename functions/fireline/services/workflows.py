@@ -38,7 +38,7 @@ import hashlib
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import aws_target, dag, errors, model, occurrence, workflow
+from fireline.domain import aws_target, dag, errors, model, occurrence, quota, workflow
 from fireline.domain import egress as egress_rules
 from fireline.domain import target as target_rules
 from fireline.services import dispatch
@@ -58,6 +58,9 @@ logger = Logger(service="fireline", child=True)
 
 NodeState = dag.NodeState
 UPLOAD_EXPIRES_SECONDS = 900
+# An uploaded definition: the POST policy's content-length-range, and what the API reads.
+MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+UPLOAD_CONTENT_TYPE = "application/json"
 # Node rows written per step of a start, and fan-out transactions per event: bounded work
 # per event, so a 100,000-node start or fan-out continues in a fresh event instead of
 # running into a Lambda timeout.
@@ -663,6 +666,8 @@ class WorkflowService:
         definitions: Definitions | None = None,
         egress: egress_rules.EgressPolicy = egress_rules.STRICT,
         aws_targets: aws_target.AwsTargetPolicy = aws_target.ROLES_ONLY,
+        quotas: ports.QuotaStore | None = None,
+        limits: Mapping[quota.Quota, int] | None = None,
     ) -> None:
         self.store = store
         self.documents = documents
@@ -673,6 +678,29 @@ class WorkflowService:
         self.egress = egress
         # Whom AWS targets are called as: a tenant's role, or the operator's allowlist.
         self.aws_targets = aws_targets
+        # Quota use and overrides, and the deployment's default quotas (None: not counted).
+        self.quotas = quotas
+        self.limits = limits if quotas is not None else None
+
+    def _check_versions(self, tenant_id: str, version: int) -> quota.Charge | None:
+        """Refuse a version past the tenant's quota of versions per workflow (counted by
+        the version number: versions are never removed), before anything is written; a
+        new workflow's charge, which its index entry takes."""
+        if self.quotas is None or self.limits is None:
+            return None
+        usage = self.quotas.usage(tenant_id)
+        versions = usage.limit(quota.Quota.WORKFLOW_VERSIONS, self.limits)
+        if not quota.under(versions, version - 1):
+            raise quota.exceeded(quota.Quota.WORKFLOW_VERSIONS, versions, version - 1)
+        if version != 1:
+            return None
+        # Checked here too, so a refusal writes no document; the index entry's
+        # transaction is what holds under a race (its loser's document stays unreferenced).
+        workflows = usage.limit(quota.Quota.WORKFLOWS, self.limits)
+        used = usage.count(quota.Quota.WORKFLOWS)
+        if not quota.under(workflows, used):
+            raise quota.exceeded(quota.Quota.WORKFLOWS, workflows, used)
+        return quota.Charge(quota.Quota.WORKFLOWS, self.limits.get(quota.Quota.WORKFLOWS, 0))
 
     def register(
         self,
@@ -698,6 +726,7 @@ class WorkflowService:
             )
         latest = self.store.latest_definition(tenant_id, workflow_id)
         version = (latest.version if latest else 0) + 1
+        charge = self._check_versions(tenant_id, version)
         definition = workflow.Definition.build(tenant_id, workflow_id, version, specs, edges)
         document = definition.to_document()
         meta = workflow.DefinitionMeta(
@@ -711,31 +740,65 @@ class WorkflowService:
         )
         # The document first: an index entry never points at a missing document.
         self.documents.put(meta.document_key, document)
-        if not self.store.put_definition(meta):
+        if not self.store.put_definition(meta, charge=charge):
             raise errors.ConflictError(
                 f"workflow {workflow_id!r} version {version} was registered meanwhile; retry"
             )
         self.definitions.remember(definition)
         return meta
 
-    def upload(self, tenant_id: str) -> tuple[str, str]:
-        """An upload id and the presigned URL to PUT a large definition to."""
+    def upload(self, tenant_id: str) -> tuple[str, ports.UploadForm]:
+        """An upload id and the presigned POST to upload a large definition with; counted
+        against the tenant's uploads per day (nothing else is written)."""
+        if self.quotas is not None and self.limits is not None:
+            self.quotas.count_upload(
+                tenant_id,
+                quota.day_of(self.clock.now()),
+                quota.Charge(
+                    quota.Quota.UPLOADS_PER_DAY,
+                    self.limits.get(quota.Quota.UPLOADS_PER_DAY, quota.UNLIMITED),
+                ),
+            )
         upload_id = uuid.uuid4().hex
-        url = self.documents.upload_url(
-            upload_key(tenant_id, upload_id), expires_seconds=UPLOAD_EXPIRES_SECONDS
+        form = self.documents.upload_form(
+            upload_key(tenant_id, upload_id),
+            expires_seconds=UPLOAD_EXPIRES_SECONDS,
+            max_bytes=MAX_UPLOAD_BYTES,
+            content_type=UPLOAD_CONTENT_TYPE,
         )
-        return upload_id, url
+        return upload_id, form
 
     def uploaded(self, tenant_id: str, upload_id: str) -> bytes:
+        """The uploaded document's bytes. Its size comes from its metadata first: one
+        larger than the limit (put behind the POST policy's back) is refused unread, and
+        the body is then read in chunks, never past the size checked."""
         if not upload_id.isalnum() or len(upload_id) > 64:
             raise errors.ValidationError("is not an upload id", field="upload_id")
-        raw = self.documents.get(upload_key(tenant_id, upload_id))
-        if raw is None:
+        key = upload_key(tenant_id, upload_id)
+        info = self.documents.describe(key)
+        if info is None:
             raise errors.ValidationError(
-                f"nothing was uploaded for {upload_id!r} (PUT the definition to its URL first)",
+                f"nothing was uploaded for {upload_id!r} (POST the definition with its form first)",
                 field="upload_id",
             )
-        return raw
+        limit = MAX_UPLOAD_BYTES
+        if info.size > limit:
+            raise errors.TooLarge(
+                f"the uploaded definition is {info.size} bytes; the limit is {limit}",
+                field="upload_id",
+            )
+        media = info.content_type.split(";", 1)[0].strip().lower()
+        if media != UPLOAD_CONTENT_TYPE:
+            raise errors.ValidationError(
+                f"the upload is {media or 'untyped'}; it must be {UPLOAD_CONTENT_TYPE}",
+                field="upload_id",
+            )
+        body = bytearray()
+        for chunk in self.documents.chunks(key, etag=info.etag):
+            body += chunk
+            if len(body) > info.size:  # the store said otherwise: never read past it
+                raise errors.ConflictError(f"upload {upload_id} changed while it was read")
+        return bytes(body)
 
     def exists(self, tenant_id: str, workflow_id: str, version: int | None = None) -> bool:
         """Whether the tenant has the workflow (the given version, or any)."""

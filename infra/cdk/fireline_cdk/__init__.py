@@ -7,6 +7,20 @@ template's parameters. See ``fireline_cdk.construct``.
 
 from __future__ import annotations
 
-from fireline_cdk.construct import PROP_PARAMETERS, ApiThrottling, Fireline, MemorySizes, UsagePlan
+from fireline_cdk.construct import (
+    PROP_PARAMETERS,
+    ApiThrottling,
+    Fireline,
+    MemorySizes,
+    TenantQuotas,
+    UsagePlan,
+)
 
-__all__ = ["PROP_PARAMETERS", "ApiThrottling", "Fireline", "MemorySizes", "UsagePlan"]
+__all__ = [
+    "PROP_PARAMETERS",
+    "ApiThrottling",
+    "Fireline",
+    "MemorySizes",
+    "TenantQuotas",
+    "UsagePlan",
+]

@@ -69,6 +69,11 @@ PROP_PARAMETERS = {
     "memory_sizes.workflow": "WorkflowMemorySize",
     "vpc_subnets": "WorkerSubnetIds",
     "security_groups": "WorkerSecurityGroupIds",
+    "tenant_quotas.schedules": "TenantScheduleQuota",
+    "tenant_quotas.active_jobs": "TenantActiveJobQuota",
+    "tenant_quotas.workflows": "TenantWorkflowQuota",
+    "tenant_quotas.workflow_versions": "TenantWorkflowVersionQuota",
+    "tenant_quotas.uploads_per_day": "TenantUploadsPerDayQuota",
 }
 
 
@@ -99,6 +104,18 @@ class ApiThrottling:
 
     rate_limit: int | None = None
     burst_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class TenantQuotas:
+    """Each tenant's default count quotas (0: no limit); None keeps the template's
+    default. Per-tenant overrides are set with `fireline admin quotas`."""
+
+    schedules: int | None = None
+    active_jobs: int | None = None  # one-off jobs not yet finished
+    workflows: int | None = None
+    workflow_versions: int | None = None  # versions of one workflow
+    uploads_per_day: int | None = None
 
 
 class Fireline(Construct):
@@ -133,6 +150,7 @@ class Fireline(Construct):
         api_throttling: ApiThrottling | None = None,
         usage_plan: UsagePlan | None = None,
         memory_sizes: MemorySizes | None = None,
+        tenant_quotas: TenantQuotas | None = None,
         vpc: ec2.IVpc | None = None,
         vpc_subnets: ec2.SubnetSelection | None = None,
         security_groups: Sequence[ec2.ISecurityGroup] | None = None,
@@ -157,6 +175,7 @@ class Fireline(Construct):
             **_nested("api_throttling", api_throttling or ApiThrottling()),
             **_nested("usage_plan", usage_plan or UsagePlan()),
             **_nested("memory_sizes", memory_sizes or MemorySizes()),
+            **_nested("tenant_quotas", tenant_quotas or TenantQuotas()),
         }
         if vpc is not None:
             selection = vpc_subnets or ec2.SubnetSelection(
@@ -316,7 +335,9 @@ def _checked(name: str, declared: dict[str, Any], value: Any) -> Any:
     return text
 
 
-def _nested(prefix: str, values: MemorySizes | ApiThrottling | UsagePlan) -> dict[str, Any]:
+def _nested(
+    prefix: str, values: MemorySizes | ApiThrottling | UsagePlan | TenantQuotas
+) -> dict[str, Any]:
     return {f"{prefix}.{f.name}": getattr(values, f.name) for f in fields(values)}
 
 

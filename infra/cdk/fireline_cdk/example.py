@@ -14,7 +14,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from cdk_nag import AwsSolutionsChecks
 
-from fireline_cdk import ApiThrottling, Fireline, MemorySizes, UsagePlan
+from fireline_cdk import ApiThrottling, Fireline, MemorySizes, TenantQuotas, UsagePlan
 
 STACK_NAME = "Fireline"
 BUNDLE_CONTEXT = "fireline:bundle-dependencies"
@@ -44,6 +44,7 @@ class FirelineStack(cdk.Stack):
             log_retention_days=90,
             api_throttling=ApiThrottling(rate_limit=200, burst_limit=400),
             usage_plan=UsagePlan(rate_limit=20, burst_limit=40),
+            tenant_quotas=TenantQuotas(schedules=5000, uploads_per_day=100),
             bundle_dependencies=bundle_dependencies,
         )
         cdk.CfnOutput(self, "AlarmTopicArn", value=topic.topic_arn)

@@ -1,0 +1,166 @@
+"""``fireline admin quotas``: a tenant's quota use and the operator's overrides.
+
+An operator command, not a tenant's: it writes the deployment's slots table directly with
+the operator's AWS credentials (a tenant's API key cannot change its own limits). The
+table is named by ``--table`` or found in the stack's outputs (``--stack``, output
+``SlotsTableName``); ``--endpoint-url`` points at an emulator (the local cloud's).
+
+- ``show TENANT``: each quota's override (or ``default``) and what the tenant uses;
+- ``set TENANT --schedules N ...``: override quotas for the tenant (0: no limit);
+- ``clear TENANT [--quota NAME ...]``: back to the deployment's defaults.
+
+An override takes effect at the tenant's next create: the create's condition reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+from rich.console import Console
+from rich.table import Table
+
+from fireline.adapters import quotas_dynamodb
+from fireline.domain import errors, quota
+
+TABLE_ENV = "FIRELINE_SLOTS_TABLE"
+STACK_OUTPUT = "SlotsTableName"
+
+
+def add_quota_commands(admin: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    quotas = admin.add_parser("quotas", help="per-tenant count quotas: use and overrides")
+    actions = quotas.add_subparsers(dest="quota_action", metavar="ACTION", required=True)
+
+    show = _leaf(actions, "show", "a tenant's quota use and overrides")
+    show.set_defaults(run=_reported(_show))
+    change = _leaf(actions, "set", "override quotas for a tenant (0: no limit)")
+    for name in quota.Quota:
+        change.add_argument(
+            f"--{_flag(name)}", dest=name.value, metavar="N", type=_limit, help=_help(name)
+        )
+    change.set_defaults(run=_reported(_set))
+    clear = _leaf(actions, "clear", "back to the deployment's defaults")
+    clear.add_argument(
+        "--quota",
+        dest="names",
+        action="append",
+        choices=[q.value for q in quota.Quota],
+        help="only this quota (repeatable; default: every one)",
+    )
+    clear.set_defaults(run=_reported(_clear))
+
+
+def _leaf(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str
+) -> argparse.ArgumentParser:
+    parser = actions.add_parser(name, help=help, description=help)
+    parser.add_argument("tenant", metavar="TENANT", help="the tenant id")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--table",
+        default=os.environ.get(TABLE_ENV) or None,
+        help=f"the deployment's slots table (default: ${TABLE_ENV})",
+    )
+    where.add_argument("--stack", help=f"a stack whose {STACK_OUTPUT} output names it")
+    parser.add_argument("--endpoint-url", help="an emulator's URL (the local cloud's)")
+    parser.add_argument("--region", default=None, help="the deployment's AWS region")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def _store(args: argparse.Namespace) -> quotas_dynamodb.DynamoQuotaStore:
+    session = boto3.session.Session(region_name=args.region)
+    table = args.table
+    if table is None and args.stack is not None:
+        cloudformation = session.client("cloudformation", endpoint_url=args.endpoint_url)
+        (stack,) = cloudformation.describe_stacks(StackName=args.stack)["Stacks"]
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        table = outputs.get(STACK_OUTPUT)
+    if not table:
+        raise errors.ValidationError(
+            f"name the slots table: --table, --stack or ${TABLE_ENV}", field="table"
+        )
+    client = session.client("dynamodb", endpoint_url=args.endpoint_url)
+    return quotas_dynamodb.DynamoQuotaStore(client, table)
+
+
+def _show(args: argparse.Namespace) -> int:
+    usage = _store(args).usage(args.tenant)
+    today = quota.day_of(_now())
+    rows: dict[str, dict[str, Any]] = {
+        name.value: {
+            "limit": usage.overrides.get(name, "default"),
+            "used": usage.count(name, today) if name is not quota.Quota.WORKFLOW_VERSIONS else None,
+        }
+        for name in quota.Quota
+    }
+    if args.json:
+        print(json.dumps({"tenant": args.tenant, "quotas": rows}, indent=2))
+        return 0
+    table = Table(title=f"quotas of {args.tenant}")
+    for column in ("quota", "limit", "used"):
+        table.add_column(column)
+    for name, row in rows.items():
+        used = "per workflow" if row["used"] is None else str(row["used"])
+        table.add_row(name, str(row["limit"]), used)
+    Console().print(table)
+    return 0
+
+
+def _set(args: argparse.Namespace) -> int:
+    chosen = {q: getattr(args, q.value) for q in quota.Quota if getattr(args, q.value) is not None}
+    if not chosen:
+        raise errors.ValidationError("give at least one quota to set", field="quota")
+    store = _store(args)
+    for name, limit in chosen.items():
+        store.set_limit(args.tenant, name, limit)
+    return _show(args)
+
+
+def _clear(args: argparse.Namespace) -> int:
+    store = _store(args)
+    for name in args.names or [q.value for q in quota.Quota]:
+        store.set_limit(args.tenant, quota.Quota(name), None)
+    return _show(args)
+
+
+def _flag(name: quota.Quota) -> str:
+    return name.value.replace("_", "-")
+
+
+def _help(name: quota.Quota) -> str:
+    return f"{name.value.replace('_', ' ')} (default: the deployment's)"
+
+
+def _limit(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if not 0 <= number <= quota.MAX_QUOTA:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) to {quota.MAX_QUOTA}")
+    return number
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A refused value or an AWS error is a message and exit code 1, not a traceback."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except (errors.FirelineError, BotoCoreError, ClientError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+
+    return guarded
