@@ -24,6 +24,7 @@ from fireline import jobs, ports
 from fireline.adapters import (
     api_keys_dynamodb,
     dynamodb,
+    quotas_dynamodb,
     s3,
     secretsmanager,
     sqs,
@@ -31,7 +32,6 @@ from fireline.adapters import (
     workflows_dynamodb,
 )
 from fireline.adapters import clock as clock_adapter
-from fireline.adapters import quotas_dynamodb
 from fireline.api import app as api_app
 from fireline.domain import aws_target, egress, errors, model, quota, workflow
 from fireline.services import isolation, keys, roles, schedules, targets, ticker, webhook, workflows

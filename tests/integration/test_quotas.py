@@ -26,6 +26,7 @@ from fireline.api import app as api_app
 from fireline.domain import errors, model, quota
 from fireline.services import dispatch, schedules, targets, workflows
 from fireline.services import worker as worker_service
+from helpers import flows
 from helpers.aws import REGION, RequestLog, Stack, serialized_item_writes
 from helpers.system import api_event
 
@@ -121,9 +122,9 @@ class Quotas:
             clock=self.clock,
             runner=targets.TargetRunner(
                 registry=registry,
-                signing_secret=b"test-signing-secret-0123456789",
-                lambda_client=lambda timeout: None,
-                sqs_client=lambda: None,
+                signing_key=flows.signing_key,
+                lambda_client=lambda timeout, credentials: None,
+                sqs_client=lambda credentials: None,
             ),
             config=worker_service.WorkerConfig(tenant_limit=0, jobs_counted=True),
         )

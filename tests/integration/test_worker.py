@@ -22,6 +22,11 @@ from helpers.flows import SIGNING_KEY
 from helpers.system import START, System
 
 REMAINING = 60_000
+# How long a held job waits for its test to release it. The test always releases it; the
+# bound only ends a failed test's thread. It must outlast the test's own steps on a loaded
+# machine (each tick is a few moto calls): a job that let go by itself while the test was
+# still asserting it runs would make the test fail on timing alone.
+HOLD_SECONDS = 600
 
 
 class Killed(BaseException):
@@ -271,7 +276,7 @@ def test_tenant_over_its_limit_is_deferred_then_run_while_other_tenants_run(syst
             running[context.tenant_id] += 1
             peak[context.tenant_id] = max(peak[context.tenant_id], running[context.tenant_id])
         if context.payload.get("hold"):
-            gate.wait(timeout=30)
+            gate.wait(timeout=HOLD_SECONDS)
         with lock:
             running[context.tenant_id] -= 1
 
@@ -285,7 +290,8 @@ def test_tenant_over_its_limit_is_deferred_then_run_while_other_tenants_run(syst
     holder = threading.Thread(
         target=lambda: results.update(
             first=system.worker().handle(bodies[first], remaining_ms=remaining)
-        )
+        ),
+        daemon=True,
     )
     holder.start()
     while not running["tenant-a"]:
@@ -495,7 +501,7 @@ def overlap_schedule(system: System, policy: str) -> tuple[Any, threading.Event]
     from fireline.services.schedules import ScheduleDraft
 
     gate = threading.Event()
-    system.registry.register("holds")(lambda context: gate.wait(timeout=30))
+    system.registry.register("holds")(lambda context: gate.wait(timeout=HOLD_SECONDS))
     item = system.service.create(
         "tenant-a",
         ScheduleDraft(
@@ -508,8 +514,10 @@ def overlap_schedule(system: System, policy: str) -> tuple[Any, threading.Event]
 
 
 def run_in_thread(system: System, body: dict[str, Any]) -> threading.Thread:
+    """Run ``body`` in a worker of its own, as an invocation with 15 minutes left: the job's
+    own deadline (100 s), not the invocation's, is what could end it while it is held."""
     thread = threading.Thread(
-        target=lambda: system.worker().handle(body, remaining_ms=remaining), daemon=True
+        target=lambda: system.worker().handle(body, remaining_ms=lambda: 900_000), daemon=True
     )
     thread.start()
     return thread

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import hashlib
 import heapq
 import itertools
 import json

@@ -31,9 +31,9 @@ from rich.console import Console
 from rich.table import Table
 
 from fireline.adapters import api_keys_dynamodb, apigateway, memory_keys, secretsmanager
+from fireline.cli import quotas as quotas_cli
 from fireline.domain import api_keys, errors, signing
 from fireline.services import keys
-from fireline.cli import quotas as quotas_cli
 
 STACK_ENV = "FIRELINE_STACK"
 DEFAULT_STACK = "fireline"
