@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
-from helpers.system import System
+from fireline.api import app as api_app
+from helpers.memory_system import MemorySystem
+from helpers.system import System, moto_system
 
 PYTHON = {"type": "python", "handler": "noop"}
 
@@ -54,3 +59,109 @@ def test_pages_of_schedules_are_full_until_the_last(system: System) -> None:
     # THEN every page but the last is full, and each schedule comes once
     assert sorted(seen) == sorted(made)
     assert all(size == 2 for size in sizes[:-1]), sizes
+
+
+# --- the same listings on the memory adapters and on moto ----------------------------------
+
+
+class MemoryApi(System):
+    """The API on the memory adapters, called as on moto (``System.call``)."""
+
+    def __init__(self) -> None:  # no AWS stack: only the API, on the memory stores
+        self.memory = MemorySystem()
+        self._api = api_app.build_app(self.memory.service)
+
+
+@pytest.fixture(params=["moto", "memory"])
+def api(request: pytest.FixtureRequest) -> Iterator[System]:
+    if request.param == "memory":
+        yield MemoryApi()
+        return
+    with moto_system() as built:
+        yield built
+
+
+def walk(api: System, path: str, query: dict[str, str], tenant: str = "tenant-a") -> list[Any]:
+    """Every item of a listing, page by page; every page but the last is full."""
+    items: list[Any] = []
+    sizes: list[int] = []
+    page_query = dict(query)
+    while True:
+        status, page = api.call("GET", path, query=page_query, tenant=tenant)
+        assert status == 200, page
+        items += page["items"]
+        sizes.append(len(page["items"]))
+        if page["next_cursor"] is None:
+            break
+        page_query = {**query, "cursor": page["next_cursor"]}
+    limit = int(query.get("limit", "50"))
+    assert all(size == limit for size in sizes[:-1]), sizes
+    return items
+
+
+def error_field(response: tuple[int, Any]) -> tuple[int, str | None]:
+    status, body = response
+    return status, body["error"]["field"] if status >= 400 else None
+
+
+def make_job(api: System, tenant: str = "tenant-a") -> str:
+    status, body = api.call("POST", "/jobs", {"delay_seconds": 60, "target": PYTHON}, tenant=tenant)
+    assert status == 201, body
+    return str(body["id"])
+
+
+def test_jobs_are_listed_by_state_and_only_the_tenants(api: System) -> None:
+    # GIVEN five jobs of tenant-a, two of them cancelled, a schedule, and tenant-b's job
+    jobs = [make_job(api) for _ in range(5)]
+    for job_id in jobs[:2]:
+        assert api.call("POST", f"/jobs/{job_id}/cancel")[0] == 200
+    assert api.call("POST", "/schedules", {"spec": "rate(1 hour)", "target": PYTHON})[0] == 201
+    make_job(api, tenant="tenant-b")
+    # WHEN every job is listed two at a time THEN each of tenant-a's comes once, no more
+    listed = walk(api, "/jobs", {"limit": "2"})
+    assert sorted(j["id"] for j in listed) == sorted(jobs)
+    # AND a state filter keeps that state's jobs only
+    cancelled = walk(api, "/jobs", {"limit": "1", "state": "cancelled"})
+    assert sorted(j["id"] for j in cancelled) == sorted(jobs[:2])
+    assert {j["state"] for j in cancelled} == {"cancelled"}
+    waiting = walk(api, "/jobs", {"state": "scheduled"})
+    assert sorted(j["id"] for j in waiting) == sorted(jobs[2:])
+    assert walk(api, "/jobs", {"state": "dead"}) == []
+
+
+def test_a_first_page_of_jobs_is_not_empty_when_the_state_comes_late(api: System) -> None:
+    # GIVEN four scheduled jobs, then one cancelled (the last in id order)
+    jobs = [make_job(api) for _ in range(5)]
+    last = max(jobs)
+    assert api.call("POST", f"/jobs/{last}/cancel")[0] == 200
+    # WHEN the first page of cancelled jobs is asked for
+    status, page = api.call("GET", "/jobs", query={"state": "cancelled", "limit": "1"})
+    # THEN it holds it, and nothing is left
+    assert status == 200, page
+    assert [j["id"] for j in page["items"]] == [last]
+    assert page["next_cursor"] is None
+
+
+def test_a_job_listing_cursor_is_good_for_its_tenant_and_filter_only(api: System) -> None:
+    for _ in range(3):
+        make_job(api)
+    make_job(api, tenant="tenant-b")
+    cursor = api.call("GET", "/jobs", query={"limit": "1"})[1]["next_cursor"]
+    assert cursor is not None
+    # another tenant, another filter, another listing: refused, naming the cursor
+    assert error_field(api.call("GET", "/jobs", query={"cursor": cursor}, tenant="tenant-b")) == (
+        400,
+        "cursor",
+    )
+    other_filter = {"cursor": cursor, "state": "scheduled"}
+    assert error_field(api.call("GET", "/jobs", query=other_filter)) == (400, "cursor")
+    assert error_field(api.call("GET", "/schedules", query={"cursor": cursor})) == (400, "cursor")
+    # and the same filter goes on
+    assert api.call("GET", "/jobs", query={"limit": "1", "cursor": cursor})[0] == 200
+
+
+@pytest.mark.parametrize("state", ["exploded", "Queued", ""])
+def test_a_job_listing_with_an_unknown_state_is_400_naming_it(api: System, state: str) -> None:
+    status, body = api.call("GET", "/jobs", query={"state": state})
+    assert (status, body["error"]["field"]) == (400, "state")
+    assert "'scheduled'" in body["error"]["message"]

@@ -37,7 +37,7 @@ from pydantic import ValidationError as ModelError
 from fireline.api import models
 from fireline.domain import dag, errors
 from fireline.services import workflows as workflow_service
-from fireline.services.schedules import ScheduleService
+from fireline.services.schedules import JOB_STATES, ScheduleService
 from fireline.services.workflows import WorkflowService
 
 logger = Logger(service="fireline", child=True)
@@ -151,9 +151,12 @@ def build_app(
 
     @app.get("/schedules", summary="List the tenant's schedules")
     def list_schedules(limit: Limit = 50, cursor: Cursor = None) -> models.SchedulePage:
-        page = service.list(tenant(), limit=limit, cursor=cursor)
+        owner = tenant()
+        after = models.listing_cursor_after(cursor, owner, "schedules", {})
+        page = service.list(owner, limit=limit, cursor=after)
         return models.SchedulePage(
-            items=[models.ScheduleOut.of(s) for s in page.items], next_cursor=page.cursor
+            items=[models.ScheduleOut.of(s) for s in page.items],
+            next_cursor=models.listing_cursor(owner, "schedules", {}, page.cursor),
         )
 
     @app.get("/schedules/<schedule_id>", summary="Get a schedule")
@@ -226,6 +229,21 @@ def build_app(
             return models.JobOut.of(view).model_dump(mode="json")
 
         return _json(once("create_job", run), 201)
+
+    @app.get("/jobs", summary="List the tenant's one-off jobs by id, in one state if given")
+    def list_jobs(
+        limit: Limit = 50,
+        cursor: Cursor = None,
+        state: Annotated[str | None, Query(description=_listed(JOB_STATES))] = None,
+    ) -> models.JobPage:
+        owner = tenant()
+        filters: dict[str, str | None] = {"state": state}
+        after = models.listing_cursor_after(cursor, owner, "jobs", filters)
+        page = service.list_jobs(owner, state=state, limit=limit, cursor=after)
+        return models.JobPage(
+            items=[models.JobOut.of(v) for v in page.items],
+            next_cursor=models.listing_cursor(owner, "jobs", filters, page.cursor),
+        )
 
     @app.get("/jobs/<job_id>", summary="Get a job: state, attempts, timestamps, exit reason")
     def get_job(job_id: ID) -> models.JobOut:
@@ -408,6 +426,10 @@ def _content_type(event: dict[str, Any]) -> str:
     return ""
 
 
+def _listed(states: tuple[str, ...]) -> str:
+    return "only those in this state: " + ", ".join(states)
+
+
 def _json(body: dict[str, Any], status: int) -> Response[str]:
     return Response(
         status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
@@ -508,11 +530,12 @@ def _workflow_routes(
         cursor: Cursor = None,
     ) -> models.RunNodePage:
         owner = tenant()
-        after = models.node_cursor_after(cursor, run_id, state)
+        filters: dict[str, str | None] = {"run_id": run_id, "state": state.value}
+        after = models.listing_cursor_after(cursor, owner, "nodes", filters)
         page = workflows.nodes(owner, run_id, state, limit=limit, cursor=after)
         return models.RunNodePage(
             items=[models.RunNodeOut.of(n) for n in page.items],
-            next_cursor=models.node_cursor(run_id, state, page.cursor),
+            next_cursor=models.listing_cursor(owner, "nodes", filters, page.cursor),
         )
 
     @app.post(

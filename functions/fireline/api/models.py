@@ -761,16 +761,27 @@ class RunNodePage(BaseModel):
     next_cursor: str | None
 
 
-def node_cursor(run_id: str, state: dag.NodeState, after: str | None) -> str | None:
-    """An opaque cursor for a run's node listing; it is only good for that listing."""
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None
+
+
+def listing_cursor(
+    tenant_id: str, listing: str, filters: dict[str, str | None], after: str | None
+) -> str | None:
+    """An opaque cursor that is only good for the listing (its filters, its tenant) that
+    returned it: ``after`` is the store's own cursor, which knows nothing of filters."""
     if after is None:
         return None
-    key = {"run_id": run_id, "state": state.value, "after": after}
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+    key = {"tenant": tenant_id, "listing": listing, "filters": filters, "after": after}
+    return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode()
 
 
-def node_cursor_after(cursor: str | None, run_id: str, state: dag.NodeState) -> str | None:
-    """Where a cursor from :func:`node_cursor` resumes; a client's input, so checked."""
+def listing_cursor_after(
+    cursor: str | None, tenant_id: str, listing: str, filters: dict[str, str | None]
+) -> str | None:
+    """Where a cursor from :func:`listing_cursor` resumes; a client's input, so checked:
+    a cursor of another tenant, listing or filter is refused (a 400 naming ``cursor``)."""
     if cursor is None:
         return None
     try:
@@ -779,11 +790,12 @@ def node_cursor_after(cursor: str | None, run_id: str, state: dag.NodeState) -> 
         raise errors.ValidationError("is not a cursor this API returned", field="cursor") from exc
     if (
         not isinstance(key, dict)
-        or set(key) != {"run_id", "state", "after"}
-        or not all(isinstance(v, str) for v in key.values())
+        or set(key) != {"tenant", "listing", "filters", "after"}
+        or not isinstance(key["after"], str)
+        or not isinstance(key["filters"], dict)
     ):
         raise errors.ValidationError("is not a cursor this API returned", field="cursor")
-    if key["run_id"] != run_id or key["state"] != state.value:
+    if key["tenant"] != tenant_id or key["listing"] != listing or key["filters"] != filters:
         raise errors.ValidationError("belongs to another listing", field="cursor")
     return str(key["after"])
 
