@@ -106,6 +106,23 @@ class ScheduleStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class OccurrenceFilter:
+    """Which occurrences a history listing keeps: fire time in [since, until), and the
+    state one of ``states`` (each bound only when given)."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    states: tuple[occurrence.State, ...] = ()
+
+    def keeps(self, row: occurrence.Occurrence) -> bool:
+        return (
+            (self.since is None or row.fire_time >= self.since)
+            and (self.until is None or row.fire_time < self.until)
+            and (not self.states or row.state in self.states)
+        )
+
+
 class OccurrenceStore(Protocol):
     def put_new(self, item: occurrence.Occurrence) -> bool:
         """Store an occurrence unless its key exists; False for a duplicate.
@@ -118,9 +135,17 @@ class OccurrenceStore(Protocol):
     def get(self, key: str) -> occurrence.Occurrence | None: ...
 
     def history(
-        self, tenant_id: str, schedule_id: str, *, limit: int, cursor: str | None = None
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        limit: int,
+        cursor: str | None = None,
+        only: OccurrenceFilter | None = None,
     ) -> Page[occurrence.Occurrence]:
-        """A schedule's occurrences, newest fire first."""
+        """A schedule's occurrences, newest fire first, those ``only`` keeps. The rows
+        read are bounded by its time range; its states are a filter after the read, so a
+        page may hold fewer than ``limit`` rows (even none) and still have a cursor."""
         ...
 
     def open_rows(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from fireline.api import app as api_app
+from fireline.domain import occurrence
 from helpers.memory_system import MemorySystem
 from helpers.system import System, moto_system
 
@@ -68,8 +69,12 @@ class MemoryApi(System):
     """The API on the memory adapters, called as on moto (``System.call``)."""
 
     def __init__(self) -> None:  # no AWS stack: only the API, on the memory stores
-        self.memory = MemorySystem()
-        self._api = api_app.build_app(self.memory.service)
+        memory = MemorySystem()
+        self.clock = memory.clock
+        self.schedules = memory.schedules  # type: ignore[assignment]
+        self.occurrences = memory.occurrences  # type: ignore[assignment]
+        self.service = memory.service
+        self._api = api_app.build_app(memory.service)
 
 
 @pytest.fixture(params=["moto", "memory"])
@@ -165,3 +170,93 @@ def test_a_job_listing_with_an_unknown_state_is_400_naming_it(api: System, state
     status, body = api.call("GET", "/jobs", query={"state": state})
     assert (status, body["error"]["field"]) == (400, "state")
     assert "'scheduled'" in body["error"]["message"]
+
+
+# --- GET /schedules/{id}/occurrences: by state and time range ------------------------------
+
+
+def triggered(api: System, count: int) -> tuple[str, list[dict[str, Any]]]:
+    """A schedule and ``count`` occurrences triggered a second apart, oldest first."""
+    status, created = api.call("POST", "/schedules", {"spec": "rate(1 hour)", "target": PYTHON})
+    assert status == 201, created
+    fired = []
+    for _ in range(count):
+        status, row = api.call("POST", f"/schedules/{created['id']}/trigger")
+        assert status == 202, row
+        fired.append(row)
+        api.clock.advance(1)
+    return str(created["id"]), fired
+
+
+def cancel_row(api: System, key: str) -> None:
+    row = api.occurrences.get(key)
+    assert row is not None
+    cancelled = row.moved(occurrence.State.CANCELLED, finished_at=api.clock.now())
+    assert api.occurrences.transition(cancelled, expected_state=occurrence.State.QUEUED)
+
+
+def test_occurrences_are_listed_by_state_and_time_range(api: System) -> None:
+    # GIVEN six occurrences, the 2nd and 5th cancelled
+    schedule_id, fired = triggered(api, 6)
+    for n in (1, 4):
+        cancel_row(api, fired[n]["key"])
+    path = f"/schedules/{schedule_id}/occurrences"
+    keys = [row["key"] for row in fired]
+    # WHEN they are listed by state THEN each state's rows come, newest first, page by page
+    cancelled = walk(api, path, {"state": "cancelled", "limit": "1"})
+    assert [o["key"] for o in cancelled] == [keys[4], keys[1]]
+    queued = walk(api, path, {"state": "queued", "limit": "2"})
+    assert [o["key"] for o in queued] == [keys[5], keys[3], keys[2], keys[0]]
+    # AND a range keeps the fire times at or after "from" and before "to"
+    window = {"from": fired[1]["fire_time"], "to": fired[4]["fire_time"], "limit": "2"}
+    assert [o["key"] for o in walk(api, path, window)] == [keys[3], keys[2], keys[1]]
+    both = {**window, "state": "queued"}
+    assert [o["key"] for o in walk(api, path, both)] == [keys[3], keys[2]]
+    # AND a first page is not empty while the state exists further on
+    _, page = api.call("GET", path, query={"state": "cancelled", "limit": "1"})
+    assert [o["key"] for o in page["items"]] == [keys[4]]
+
+
+def test_occurrences_of_another_tenant_are_not_found(api: System) -> None:
+    schedule_id, _ = triggered(api, 1)
+    status, body = api.call(
+        "GET", f"/schedules/{schedule_id}/occurrences", query={"state": "queued"}, tenant="b"
+    )
+    assert status == 404, body
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"state": "done"}, "state"),
+        ({"from": "yesterday"}, "from"),
+        ({"to": "2026-05-01T12:00:00"}, "to"),  # no UTC offset
+        ({"from": "2026-05-02T00:00:00Z", "to": "2026-05-01T00:00:00Z"}, "from"),
+    ],
+    ids=["unknown-state", "not-a-time", "no-offset", "empty-range"],
+)
+def test_a_bad_occurrence_filter_is_400_naming_it(
+    api: System, query: dict[str, str], field: str
+) -> None:
+    schedule_id, _ = triggered(api, 1)
+    response = api.call("GET", f"/schedules/{schedule_id}/occurrences", query=query)
+    assert error_field(response) == (400, field)
+
+
+def test_an_occurrence_cursor_is_good_for_its_filter_only(api: System) -> None:
+    schedule_id, _ = triggered(api, 3)
+    path = f"/schedules/{schedule_id}/occurrences"
+    cursor = api.call("GET", path, query={"limit": "1", "state": "queued"})[1]["next_cursor"]
+    assert cursor is not None
+    for query in ({"state": "cancelled"}, {}, {"state": "queued", "from": "2026-01-01T00:00:00Z"}):
+        assert error_field(api.call("GET", path, query={**query, "cursor": cursor})) == (
+            400,
+            "cursor",
+        )
+    other_schedule, _ = triggered(api, 1)
+    other = api.call(
+        "GET",
+        f"/schedules/{other_schedule}/occurrences",
+        query={"state": "queued", "cursor": cursor},
+    )
+    assert error_field(other) == (400, "cursor")

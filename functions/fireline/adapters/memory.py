@@ -300,10 +300,20 @@ class MemoryOccurrenceStore:
             return self._items.get(key)
 
     def history(
-        self, tenant_id: str, schedule_id: str, *, limit: int, cursor: str | None = None
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        limit: int,
+        cursor: str | None = None,
+        only: ports.OccurrenceFilter | None = None,
     ) -> ports.Page[occurrence.Occurrence]:
         with self._lock:
-            newest_first = list(reversed(self._by_schedule.get((tenant_id, schedule_id), [])))
+            newest_first = [
+                entry
+                for entry in reversed(self._by_schedule.get((tenant_id, schedule_id), []))
+                if only is None or only.keeps(self._items[entry[2]])
+            ]
             start = 0
             if cursor is not None:
                 keys = [key for _, _, key in newest_first]

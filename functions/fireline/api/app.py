@@ -37,7 +37,7 @@ from pydantic import ValidationError as ModelError
 from fireline.api import models
 from fireline.domain import dag, errors
 from fireline.services import workflows as workflow_service
-from fireline.services.schedules import JOB_STATES, ScheduleService
+from fireline.services.schedules import JOB_STATES, OCCURRENCE_STATES, ScheduleService
 from fireline.services.workflows import WorkflowService
 
 logger = Logger(service="fireline", child=True)
@@ -211,11 +211,32 @@ def build_app(
 
     @app.get("/schedules/<schedule_id>/occurrences", summary="Occurrence history, newest first")
     def schedule_history(
-        schedule_id: ID, limit: Limit = 50, cursor: Cursor = None
+        schedule_id: ID,
+        limit: Limit = 50,
+        cursor: Cursor = None,
+        state: Annotated[str | None, Query(description=_listed(OCCURRENCE_STATES))] = None,
+        since: Annotated[
+            str | None, Query(alias="from", description="fire time at or after (ISO 8601)")
+        ] = None,
+        until: Annotated[
+            str | None, Query(alias="to", description="fire time before (ISO 8601)")
+        ] = None,
     ) -> models.OccurrencePage:
-        page = service.history(tenant(), schedule_id, limit=limit, cursor=cursor)
+        owner = tenant()
+        filters = {"schedule_id": schedule_id, "state": state, "from": since, "to": until}
+        after = models.listing_cursor_after(cursor, owner, "occurrences", filters)
+        page = service.history(
+            owner,
+            schedule_id,
+            limit=limit,
+            cursor=after,
+            state=state,
+            since=models.instant(since, "from"),
+            until=models.instant(until, "to"),
+        )
         return models.OccurrencePage(
-            items=[models.OccurrenceOut.of(o) for o in page.items], next_cursor=page.cursor
+            items=[models.OccurrenceOut.of(o) for o in page.items],
+            next_cursor=models.listing_cursor(owner, "occurrences", filters, page.cursor),
         )
 
     # --- one-off jobs ----------------------------------------------------------------------

@@ -800,6 +800,23 @@ def listing_cursor_after(
     return str(key["after"])
 
 
+def instant(text: str | None, field: str) -> datetime | None:
+    """An ISO 8601 instant of a query string (with its UTC offset), in the API's range;
+    anything else is a 400 naming ``field``."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+        if value.tzinfo is None:
+            raise ValueError("no UTC offset")
+        return _in_range(value).astimezone(UTC)
+    except ValueError as exc:
+        raise errors.ValidationError(
+            "must be an ISO 8601 instant with a UTC offset, e.g. 2026-05-01T12:00:00Z",
+            field=field,
+        ) from exc
+
+
 class ErrorBody(BaseModel):
     type: str
     message: str

@@ -32,7 +32,8 @@ MAX_LIST_READS = 20
 # Job rows one job listing page may examine (each costs a read of its occurrence).
 MAX_JOB_ROWS = 200
 # What a job's state may be: its occurrence's, or "scheduled" before the ticker fires it.
-JOB_STATES = ("scheduled", *(s.value for s in occurrence.State))
+OCCURRENCE_STATES = tuple(s.value for s in occurrence.State)
+JOB_STATES = ("scheduled", *OCCURRENCE_STATES)
 # Milliseconds a trigger tries past the one it was asked in, when others took them.
 TRIGGER_TRIES = 50
 
@@ -322,12 +323,44 @@ class ScheduleService:
         return schedule.preview(current.timing, after, count)
 
     def history(
-        self, tenant_id: str, schedule_id: str, *, limit: int = 50, cursor: str | None = None
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        state: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> ports.Page[occurrence.Occurrence]:
+        """A schedule's occurrences, newest first; those in ``state`` only, and those whose
+        fire time is in [since, until), when given.
+
+        Reads: Query on the schedule's partition of the occurrence table, the time range
+        a key condition (rows out of it are never read) and the state a filter after the
+        read; a filtered page reads on, each read asking for what the page still lacks,
+        at most MAX_LIST_READS reads of ``limit`` rows. A first page is empty only when no
+        row in the range is in that state, or those reads met none."""
+        wanted = _page_size(limit)
+        one_of(state, OCCURRENCE_STATES)
+        only = ports.OccurrenceFilter(since, until, (occurrence.State(state),) if state else ())
+        if since is not None and until is not None and since >= until:
+            raise errors.ValidationError("must be before 'to'", field="from")
         self.get(tenant_id, schedule_id)
-        return self.occurrences.history(
-            tenant_id, schedule_id, limit=_page_size(limit), cursor=cursor
-        )
+        found: builtins.list[occurrence.Occurrence] = []
+        for _ in range(MAX_LIST_READS):
+            page = self.occurrences.history(
+                tenant_id,
+                schedule_id,
+                limit=wanted - len(found),
+                cursor=cursor,
+                only=only,
+            )
+            found += page.items
+            cursor = page.cursor
+            if cursor is None or len(found) == wanted:
+                break
+        return ports.Page(found, cursor)
 
     # --- one-off jobs ----------------------------------------------------------------------
 
