@@ -422,6 +422,12 @@ class WorkflowStore(Protocol):
         moment (the index lags), and a page may hold fewer than ``limit`` rows."""
         ...
 
+    def nodes(
+        self, run_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[workflow.RunNode]:
+        """A run's nodes in every state, by node id (one Query on the run's partition)."""
+        ...
+
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]: ...
 
     def move_node(

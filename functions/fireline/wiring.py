@@ -386,6 +386,7 @@ def workflow_service() -> workflows.WorkflowService:
         clock=clock(),
         definitions=definitions(),
         egress=egress_policy(),
+        occurrences=occurrence_store(),
     )
 
 

@@ -951,6 +951,17 @@ class MemoryWorkflowStore:
         more = start + limit < len(ids)
         return ports.Page(items=page, cursor=listed[-1] if more and listed else None)
 
+    def nodes(
+        self, run_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.RunNode]:
+        with self._lock:
+            rows = self._nodes.get(run_id, {})
+            ids = sorted(rows)
+            start = bisect.bisect_right(ids, cursor) if cursor else 0
+            listed = ids[start : start + limit]
+            more = start + limit < len(ids)
+            return ports.Page([rows[n] for n in listed], listed[-1] if more and listed else None)
+
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
         with self._lock:
             self._propagation.catch_up()

@@ -34,6 +34,7 @@ from fireline.adapters.dynamodb import (
     _decode_cursor,
     _encode,
     _encode_cursor,
+    _query_page,
     _translated,
 )
 from fireline.domain import dag, errors, workflow
@@ -396,6 +397,22 @@ class DynamoWorkflowStore:
         return ports.Page(
             [rows[n] for n in ids if n in rows and rows[n].state is state], next_cursor
         )
+
+    def nodes(
+        self, run_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.RunNode]:
+        # One Query on the run's partition, its node rows only (their sort keys start
+        # with N#; the run's own item, "run", sorts outside the range): ``limit`` rows.
+        records, next_cursor = _query_page(
+            self._client,
+            table=self._table,
+            partition=("pk", run_pk(run_id)),
+            cursor_keys=("pk", "sk"),
+            limit=limit,
+            cursor=cursor,
+            sort_between=("sk", NODE_PREFIX, NODE_PREFIX + "\uffff"),
+        )
+        return ports.Page([_node_from_item(r) for r in records], next_cursor)
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
         counts = dict.fromkeys(dag.NodeState, 0)

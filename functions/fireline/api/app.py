@@ -37,7 +37,7 @@ from pydantic import ValidationError as ModelError
 from fireline.api import models
 from fireline.domain import dag, errors
 from fireline.services import workflows as workflow_service
-from fireline.services.schedules import JOB_STATES, OCCURRENCE_STATES, ScheduleService
+from fireline.services.schedules import JOB_STATES, OCCURRENCE_STATES, ScheduleService, one_of
 from fireline.services.workflows import WorkflowService
 
 logger = Logger(service="fireline", child=True)
@@ -49,6 +49,7 @@ DESCRIPTION = (
     "Schedules, one-off jobs and their occurrences. Delivery contract: at-least-once "
     "execution, exactly-once claim, idempotent handlers (never exactly-once execution)."
 )
+NODE_STATES = tuple(s.value for s in dag.NodeState)
 UPLOAD_HINT = (
     "; upload larger definitions: POST /workflow-uploads, PUT the document to its "
     'upload_url, then PUT /workflows/{workflow_id} with {"upload_id": ...}'
@@ -543,17 +544,22 @@ def _workflow_routes(
     def get_run(run_id: ID) -> models.RunViewOut:
         return models.RunViewOut.of_view(workflows.view(tenant(), run_id))
 
-    @app.get("/runs/<run_id>/nodes", summary="A run's nodes in one state, by node id")
+    @app.get(
+        "/runs/<run_id>/nodes",
+        summary="A run's nodes by node id (in one state if given), with their exit reasons",
+    )
     def list_run_nodes(
         run_id: ID,
-        state: Annotated[dag.NodeState, Query()],
+        state: Annotated[str | None, Query(description=_listed(NODE_STATES))] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         cursor: Cursor = None,
     ) -> models.RunNodePage:
         owner = tenant()
-        filters: dict[str, str | None] = {"run_id": run_id, "state": state.value}
+        one_of(state, NODE_STATES)
+        chosen = dag.NodeState(state) if state is not None else None
+        filters: dict[str, str | None] = {"run_id": run_id, "state": state}
         after = models.listing_cursor_after(cursor, owner, "nodes", filters)
-        page = workflows.nodes(owner, run_id, state, limit=limit, cursor=after)
+        page = workflows.nodes(owner, run_id, chosen, limit=limit, cursor=after)
         return models.RunNodePage(
             items=[models.RunNodeOut.of(n) for n in page.items],
             next_cursor=models.listing_cursor(owner, "nodes", filters, page.cursor),

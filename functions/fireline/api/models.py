@@ -745,14 +745,17 @@ class RunNodeOut(BaseModel):
     state: str
     generation: int
     pending: int = Field(description="parents not finished yet")
+    exit_reason: str | None = Field(description="of its latest attempt; null before it ran")
 
     @classmethod
-    def of(cls, node: workflow.RunNode) -> RunNodeOut:
+    def of(cls, view: workflows.NodeView) -> RunNodeOut:
+        node = view.node
         return cls(
             id=node.node_id,
             state=node.state.value,
             generation=node.generation,
             pending=node.pending,
+            exit_reason=view.exit_reason,
         )
 
 

@@ -650,6 +650,12 @@ class RunView:
         return round(finished / self.run.total, 4) if self.run.total else 1.0
 
 
+@dataclass(frozen=True)
+class NodeView:
+    node: workflow.RunNode
+    exit_reason: str | None  # of the node's latest attempt; None before it has run
+
+
 class WorkflowService:
     """What the API offers: register, start, inspect, cancel, retry, reconcile."""
 
@@ -662,11 +668,14 @@ class WorkflowService:
         clock: ports.Clock,
         definitions: Definitions | None = None,
         egress: egress_rules.EgressPolicy = egress_rules.STRICT,
+        occurrences: ports.OccurrenceStore | None = None,
     ) -> None:
         self.store = store
         self.documents = documents
         self.queue = queue
         self.clock = clock
+        # Where nodes' attempts are recorded (their exit reasons); None: not shown.
+        self.occurrences = occurrences
         self.definitions = definitions or Definitions(store, documents)
         # What HTTP targets may name (the operator's widening of https-to-public-only).
         self.egress = egress
@@ -799,13 +808,30 @@ class WorkflowService:
         self,
         tenant_id: str,
         run_id: str,
-        state: NodeState,
+        state: NodeState | None,
         *,
         limit: int,
         cursor: str | None = None,
-    ) -> ports.Page[workflow.RunNode]:
-        self.run(tenant_id, run_id)
-        return self.store.nodes_in_state(run_id, state, limit=limit, cursor=cursor)
+    ) -> ports.Page[NodeView]:
+        """A run's nodes by node id, those in ``state`` only when given, each with the
+        exit reason of its latest attempt.
+
+        Reads: with a state, Query on that state's partition of the ``by_state`` index
+        (keys) and a BatchGetItem of the rows; without, Query on the run's partition.
+        Then one GetItem a node of its occurrence row (for the exit reason): ``limit``
+        rows and ``limit`` small reads a page."""
+        found = self.run(tenant_id, run_id)
+        if state is None:
+            page = self.store.nodes(run_id, limit=limit, cursor=cursor)
+        else:
+            page = self.store.nodes_in_state(run_id, state, limit=limit, cursor=cursor)
+        return ports.Page([self._node_view(found, n) for n in page.items], page.cursor)
+
+    def _node_view(self, run: workflow.Run, node: workflow.RunNode) -> NodeView:
+        if self.occurrences is None or node.state is NodeState.WAITING:
+            return NodeView(node, None)  # a waiting node has not run (this generation)
+        row = self.occurrences.get(workflow.node_occurrence_key(run, node))
+        return NodeView(node, row.exit_reason if row else None)
 
     def cancel(self, tenant_id: str, run_id: str) -> workflow.Run:
         current = self.run(tenant_id, run_id)
