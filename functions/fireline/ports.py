@@ -380,6 +380,18 @@ class WorkflowStore(Protocol):
         self, tenant_id: str, workflow_id: str, version: int
     ) -> workflow.DefinitionMeta | None: ...
 
+    def workflows(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[workflow.DefinitionMeta]:
+        """A tenant's workflows, each as its latest version, by workflow id."""
+        ...
+
+    def runs_of(
+        self, tenant_id: str, workflow_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[workflow.Run]:
+        """A workflow's runs, newest first, each in its current state."""
+        ...
+
     def create_run(self, run: workflow.Run) -> bool:
         """Store a new run; False when its id exists (a repeated start converges)."""
         ...

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
+from fireline.adapters import memory
 from fireline.api import app as api_app
 from fireline.domain import occurrence
+from helpers.flows import Flow
 from helpers.memory_system import MemorySystem
-from helpers.system import System, moto_system
+from helpers.system import System, moto_flow, moto_system
 
 PYTHON = {"type": "python", "handler": "noop"}
 
@@ -260,3 +262,92 @@ def test_an_occurrence_cursor_is_good_for_its_filter_only(api: System) -> None:
         query={"state": "queued", "cursor": cursor},
     )
     assert error_field(other) == (400, "cursor")
+
+
+# --- GET /workflows and GET /workflows/{id}/runs -------------------------------------------
+
+ONE_NODE = {"nodes": [{"id": "a", "target": PYTHON}], "edges": []}
+
+
+def with_workflows(system: System, flow: Flow) -> System:
+    system._api = api_app.build_app(system.service, workflows=flow.service)
+    return system
+
+
+@pytest.fixture(params=["moto", "memory"])
+def wf_api(request: pytest.FixtureRequest) -> Iterator[System]:
+    if request.param == "memory":
+        api = MemoryApi()
+        flow = Flow(
+            store=memory.MemoryWorkflowStore(),
+            documents=memory.MemoryDocumentStore(),
+            occurrences=api.occurrences,
+            queue=memory.MemoryWorkQueue(api.clock),
+            slots=memory.MemorySlotStore(),
+            schedules=api.schedules,
+            clock=api.clock,
+        )
+        yield with_workflows(api, flow)
+        return
+    with moto_flow() as (system, flow):
+        yield with_workflows(system, flow)
+
+
+def register(api: System, workflow_id: str, tenant: str = "tenant-a") -> None:
+    status, body = api.call("PUT", f"/workflows/{workflow_id}", ONE_NODE, tenant=tenant)
+    assert status == 201, body
+
+
+def test_workflows_are_listed_by_id_at_their_latest_version(wf_api: System) -> None:
+    # GIVEN three workflows, one registered twice, and another tenant's
+    for workflow_id in ("w-c", "w-a", "w-b", "w-a"):
+        register(wf_api, workflow_id)
+    register(wf_api, "w-other", tenant="tenant-b")
+    # WHEN they are listed two at a time
+    listed = walk(wf_api, "/workflows", {"limit": "2"})
+    # THEN each comes once, by id, at its latest version, and no other tenant's
+    assert [(w["workflow_id"], w["version"]) for w in listed] == [
+        ("w-a", 2),
+        ("w-b", 1),
+        ("w-c", 1),
+    ]
+    assert [w["workflow_id"] for w in walk(wf_api, "/workflows", {}, tenant="tenant-b")] == [
+        "w-other"
+    ]
+    cursor = wf_api.call("GET", "/workflows", query={"limit": "1"})[1]["next_cursor"]
+    refused = wf_api.call("GET", "/workflows", query={"cursor": cursor}, tenant="tenant-b")
+    assert error_field(refused) == (400, "cursor")
+
+
+def test_a_workflows_runs_are_listed_newest_first_by_state(wf_api: System) -> None:
+    # GIVEN four runs of a workflow a second apart, the 2nd and 3rd cancelled, and a run
+    # of another workflow
+    register(wf_api, "wf")
+    register(wf_api, "other")
+    runs = []
+    for _ in range(4):
+        status, run = wf_api.call("POST", "/workflows/wf/runs")
+        assert status == 202, run
+        runs.append(run["run_id"])
+        wf_api.clock.advance(1)
+    assert wf_api.call("POST", "/workflows/other/runs")[0] == 202
+    for run_id in runs[1:3]:
+        assert wf_api.call("POST", f"/runs/{run_id}/cancel")[0] == 200
+    # WHEN they are listed THEN newest first, each once, this workflow's only
+    path = "/workflows/wf/runs"
+    assert [r["run_id"] for r in walk(wf_api, path, {"limit": "3"})] == runs[::-1]
+    # AND by state
+    cancelled = walk(wf_api, path, {"state": "cancelled", "limit": "1"})
+    assert [r["run_id"] for r in cancelled] == [runs[2], runs[1]]
+    running = walk(wf_api, path, {"state": "running", "limit": "1"})
+    assert [r["run_id"] for r in running] == [runs[3], runs[0]]
+    # AND a first page is not empty while a state's runs come further on
+    status, page = wf_api.call("GET", path, query={"state": "cancelled", "limit": "1"})
+    assert [r["run_id"] for r in page["items"]] == [runs[2]]
+    # AND a cursor is good for its own filter only, a bad state is a 400 naming it, and
+    # another tenant finds no such workflow
+    cursor = wf_api.call("GET", path, query={"limit": "1"})[1]["next_cursor"]
+    other = {"state": "running", "cursor": cursor}
+    assert error_field(wf_api.call("GET", path, query=other)) == (400, "cursor")
+    assert error_field(wf_api.call("GET", path, query={"state": "done"})) == (400, "state")
+    assert wf_api.call("GET", path, tenant="tenant-b")[0] == 404

@@ -859,6 +859,39 @@ class MemoryWorkflowStore:
         with self._lock:
             return self._definitions.get((tenant_id, workflow_id, version))
 
+    def workflows(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.DefinitionMeta]:
+        with self._lock:
+            latest: dict[str, workflow.DefinitionMeta] = {}
+            for (t, w, v), meta in self._definitions.items():
+                if t == tenant_id and (w not in latest or latest[w].version < v):
+                    latest[w] = meta
+        ids = sorted(latest)
+        start = bisect.bisect_right(ids, cursor) if cursor else 0
+        listed = ids[start : start + limit]
+        more = start + limit < len(ids)
+        return ports.Page([latest[w] for w in listed], listed[-1] if more and listed else None)
+
+    def runs_of(
+        self, tenant_id: str, workflow_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.Run]:
+        with self._lock:
+            runs = sorted(
+                (
+                    r
+                    for r in self._runs.values()
+                    if (r.tenant_id, r.workflow_id) == (tenant_id, workflow_id)
+                ),
+                key=lambda r: (r.created_at or datetime.min.replace(tzinfo=UTC), r.run_id),
+                reverse=True,
+            )
+        ids = [r.run_id for r in runs]
+        start = ids.index(cursor) + 1 if cursor in ids else 0 if cursor is None else len(ids)
+        listed = runs[start : start + limit]
+        more = start + limit < len(runs)
+        return ports.Page(listed, listed[-1].run_id if more and listed else None)
+
     def create_run(self, run: workflow.Run) -> bool:
         with self._lock:
             if run.run_id in self._runs:

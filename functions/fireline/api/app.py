@@ -519,6 +519,34 @@ def _workflow_routes(
         )
         return _json(out.model_dump(mode="json"), 201)
 
+    @app.get("/workflows", summary="List the tenant's workflows by id (each its latest version)")
+    def list_workflows(limit: Limit = 50, cursor: Cursor = None) -> models.WorkflowPage:
+        owner = tenant()
+        after = models.listing_cursor_after(cursor, owner, "workflows", {})
+        page = workflows.catalog(owner, limit=limit, cursor=after)
+        return models.WorkflowPage(
+            items=[models.WorkflowOut.of(m) for m in page.items],
+            next_cursor=models.listing_cursor(owner, "workflows", {}, page.cursor),
+        )
+
+    @app.get("/workflows/<workflow_id>/runs", summary="A workflow's runs, newest first")
+    def list_workflow_runs(
+        workflow_id: ID,
+        limit: Limit = 50,
+        cursor: Cursor = None,
+        state: Annotated[
+            str | None, Query(description=_listed(workflow_service.RUN_STATES))
+        ] = None,
+    ) -> models.RunPage:
+        owner = tenant()
+        filters: dict[str, str | None] = {"workflow_id": workflow_id, "state": state}
+        after = models.listing_cursor_after(cursor, owner, "runs", filters)
+        page = workflows.runs(owner, workflow_id, state=state, limit=limit, cursor=after)
+        return models.RunPage(
+            items=[models.RunOut.of(r) for r in page.items],
+            next_cursor=models.listing_cursor(owner, "runs", filters, page.cursor),
+        )
+
     @app.get("/workflows/<workflow_id>", summary="Get a workflow's latest version")
     def get_workflow(workflow_id: ID) -> models.WorkflowOut:
         return models.WorkflowOut.of(workflows.get(tenant(), workflow_id))

@@ -725,6 +725,16 @@ class RunOut(BaseModel):
         )
 
 
+class WorkflowPage(BaseModel):
+    items: list[WorkflowOut]
+    next_cursor: str | None
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
 class RunViewOut(RunOut):
     counts: dict[str, int] = Field(description="nodes in each state (every state is present)")
     progress: float = Field(ge=0, le=1, description="finished nodes / total")

@@ -50,6 +50,7 @@ from fireline.domain import dag, errors, model, occurrence, workflow
 from fireline.domain import egress as egress_rules
 from fireline.domain import target as target_rules
 from fireline.services import dispatch
+from fireline.services import schedules as schedules_service
 
 if TYPE_CHECKING:  # long_jobs imports this module (NodeJobs)
     from fireline.services import long_jobs as long_jobs_service
@@ -656,6 +657,9 @@ class NodeView:
     exit_reason: str | None  # of the node's latest attempt; None before it has run
 
 
+RUN_STATES = tuple(s.value for s in workflow.RunState)
+
+
 class WorkflowService:
     """What the API offers: register, start, inspect, cancel, retry, reconcile."""
 
@@ -795,6 +799,42 @@ class WorkflowService:
         if found is None or found.tenant_id != tenant_id:
             raise errors.NotFound(f"no run {run_id!r}")
         return found
+
+    def catalog(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.DefinitionMeta]:
+        """The tenant's workflows by id, each as its latest version.
+
+        Reads: one Query on the tenant's catalog partition, ``limit`` rows a page."""
+        return self.store.workflows(tenant_id, limit=limit, cursor=cursor)
+
+    def runs(
+        self,
+        tenant_id: str,
+        workflow_id: str,
+        *,
+        state: str | None = None,
+        limit: int,
+        cursor: str | None = None,
+    ) -> ports.Page[workflow.Run]:
+        """A workflow's runs, newest first, those in ``state`` only when given.
+
+        Reads: Query on the workflow's runs partition and a BatchGetItem of those runs;
+        a filtered page reads on, each read asking for what the page still lacks, at most
+        MAX_LIST_READS reads of ``limit`` runs. A first page is empty only when no run is
+        in that state, or those reads met none."""
+        schedules_service.one_of(state, RUN_STATES)
+        self.get(tenant_id, workflow_id)
+        found: list[workflow.Run] = []
+        for _ in range(schedules_service.MAX_LIST_READS):
+            page = self.store.runs_of(
+                tenant_id, workflow_id, limit=limit - len(found), cursor=cursor
+            )
+            found += [r for r in page.items if state is None or r.state.value == state]
+            cursor = page.cursor
+            if cursor is None or len(found) == limit:
+                break
+        return ports.Page(found, cursor)
 
     def view(self, tenant_id: str, run_id: str, *, failed_limit: int = 100) -> RunView:
         found = self.run(tenant_id, run_id)
