@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from fireline.adapters import memory
 from fireline.api import app as api_app
 from fireline.domain import occurrence
+from fireline.services import dispatch
 from helpers.flows import Flow
 from helpers.memory_system import MemorySystem
 from helpers.system import System, moto_flow, moto_system
@@ -351,3 +354,52 @@ def test_a_workflows_runs_are_listed_newest_first_by_state(wf_api: System) -> No
     assert error_field(wf_api.call("GET", path, query=other)) == (400, "cursor")
     assert error_field(wf_api.call("GET", path, query={"state": "done"})) == (400, "state")
     assert wf_api.call("GET", path, tenant="tenant-b")[0] == 404
+
+
+# --- GET /schedules/{id}/preview: after, and the fires already queued -----------------------
+
+
+def test_preview_starts_after_any_instant_and_marks_the_queued_fires(api: System) -> None:
+    # GIVEN an every-minute schedule whose next two fires were materialized ahead (queued)
+    status, created = api.call("POST", "/schedules", {"spec": "rate(1 minute)", "target": PYTHON})
+    assert status == 201, created
+    item = api.schedules.get("tenant-a", created["id"])
+    assert item is not None and item.next_fire is not None
+    first = item.next_fire
+    for n in range(2):
+        row = dispatch.row_for(item, first + timedelta(minutes=n), api.clock.now())
+        assert api.occurrences.put_new(row)
+    moved = replace(item, next_fire=first + timedelta(minutes=2))
+    api.schedules.replace(moved, expected_version=item.version)
+    path = f"/schedules/{created['id']}/preview"
+    # WHEN the next four fires are previewed
+    status, preview = api.call("GET", path, query={"count": "4"})
+    assert status == 200, preview
+    # THEN the queued ones come first, marked, then the computed ones
+    assert [(f["fire_time"], f["queued"]) for f in preview["fires"]] == [
+        (iso(first + timedelta(minutes=n)), n < 2) for n in range(4)
+    ]
+    assert preview["fire_times"] == [f["fire_time"] for f in preview["fires"]]
+    # AND after an instant, the fires after it only, whatever the next fire
+    later = first + timedelta(minutes=10, seconds=30)
+    status, preview = api.call("GET", path, query={"count": "2", "after": iso(later)})
+    assert [(f["fire_time"], f["queued"]) for f in preview["fires"]] == [
+        (iso(first + timedelta(minutes=11)), False),
+        (iso(first + timedelta(minutes=12)), False),
+    ]
+    status, preview = api.call("GET", path, query={"count": "2", "after": iso(first)})
+    assert [(f["fire_time"], f["queued"]) for f in preview["fires"]] == [
+        (iso(first + timedelta(minutes=1)), True),
+        (iso(first + timedelta(minutes=2)), False),
+    ]
+
+
+@pytest.mark.parametrize("after", ["soon", "2026-05-01T12:00:00", "2026-13-01T00:00:00Z"])
+def test_preview_with_a_bad_after_is_400_naming_it(api: System, after: str) -> None:
+    _, created = api.call("POST", "/schedules", {"spec": "rate(1 hour)", "target": PYTHON})
+    response = api.call("GET", f"/schedules/{created['id']}/preview", query={"after": after})
+    assert error_field(response) == (400, "after")
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

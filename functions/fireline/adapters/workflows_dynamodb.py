@@ -274,15 +274,26 @@ class DynamoWorkflowStore:
             raise errors.Unavailable(f"DynamoDB cancelled the write ({reasons})") from exc
         return True
 
+    def _partition_page(
+        self, pk: str, *, limit: int, cursor: str | None, **options: Any
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of a Query on the table's partition ``pk`` (see ``_query_page``)."""
+        return _query_page(
+            self._client,
+            table=self._table,
+            partition=("pk", pk),
+            cursor_keys=("pk", "sk"),
+            limit=limit,
+            cursor=cursor,
+            **options,
+        )
+
     def workflows(
         self, tenant_id: str, *, limit: int, cursor: str | None = None
     ) -> ports.Page[workflow.DefinitionMeta]:
         # One Query on the tenant's catalog partition: ``limit`` rows a page.
-        records, next_cursor = _query_page(
-            self._client,
-            table=self._table,
-            partition=("pk", catalog_pk(tenant_id)),
-            cursor_keys=("pk", "sk"),
+        records, next_cursor = self._partition_page(
+            catalog_pk(tenant_id),
             limit=limit,
             cursor=cursor,
         )
@@ -293,11 +304,8 @@ class DynamoWorkflowStore:
     ) -> ports.Page[workflow.Run]:
         # One Query on the workflow's runs partition (``limit`` keys), then one
         # BatchGetItem of those runs' own items (their state as it is now).
-        records, next_cursor = _query_page(
-            self._client,
-            table=self._table,
-            partition=("pk", runs_pk(tenant_id, workflow_id)),
-            cursor_keys=("pk", "sk"),
+        records, next_cursor = self._partition_page(
+            runs_pk(tenant_id, workflow_id),
             limit=limit,
             cursor=cursor,
             newest_first=True,
@@ -501,11 +509,8 @@ class DynamoWorkflowStore:
     ) -> ports.Page[workflow.RunNode]:
         # One Query on the run's partition, its node rows only (their sort keys start
         # with N#; the run's own item, "run", sorts outside the range): ``limit`` rows.
-        records, next_cursor = _query_page(
-            self._client,
-            table=self._table,
-            partition=("pk", run_pk(run_id)),
-            cursor_keys=("pk", "sk"),
+        records, next_cursor = self._partition_page(
+            run_pk(run_id),
             limit=limit,
             cursor=cursor,
             sort_between=("sk", NODE_PREFIX, NODE_PREFIX + "\uffff"),

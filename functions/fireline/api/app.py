@@ -199,15 +199,21 @@ def build_app(
 
     @app.get("/schedules/<schedule_id>/preview", summary="The next N fire times")
     def preview_schedule(
-        schedule_id: ID, count: Annotated[int, Query(ge=1, le=100)] = 10
+        schedule_id: ID,
+        count: Annotated[int, Query(ge=1, le=100)] = 10,
+        after: Annotated[
+            str | None, Query(description="fires after this instant (ISO 8601; default now)")
+        ] = None,
     ) -> models.PreviewOut:
         owner = tenant()
         item = service.get(owner, schedule_id)
+        fires = service.preview(owner, schedule_id, count, models.instant(after, "after"))
         return models.PreviewOut(
             schedule_id=schedule_id,
             description=item.description,
             timezone=item.timing.timezone,
-            fire_times=service.preview(owner, schedule_id, count),
+            fire_times=[f.fire_time for f in fires],
+            fires=[models.FireOut(fire_time=f.fire_time, queued=f.queued) for f in fires],
         )
 
     @app.get("/schedules/<schedule_id>/occurrences", summary="Occurrence history, newest first")

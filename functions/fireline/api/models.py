@@ -670,11 +670,17 @@ class OccurrencePage(BaseModel):
     next_cursor: str | None
 
 
+class FireOut(BaseModel):
+    fire_time: datetime
+    queued: bool = Field(description="already materialized: its message waits in the queue")
+
+
 class PreviewOut(BaseModel):
     schedule_id: str
     description: str
     timezone: str
     fire_times: list[datetime]
+    fires: list[FireOut] = Field(description="the same fire times, the queued ones marked")
 
 
 class WorkflowOut(BaseModel):

@@ -82,6 +82,12 @@ class JobDraft:
 
 
 @dataclass(frozen=True)
+class PreviewFire:
+    fire_time: datetime
+    queued: bool  # materialized already: its message waits in the queue
+
+
+@dataclass(frozen=True)
 class JobView:
     job: model.Schedule
     occurrence: occurrence.Occurrence | None  # None until the ticker materializes it
@@ -315,12 +321,34 @@ class ScheduleService:
             fire_time -= timedelta(milliseconds=1)
         raise errors.ConflictError(f"schedule {schedule_id} is being triggered too often")
 
-    def preview(self, tenant_id: str, schedule_id: str, count: int = 10) -> builtins.list[datetime]:
+    def preview(
+        self, tenant_id: str, schedule_id: str, count: int = 10, after: datetime | None = None
+    ) -> builtins.list[PreviewFire]:
+        """The next ``count`` fires after ``after`` (default: now), the fires already
+        queued (materialized ahead, not run yet) among them and marked so.
+
+        Reads: the schedule, and one Query of at most ``count`` rows on its occurrence
+        partition from ``after`` on (the open rows); the rest is computed."""
         if not 1 <= count <= MAX_PREVIEW:
             raise errors.ValidationError(f"must be 1 to {MAX_PREVIEW}", field="count")
         current = self.get(tenant_id, schedule_id)
-        after = current.next_fire - timedelta(microseconds=1) if current.next_fire else self._now()
-        return schedule.preview(current.timing, after, count)
+        since = after or self._now()
+        # Fires before the next fire have been handed on (queued, run or skipped): they
+        # are computed from it unless asked for later, and found queued in the rows.
+        start = since
+        if current.next_fire is not None and (after is None or after < current.next_fire):
+            start = current.next_fire - timedelta(microseconds=1)
+        computed = schedule.preview(current.timing, start, count) if current.next_fire else []
+        rows = self.occurrences.open_rows(tenant_id, schedule_id, since=since, limit=count).items
+        queued = {
+            r.fire_time
+            for r in rows
+            if r.state is occurrence.State.QUEUED
+            and r.version == current.version
+            and (after is None or r.fire_time > after)
+        }
+        times = sorted(set(computed) | queued)[:count]
+        return [PreviewFire(t, t in queued) for t in times]
 
     def history(
         self,
