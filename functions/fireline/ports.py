@@ -119,6 +119,23 @@ class ScheduleStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class OccurrenceFilter:
+    """Which occurrences a history listing keeps: fire time in [since, until), and the
+    state one of ``states`` (each bound only when given)."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    states: tuple[occurrence.State, ...] = ()
+
+    def keeps(self, row: occurrence.Occurrence) -> bool:
+        return (
+            (self.since is None or row.fire_time >= self.since)
+            and (self.until is None or row.fire_time < self.until)
+            and (not self.states or row.state in self.states)
+        )
+
+
 class OccurrenceStore(Protocol):
     def put_new(self, item: occurrence.Occurrence) -> bool:
         """Store an occurrence unless its key exists; False for a duplicate.
@@ -131,9 +148,17 @@ class OccurrenceStore(Protocol):
     def get(self, key: str) -> occurrence.Occurrence | None: ...
 
     def history(
-        self, tenant_id: str, schedule_id: str, *, limit: int, cursor: str | None = None
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        limit: int,
+        cursor: str | None = None,
+        only: OccurrenceFilter | None = None,
     ) -> Page[occurrence.Occurrence]:
-        """A schedule's occurrences, newest fire first."""
+        """A schedule's occurrences, newest fire first, those ``only`` keeps. The rows
+        read are bounded by its time range; its states are a filter after the read, so a
+        page may hold fewer than ``limit`` rows (even none) and still have a cursor."""
         ...
 
     def open_rows(
@@ -461,6 +486,18 @@ class WorkflowStore(Protocol):
         self, tenant_id: str, workflow_id: str, version: int
     ) -> workflow.DefinitionMeta | None: ...
 
+    def workflows(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[workflow.DefinitionMeta]:
+        """A tenant's workflows, each as its latest version, by workflow id."""
+        ...
+
+    def runs_of(
+        self, tenant_id: str, workflow_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[workflow.Run]:
+        """A workflow's runs, newest first, each in its current state."""
+        ...
+
     def create_run(self, run: workflow.Run) -> bool:
         """Store a new run; False when its id exists (a repeated start converges)."""
         ...
@@ -501,6 +538,12 @@ class WorkflowStore(Protocol):
         """A run's nodes in one state, by node id. The rows returned are read consistently
         and are in that state; a node that has just moved into it may be missing for a
         moment (the index lags), and a page may hold fewer than ``limit`` rows."""
+        ...
+
+    def nodes(
+        self, run_id: str, *, limit: int, cursor: str | None = None
+    ) -> Page[workflow.RunNode]:
+        """A run's nodes in every state, by node id (one Query on the run's partition)."""
         ...
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]: ...

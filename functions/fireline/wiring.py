@@ -510,6 +510,7 @@ def workflow_service() -> workflows.WorkflowService:
         aws_targets=aws_target_policy(),
         quotas=quota_store(),
         limits=settings().quotas,
+        occurrences=occurrence_store(),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -270,3 +271,52 @@ def test_given_a_finished_occurrence_when_a_late_update_expects_running_then_fal
     # THEN
     assert moved is False
     assert occurrence_store.get(queued.key) == cancelled
+
+
+@pytest.mark.parametrize("limit", [1, 2, 50])
+def test_history_keeps_the_fire_times_in_range_and_the_states_asked_for(
+    occurrence_store: ports.OccurrenceStore, limit: int
+) -> None:
+    # GIVEN rows before, at, within and at the end of a range, a trigger's between whole
+    # seconds, one of them succeeded, and another schedule's row in the range
+    rows = {
+        "before": an_occurrence("nightly", START - MINUTE),
+        "at start": an_occurrence("nightly", START),
+        "trigger": an_occurrence("nightly", START + timedelta(milliseconds=250), exact=True),
+        "succeeded": an_occurrence("nightly", START + MINUTE),
+        "v2": an_occurrence("nightly", START + 2 * MINUTE, version=2),
+        "at end": an_occurrence("nightly", START + 3 * MINUTE),
+    }
+    for row in rows.values():
+        assert occurrence_store.put_new(row)
+    occurrence_store.put_new(an_occurrence("weekly", START + MINUTE))
+    occurrence_store.claim(rows["succeeded"].key, now=START, until=START + MINUTE)
+    occurrence_store.settle(
+        rows["succeeded"].key, state=State.SUCCEEDED, now=START, exit_reason="succeeded"
+    )
+
+    def read(**filters: Any) -> list[str]:
+        found: list[str] = []
+        cursor: str | None = None
+        for _ in range(100):
+            page = occurrence_store.history(
+                TENANT,
+                "nightly",
+                limit=limit,
+                cursor=cursor,
+                only=ports.OccurrenceFilter(**filters),
+            )
+            assert len(page.items) <= limit
+            found += [o.key for o in page.items]
+            if (cursor := page.cursor) is None:
+                return found
+        raise AssertionError("the cursor never reached the end")
+
+    # WHEN the range [START, START + 3 min) is read THEN its rows come, newest first
+    in_range = read(since=START, until=START + 3 * MINUTE)
+    assert in_range == [rows[n].key for n in ("v2", "succeeded", "trigger", "at start")]
+    # AND a state keeps that state's rows only, with or without a range
+    assert read(states=(State.SUCCEEDED,)) == [rows["succeeded"].key]
+    queued = read(since=START, until=START + 3 * MINUTE, states=(State.QUEUED,))
+    assert queued == [rows[n].key for n in ("v2", "trigger", "at start")]
+    assert read(since=START + 3 * MINUTE) == [rows["at end"].key]

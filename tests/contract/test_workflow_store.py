@@ -428,6 +428,29 @@ def test_nodes_in_state_pages_through_one_state_by_node_id(
     assert every_page(settled(store), "run-1", NodeState.FAILED, 10) == [[]]
 
 
+@pytest.mark.parametrize("limit", [1, 4, 100])
+def test_nodes_pages_through_a_runs_nodes_in_every_state_by_node_id(
+    store: ports.WorkflowStore, limit: int
+) -> None:
+    # GIVEN a run's nodes in several states, and another run's nodes
+    rows = [
+        node(n, NodeState.DISPATCHED if i % 2 else NodeState.WAITING) for i, n in enumerate(ids(9))
+    ]
+    store.put_nodes("run-1", list(reversed(rows)))
+    store.put_nodes("run-2", [node(n) for n in ids(3, prefix="z")])
+    # WHEN the run's nodes are read page by page
+    found: list[object] = []
+    cursor: str | None = None
+    for _ in range(100):
+        page = store.nodes("run-1", limit=limit, cursor=cursor)
+        assert len(page.items) <= limit
+        found += page.items
+        if (cursor := page.cursor) is None:
+            break
+    # THEN each comes once, as written, by node id, and no other run's
+    assert found == rows
+
+
 def test_count_states_counts_every_state_of_one_run(
     store: ports.WorkflowStore,
     settled: Settled,

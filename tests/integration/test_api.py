@@ -1127,6 +1127,7 @@ def test_openapi_document_is_valid_and_lists_every_route(system: System) -> None
         ("/schedules/{schedule_id}/preview", "get"),
         ("/schedules/{schedule_id}/occurrences", "get"),
         ("/jobs", "post"),
+        ("/jobs", "get"),
         ("/jobs/{job_id}", "get"),
         ("/jobs/{job_id}/cancel", "post"),
         ("/jobs/{job_id}/heartbeat", "post"),

@@ -106,11 +106,16 @@ def _query_page(
     cursor: str | None,
     index: str | None = None,
     newest_first: bool = False,
+    sort_between: tuple[str, str, str] | None = None,
+    states: Sequence[str] | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of a Query on one partition; the decoded items and the next cursor.
 
-    A cursor is a client's input: it must carry exactly this listing's key attributes and
-    the same partition, or it is refused (a 400 naming ``cursor``).
+    ``sort_between`` (sort key attribute, low, high; both inclusive) narrows the key range
+    read; ``states`` keeps the rows whose ``state`` is one of them, a filter applied after
+    the read (``limit`` counts rows read, so a page may come back short, even empty, with
+    a cursor). A cursor is a client's input: it must carry exactly this listing's key
+    attributes and the same partition, or it is refused (a 400 naming ``cursor``).
     """
     name, value = partition
     kwargs: dict[str, Any] = {
@@ -121,6 +126,18 @@ def _query_page(
         "ScanIndexForward": not newest_first,
         "Limit": limit,
     }
+    if sort_between is not None:
+        sort_name, low, high = sort_between
+        kwargs["KeyConditionExpression"] += " AND #sk BETWEEN :low AND :high"
+        kwargs["ExpressionAttributeNames"]["#sk"] = sort_name
+        kwargs["ExpressionAttributeValues"].update({":low": {"S": low}, ":high": {"S": high}})
+    if states:
+        places = [f":state{n}" for n in range(len(states))]
+        kwargs["FilterExpression"] = f"#state IN ({', '.join(places)})"
+        kwargs["ExpressionAttributeNames"]["#state"] = "state"
+        kwargs["ExpressionAttributeValues"].update(
+            {p: {"S": state} for p, state in zip(places, states, strict=True)}
+        )
     if index is not None:
         kwargs["IndexName"] = index
     start = _decode_cursor(cursor, keys=cursor_keys)
@@ -650,8 +667,23 @@ class DynamoOccurrenceStore:
         return occurrence_from_item(_decode(record)) if record else None
 
     def history(
-        self, tenant_id: str, schedule_id: str, *, limit: int, cursor: str | None = None
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        limit: int,
+        cursor: str | None = None,
+        only: ports.OccurrenceFilter | None = None,
     ) -> ports.Page[occurrence.Occurrence]:
+        # The sort key orders by fire time: the time range is a key condition (rows out of
+        # it are never read); version 0 never exists, so the key of (until, 0) is before
+        # every row at ``until`` and BETWEEN keeps the end exclusive.
+        only = only or ports.OccurrenceFilter()
+        between = None
+        if only.since is not None or only.until is not None:
+            low = occurrence_sort_key(only.since, 0) if only.since else ""
+            high = occurrence_sort_key(only.until, 0) if only.until else "\uffff"
+            between = ("occurrence_sk", low, high)
         items, next_cursor = _query_page(
             self._client,
             table=self._table,
@@ -660,6 +692,8 @@ class DynamoOccurrenceStore:
             limit=limit,
             cursor=cursor,
             newest_first=True,
+            sort_between=between,
+            states=[s.value for s in only.states] if only.states else None,
         )
         rows = [occurrence_from_item(r) for r in items]
         # Schedule ids are unique across tenants; the tenant check is the caller's, but a

@@ -393,10 +393,20 @@ class MemoryOccurrenceStore:
             return self._items.get(key)
 
     def history(
-        self, tenant_id: str, schedule_id: str, *, limit: int, cursor: str | None = None
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        limit: int,
+        cursor: str | None = None,
+        only: ports.OccurrenceFilter | None = None,
     ) -> ports.Page[occurrence.Occurrence]:
         with self._lock:
-            newest_first = list(reversed(self._by_schedule.get((tenant_id, schedule_id), [])))
+            newest_first = [
+                entry
+                for entry in reversed(self._by_schedule.get((tenant_id, schedule_id), []))
+                if only is None or only.keeps(self._items[entry[2]])
+            ]
             start = 0
             if cursor is not None:
                 keys = [key for _, _, key in newest_first]
@@ -976,6 +986,39 @@ class MemoryWorkflowStore:
         with self._lock:
             return self._definitions.get((tenant_id, workflow_id, version))
 
+    def workflows(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.DefinitionMeta]:
+        with self._lock:
+            latest: dict[str, workflow.DefinitionMeta] = {}
+            for (t, w, v), meta in self._definitions.items():
+                if t == tenant_id and (w not in latest or latest[w].version < v):
+                    latest[w] = meta
+        ids = sorted(latest)
+        start = bisect.bisect_right(ids, cursor) if cursor else 0
+        listed = ids[start : start + limit]
+        more = start + limit < len(ids)
+        return ports.Page([latest[w] for w in listed], listed[-1] if more and listed else None)
+
+    def runs_of(
+        self, tenant_id: str, workflow_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.Run]:
+        with self._lock:
+            runs = sorted(
+                (
+                    r
+                    for r in self._runs.values()
+                    if (r.tenant_id, r.workflow_id) == (tenant_id, workflow_id)
+                ),
+                key=lambda r: (r.created_at or datetime.min.replace(tzinfo=UTC), r.run_id),
+                reverse=True,
+            )
+        ids = [r.run_id for r in runs]
+        start = ids.index(cursor) + 1 if cursor in ids else 0 if cursor is None else len(ids)
+        listed = runs[start : start + limit]
+        more = start + limit < len(runs)
+        return ports.Page(listed, listed[-1].run_id if more and listed else None)
+
     def create_run(self, run: workflow.Run) -> bool:
         with self._lock:
             if run.run_id in self._runs:
@@ -1067,6 +1110,17 @@ class MemoryWorkflowStore:
             page = [rows[n] for n in listed if rows[n].state is state]
         more = start + limit < len(ids)
         return ports.Page(items=page, cursor=listed[-1] if more and listed else None)
+
+    def nodes(
+        self, run_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.RunNode]:
+        with self._lock:
+            rows = self._nodes.get(run_id, {})
+            ids = sorted(rows)
+            start = bisect.bisect_right(ids, cursor) if cursor else 0
+            listed = ids[start : start + limit]
+            more = start + limit < len(ids)
+            return ports.Page([rows[n] for n in listed], listed[-1] if more and listed else None)
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
         with self._lock:

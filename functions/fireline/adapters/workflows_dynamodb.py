@@ -4,6 +4,10 @@ Items of the workflows table (see infra/template.yaml, WorkflowsTable):
 
 - definition index: pk = ``T#{tenant}#W#{workflow}``, sk = ``v#{version:08d}``; the latest
   version is the first item of a descending Query. The document itself is in S3.
+- workflow catalog: pk = ``C#{tenant}``, sk = ``W#{workflow}``, the latest version's index
+  entry (written after it): a tenant's workflows, by id, in one Query.
+- runs of a workflow: pk = ``WR#{tenant}#{workflow}``, sk = ``{created_at}#{run_id}``,
+  written with the run in one transaction: a workflow's runs, newest first, in one Query.
 - run: pk = ``R#{run_id}``, sk = ``run``. While the run is running it carries
   ``state_key = "active-runs"``, which puts it in the ``by_state`` index (the periodic
   reconcile's list); any other state removes it.
@@ -24,6 +28,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from aws_lambda_powertools import Logger
 from botocore.exceptions import ClientError
 
 from fireline import ports
@@ -35,6 +40,7 @@ from fireline.adapters.dynamodb import (
     _decode_cursor,
     _encode,
     _encode_cursor,
+    _query_page,
     _translated,
 )
 from fireline.domain import dag, errors, quota, workflow
@@ -53,6 +59,7 @@ else:
     DynamoDBClient = TransactWriteItemTypeDef = WriteRequestTypeDef = Any
     UpdateTypeDef = WriteRequestOutputTypeDef = Any
 
+logger = Logger(service="fireline", child=True)
 STATE_INDEX = "by_state"
 ACTIVE_RUNS = "active-runs"  # the index partition of running runs
 RUN_SK = "run"
@@ -92,6 +99,26 @@ def definition_sk(version: int) -> str:
 
 def run_pk(run_id: str) -> str:
     return f"R#{run_id}"
+
+
+def catalog_pk(tenant_id: str) -> str:
+    return f"C#{tenant_id}"
+
+
+def runs_pk(tenant_id: str, workflow_id: str) -> str:
+    return f"WR#{tenant_id}#{workflow_id}"
+
+
+def _put_new(table: str, item: dict[str, Any]) -> TransactWriteItemTypeDef:
+    """A transaction's put of an item whose key must not exist yet."""
+    return {
+        "Put": {
+            "TableName": table,
+            "Item": _encode(item),
+            "ConditionExpression": "attribute_not_exists(#pk)",
+            "ExpressionAttributeNames": {"#pk": "pk"},
+        }
+    }
 
 
 def node_sk(node_id: str) -> str:
@@ -218,35 +245,93 @@ class DynamoWorkflowStore:
     ) -> bool:
         # Two registrations that read the same latest version race for the next one: one
         # indexes it, the other is told to retry.
+        version = _put_new(self._table, _definition_to_item(meta))
         if charge is None:
-            return self._put_if_absent(_definition_to_item(meta))
-        if self._quotas is None:
-            raise errors.ValidationError("this deployment counts no quotas", field="quota")
-        put: TransactWriteItemTypeDef = {
-            "Put": {
-                "TableName": self._table,
-                "Item": _encode(_definition_to_item(meta)),
-                "ConditionExpression": "attribute_not_exists(#pk)",
-                "ExpressionAttributeNames": {"#pk": "pk"},
-            }
-        }
-        reasons = self._quotas.transact([put, self._quotas.charge(meta.tenant_id, charge)])
-        if not reasons:
-            return True
-        if reasons[0] == "ConditionalCheckFailed":
-            return False  # the version is taken, and no unit was
-        raise self._quotas.refused(meta.tenant_id, charge)
-
-    def _put_if_absent(self, item: dict[str, Any]) -> bool:
-        """Put an item unless its key exists; False when it does."""
-        return _applied(
-            lambda: self._client.put_item(
-                TableName=self._table,
-                Item=_encode(item),
-                ConditionExpression="attribute_not_exists(#pk)",
-                ExpressionAttributeNames={"#pk": "pk"},
+            if not self._transact([version]):
+                return False
+        else:
+            if self._quotas is None:
+                raise errors.ValidationError("this deployment counts no quotas", field="quota")
+            reasons = self._quotas.transact([version, self._quotas.charge(meta.tenant_id, charge)])
+            if reasons and reasons[0] == "ConditionalCheckFailed":
+                return False  # the version is taken, and no unit was
+            if reasons:
+                raise self._quotas.refused(meta.tenant_id, charge)
+        # Then the tenant's catalog entry moves to this version, only forward (versions
+        # may be indexed out of order). A failure here must not fail a registration that
+        # is done: the entry is an older version's until the next registration moves it.
+        entry = {**_definition_to_item(meta), "pk": catalog_pk(meta.tenant_id)}
+        entry["sk"] = f"W#{meta.workflow_id}"
+        try:
+            _applied(
+                lambda: self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(entry),
+                    ConditionExpression="attribute_not_exists(#pk) OR #v < :v",
+                    ExpressionAttributeNames={"#pk": "pk", "#v": "version"},
+                    ExpressionAttributeValues={":v": {"N": str(meta.version)}},
+                )
             )
+        except errors.Unavailable:
+            logger.warning("workflow catalog not updated", extra={"action": "catalog.stale"})
+        return True
+
+    def _transact(self, items: list[TransactWriteItemTypeDef]) -> bool:
+        """Write ``items`` together; False when a condition failed (nothing written)."""
+        try:
+            with _translated():
+                self._client.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if _code(exc) != "TransactionCanceledException":
+                raise
+            reasons = [
+                str(r.get("Code") or "None") for r in exc.response.get("CancellationReasons", [])
+            ]
+            if "ConditionalCheckFailed" in reasons:
+                return False
+            raise errors.Unavailable(f"DynamoDB cancelled the write ({reasons})") from exc
+        return True
+
+    def _partition_page(
+        self, pk: str, *, limit: int, cursor: str | None, **options: Any
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of a Query on the table's partition ``pk`` (see ``_query_page``)."""
+        return _query_page(
+            self._client,
+            table=self._table,
+            partition=("pk", pk),
+            cursor_keys=("pk", "sk"),
+            limit=limit,
+            cursor=cursor,
+            **options,
         )
+
+    def workflows(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.DefinitionMeta]:
+        # One Query on the tenant's catalog partition: ``limit`` rows a page.
+        records, next_cursor = self._partition_page(
+            catalog_pk(tenant_id),
+            limit=limit,
+            cursor=cursor,
+        )
+        return ports.Page([_definition_from_item(r) for r in records], next_cursor)
+
+    def runs_of(
+        self, tenant_id: str, workflow_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.Run]:
+        # One Query on the workflow's runs partition (``limit`` keys), then one
+        # BatchGetItem of those runs' own items (their state as it is now).
+        records, next_cursor = self._partition_page(
+            runs_pk(tenant_id, workflow_id),
+            limit=limit,
+            cursor=cursor,
+            newest_first=True,
+        )
+        ids = [str(r["run_id"]) for r in records]
+        keys = [{"pk": run_pk(i), "sk": RUN_SK} for i in ids]
+        found = {r.run_id: r for r in map(_run_from_item, self._batch_get(keys, "runs"))}
+        return ports.Page([found[i] for i in ids if i in found], next_cursor)
 
     def latest_definition(self, tenant_id: str, workflow_id: str) -> workflow.DefinitionMeta | None:
         with _translated():
@@ -291,8 +376,19 @@ class DynamoWorkflowStore:
 
     def create_run(self, run: workflow.Run) -> bool:
         # A repeated start (a redelivered request, a retried schedule fire) converges on
-        # the run that exists.
-        return self._put_if_absent(_run_to_item(run))
+        # the run that exists; its entry among the workflow's runs is written with it.
+        created = _iso(run.created_at) if run.created_at else ""
+        entry = {
+            "pk": runs_pk(run.tenant_id, run.workflow_id),
+            "sk": f"{created}#{run.run_id}",
+            "run_id": run.run_id,
+        }
+        return self._transact(
+            [
+                _put_new(self._table, _run_to_item(run)),
+                {"Put": {"TableName": self._table, "Item": _encode(entry)}},
+            ]
+        )
 
     def get_run(self, run_id: str) -> workflow.Run | None:
         with _translated():
@@ -364,27 +460,31 @@ class DynamoWorkflowStore:
                 self._backoff(attempt)
 
     def get_nodes(self, run_id: str, node_ids: Sequence[str]) -> dict[str, workflow.RunNode]:
-        found: dict[str, workflow.RunNode] = {}
         unique = list(dict.fromkeys(node_ids))
-        for start in range(0, len(unique), BATCH_GET_MAX):
-            keys: list[dict[str, Any]] = [
-                _encode({"pk": run_pk(run_id), "sk": node_sk(n)})
-                for n in unique[start : start + BATCH_GET_MAX]
+        keys = [{"pk": run_pk(run_id), "sk": node_sk(n)} for n in unique]
+        nodes = [_node_from_item(r) for r in self._batch_get(keys, "node rows")]
+        return {n.node_id: n for n in nodes}
+
+    def _batch_get(self, keys: Sequence[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+        """The items of ``keys`` that exist (read consistently), 100 keys a request, the
+        unprocessed ones asked again with backoff."""
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(keys), BATCH_GET_MAX):
+            pending: list[dict[str, Any]] = [
+                _encode(k) for k in keys[start : start + BATCH_GET_MAX]
             ]
             for attempt in range(ATTEMPTS + 1):
                 with _translated():
                     response = self._client.batch_get_item(
-                        RequestItems={self._table: {"Keys": keys, "ConsistentRead": True}}
+                        RequestItems={self._table: {"Keys": pending, "ConsistentRead": True}}
                     )
-                for raw in response.get("Responses", {}).get(self._table, []):
-                    node = _node_from_item(_decode(raw))
-                    found[node.node_id] = node
+                found += [_decode(r) for r in response.get("Responses", {}).get(self._table, [])]
                 unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys", {}))
-                keys = list(unprocessed.get(self._table, {}).get("Keys", []))
-                if not keys:
+                pending = list(unprocessed.get(self._table, {}).get("Keys", []))
+                if not pending:
                     break
                 if attempt == ATTEMPTS:
-                    raise errors.Unavailable(f"DynamoDB left {len(keys)} node rows unread")
+                    raise errors.Unavailable(f"DynamoDB left {len(pending)} {what} unread")
                 self._backoff(attempt)
         return found
 
@@ -421,6 +521,19 @@ class DynamoWorkflowStore:
         return ports.Page(
             [rows[n] for n in ids if n in rows and rows[n].state is state], next_cursor
         )
+
+    def nodes(
+        self, run_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.RunNode]:
+        # One Query on the run's partition, its node rows only (their sort keys start
+        # with N#; the run's own item, "run", sorts outside the range): ``limit`` rows.
+        records, next_cursor = self._partition_page(
+            run_pk(run_id),
+            limit=limit,
+            cursor=cursor,
+            sort_between=("sk", NODE_PREFIX, NODE_PREFIX + "\uffff"),
+        )
+        return ports.Page([_node_from_item(r) for r in records], next_cursor)
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
         counts = dict.fromkeys(dag.NodeState, 0)

@@ -37,7 +37,7 @@ from pydantic import ValidationError as ModelError
 from fireline.api import models
 from fireline.domain import dag, errors
 from fireline.services import workflows as workflow_service
-from fireline.services.schedules import ScheduleService
+from fireline.services.schedules import JOB_STATES, OCCURRENCE_STATES, ScheduleService, one_of
 from fireline.services.workflows import WorkflowService
 
 logger = Logger(service="fireline", child=True)
@@ -49,6 +49,7 @@ DESCRIPTION = (
     "Schedules, one-off jobs and their occurrences. Delivery contract: at-least-once "
     "execution, exactly-once claim, idempotent handlers (never exactly-once execution)."
 )
+NODE_STATES = tuple(s.value for s in dag.NodeState)
 UPLOAD_HINT = (
     "; upload larger definitions: POST /workflow-uploads, POST the document to its "
     'upload_url with its upload_fields, then PUT /workflows/{workflow_id} with {"upload_id": ...}'
@@ -157,9 +158,12 @@ def build_app(
 
     @app.get("/schedules", summary="List the tenant's schedules")
     def list_schedules(limit: Limit = 50, cursor: Cursor = None) -> models.SchedulePage:
-        page = service.list(tenant(), limit=limit, cursor=cursor)
+        owner = tenant()
+        after = models.listing_cursor_after(cursor, owner, "schedules", {})
+        page = service.list(owner, limit=limit, cursor=after)
         return models.SchedulePage(
-            items=[models.ScheduleOut.of(s) for s in page.items], next_cursor=page.cursor
+            items=[models.ScheduleOut.of(s) for s in page.items],
+            next_cursor=models.listing_cursor(owner, "schedules", {}, page.cursor),
         )
 
     @app.get("/schedules/<schedule_id>", summary="Get a schedule")
@@ -201,24 +205,51 @@ def build_app(
 
     @app.get("/schedules/<schedule_id>/preview", summary="The next N fire times")
     def preview_schedule(
-        schedule_id: ID, count: Annotated[int, Query(ge=1, le=100)] = 10
+        schedule_id: ID,
+        count: Annotated[int, Query(ge=1, le=100)] = 10,
+        after: Annotated[
+            str | None, Query(description="fires after this instant (ISO 8601; default now)")
+        ] = None,
     ) -> models.PreviewOut:
         owner = tenant()
         item = service.get(owner, schedule_id)
+        fires = service.preview(owner, schedule_id, count, models.instant(after, "after"))
         return models.PreviewOut(
             schedule_id=schedule_id,
             description=item.description,
             timezone=item.timing.timezone,
-            fire_times=service.preview(owner, schedule_id, count),
+            fire_times=[f.fire_time for f in fires],
+            fires=[models.FireOut(fire_time=f.fire_time, queued=f.queued) for f in fires],
         )
 
     @app.get("/schedules/<schedule_id>/occurrences", summary="Occurrence history, newest first")
     def schedule_history(
-        schedule_id: ID, limit: Limit = 50, cursor: Cursor = None
+        schedule_id: ID,
+        limit: Limit = 50,
+        cursor: Cursor = None,
+        state: Annotated[str | None, Query(description=_listed(OCCURRENCE_STATES))] = None,
+        since: Annotated[
+            str | None, Query(alias="from", description="fire time at or after (ISO 8601)")
+        ] = None,
+        until: Annotated[
+            str | None, Query(alias="to", description="fire time before (ISO 8601)")
+        ] = None,
     ) -> models.OccurrencePage:
-        page = service.history(tenant(), schedule_id, limit=limit, cursor=cursor)
+        owner = tenant()
+        filters = {"schedule_id": schedule_id, "state": state, "from": since, "to": until}
+        after = models.listing_cursor_after(cursor, owner, "occurrences", filters)
+        page = service.history(
+            owner,
+            schedule_id,
+            limit=limit,
+            cursor=after,
+            state=state,
+            since=models.instant(since, "from"),
+            until=models.instant(until, "to"),
+        )
         return models.OccurrencePage(
-            items=[models.OccurrenceOut.of(o) for o in page.items], next_cursor=page.cursor
+            items=[models.OccurrenceOut.of(o) for o in page.items],
+            next_cursor=models.listing_cursor(owner, "occurrences", filters, page.cursor),
         )
 
     # --- one-off jobs ----------------------------------------------------------------------
@@ -232,6 +263,21 @@ def build_app(
             return models.JobOut.of(view).model_dump(mode="json")
 
         return _json(once("create_job", run), 201)
+
+    @app.get("/jobs", summary="List the tenant's one-off jobs by id, in one state if given")
+    def list_jobs(
+        limit: Limit = 50,
+        cursor: Cursor = None,
+        state: Annotated[str | None, Query(description=_listed(JOB_STATES))] = None,
+    ) -> models.JobPage:
+        owner = tenant()
+        filters: dict[str, str | None] = {"state": state}
+        after = models.listing_cursor_after(cursor, owner, "jobs", filters)
+        page = service.list_jobs(owner, state=state, limit=limit, cursor=after)
+        return models.JobPage(
+            items=[models.JobOut.of(v) for v in page.items],
+            next_cursor=models.listing_cursor(owner, "jobs", filters, page.cursor),
+        )
 
     @app.get("/jobs/<job_id>", summary="Get a job: state, attempts, timestamps, exit reason")
     def get_job(job_id: ID) -> models.JobOut:
@@ -437,6 +483,10 @@ def _content_type(event: dict[str, Any]) -> str:
     return ""
 
 
+def _listed(states: tuple[str, ...]) -> str:
+    return "only those in this state: " + ", ".join(states)
+
+
 def _json(body: dict[str, Any], status: int) -> Response[str]:
     return Response(
         status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
@@ -507,6 +557,34 @@ def _workflow_routes(
         )
         return _json(out.model_dump(mode="json"), 201)
 
+    @app.get("/workflows", summary="List the tenant's workflows by id (each its latest version)")
+    def list_workflows(limit: Limit = 50, cursor: Cursor = None) -> models.WorkflowPage:
+        owner = tenant()
+        after = models.listing_cursor_after(cursor, owner, "workflows", {})
+        page = workflows.catalog(owner, limit=limit, cursor=after)
+        return models.WorkflowPage(
+            items=[models.WorkflowOut.of(m) for m in page.items],
+            next_cursor=models.listing_cursor(owner, "workflows", {}, page.cursor),
+        )
+
+    @app.get("/workflows/<workflow_id>/runs", summary="A workflow's runs, newest first")
+    def list_workflow_runs(
+        workflow_id: ID,
+        limit: Limit = 50,
+        cursor: Cursor = None,
+        state: Annotated[
+            str | None, Query(description=_listed(workflow_service.RUN_STATES))
+        ] = None,
+    ) -> models.RunPage:
+        owner = tenant()
+        filters: dict[str, str | None] = {"workflow_id": workflow_id, "state": state}
+        after = models.listing_cursor_after(cursor, owner, "runs", filters)
+        page = workflows.runs(owner, workflow_id, state=state, limit=limit, cursor=after)
+        return models.RunPage(
+            items=[models.RunOut.of(r) for r in page.items],
+            next_cursor=models.listing_cursor(owner, "runs", filters, page.cursor),
+        )
+
     @app.get("/workflows/<workflow_id>", summary="Get a workflow's latest version")
     def get_workflow(workflow_id: ID) -> models.WorkflowOut:
         return models.WorkflowOut.of(workflows.get(tenant(), workflow_id))
@@ -532,19 +610,25 @@ def _workflow_routes(
     def get_run(run_id: ID) -> models.RunViewOut:
         return models.RunViewOut.of_view(workflows.view(tenant(), run_id))
 
-    @app.get("/runs/<run_id>/nodes", summary="A run's nodes in one state, by node id")
+    @app.get(
+        "/runs/<run_id>/nodes",
+        summary="A run's nodes by node id (in one state if given), with their exit reasons",
+    )
     def list_run_nodes(
         run_id: ID,
-        state: Annotated[dag.NodeState, Query()],
+        state: Annotated[str | None, Query(description=_listed(NODE_STATES))] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         cursor: Cursor = None,
     ) -> models.RunNodePage:
         owner = tenant()
-        after = models.node_cursor_after(cursor, run_id, state)
-        page = workflows.nodes(owner, run_id, state, limit=limit, cursor=after)
+        one_of(state, NODE_STATES)
+        chosen = dag.NodeState(state) if state is not None else None
+        filters: dict[str, str | None] = {"run_id": run_id, "state": state}
+        after = models.listing_cursor_after(cursor, owner, "nodes", filters)
+        page = workflows.nodes(owner, run_id, chosen, limit=limit, cursor=after)
         return models.RunNodePage(
             items=[models.RunNodeOut.of(n) for n in page.items],
-            next_cursor=models.node_cursor(run_id, state, page.cursor),
+            next_cursor=models.listing_cursor(owner, "nodes", filters, page.cursor),
         )
 
     @app.post(

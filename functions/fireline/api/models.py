@@ -694,11 +694,17 @@ class OccurrencePage(BaseModel):
     next_cursor: str | None
 
 
+class FireOut(BaseModel):
+    fire_time: datetime
+    queued: bool = Field(description="already materialized: its message waits in the queue")
+
+
 class PreviewOut(BaseModel):
     schedule_id: str
     description: str
     timezone: str
     fire_times: list[datetime]
+    fires: list[FireOut] = Field(description="the same fire times, the queued ones marked")
 
 
 class WorkflowOut(BaseModel):
@@ -756,6 +762,16 @@ class RunOut(BaseModel):
         )
 
 
+class WorkflowPage(BaseModel):
+    items: list[WorkflowOut]
+    next_cursor: str | None
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None
+
+
 class RunViewOut(RunOut):
     counts: dict[str, int] = Field(description="nodes in each state (every state is present)")
     progress: float = Field(ge=0, le=1, description="finished nodes / total")
@@ -776,14 +792,17 @@ class RunNodeOut(BaseModel):
     state: str
     generation: int
     pending: int = Field(description="parents not finished yet")
+    exit_reason: str | None = Field(description="of its latest attempt; null before it ran")
 
     @classmethod
-    def of(cls, node: workflow.RunNode) -> RunNodeOut:
+    def of(cls, view: workflows.NodeView) -> RunNodeOut:
+        node = view.node
         return cls(
             id=node.node_id,
             state=node.state.value,
             generation=node.generation,
             pending=node.pending,
+            exit_reason=view.exit_reason,
         )
 
 
@@ -792,16 +811,27 @@ class RunNodePage(BaseModel):
     next_cursor: str | None
 
 
-def node_cursor(run_id: str, state: dag.NodeState, after: str | None) -> str | None:
-    """An opaque cursor for a run's node listing; it is only good for that listing."""
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_cursor: str | None
+
+
+def listing_cursor(
+    tenant_id: str, listing: str, filters: dict[str, str | None], after: str | None
+) -> str | None:
+    """An opaque cursor that is only good for the listing (its filters, its tenant) that
+    returned it: ``after`` is the store's own cursor, which knows nothing of filters."""
     if after is None:
         return None
-    key = {"run_id": run_id, "state": state.value, "after": after}
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+    key = {"tenant": tenant_id, "listing": listing, "filters": filters, "after": after}
+    return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode()
 
 
-def node_cursor_after(cursor: str | None, run_id: str, state: dag.NodeState) -> str | None:
-    """Where a cursor from :func:`node_cursor` resumes; a client's input, so checked."""
+def listing_cursor_after(
+    cursor: str | None, tenant_id: str, listing: str, filters: dict[str, str | None]
+) -> str | None:
+    """Where a cursor from :func:`listing_cursor` resumes; a client's input, so checked:
+    a cursor of another tenant, listing or filter is refused (a 400 naming ``cursor``)."""
     if cursor is None:
         return None
     try:
@@ -810,13 +840,31 @@ def node_cursor_after(cursor: str | None, run_id: str, state: dag.NodeState) -> 
         raise errors.ValidationError("is not a cursor this API returned", field="cursor") from exc
     if (
         not isinstance(key, dict)
-        or set(key) != {"run_id", "state", "after"}
-        or not all(isinstance(v, str) for v in key.values())
+        or set(key) != {"tenant", "listing", "filters", "after"}
+        or not isinstance(key["after"], str)
+        or not isinstance(key["filters"], dict)
     ):
         raise errors.ValidationError("is not a cursor this API returned", field="cursor")
-    if key["run_id"] != run_id or key["state"] != state.value:
+    if key["tenant"] != tenant_id or key["listing"] != listing or key["filters"] != filters:
         raise errors.ValidationError("belongs to another listing", field="cursor")
     return str(key["after"])
+
+
+def instant(text: str | None, field: str) -> datetime | None:
+    """An ISO 8601 instant of a query string (with its UTC offset), in the API's range;
+    anything else is a 400 naming ``field``."""
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+        if value.tzinfo is None:
+            raise ValueError("no UTC offset")
+        return _in_range(value).astimezone(UTC)
+    except ValueError as exc:
+        raise errors.ValidationError(
+            "must be an ISO 8601 instant with a UTC offset, e.g. 2026-05-01T12:00:00Z",
+            field=field,
+        ) from exc
 
 
 class ErrorBody(BaseModel):

@@ -17,7 +17,7 @@ import secrets
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fireline import ports
 from fireline.domain import (
@@ -40,8 +40,16 @@ MAX_PAGE = 100
 MAX_PREVIEW = 100
 # Reads one schedule listing page may make past the jobs sharing the tenant's partition.
 MAX_LIST_READS = 20
+# Job rows one job listing page may examine (each costs a read of its occurrence).
+MAX_JOB_ROWS = 200
+# What a job's state may be: its occurrence's, or "scheduled" before the ticker fires it.
+OCCURRENCE_STATES = tuple(s.value for s in occurrence.State)
+JOB_STATES = ("scheduled", *OCCURRENCE_STATES)
 # Milliseconds a trigger tries past the one it was asked in, when others took them.
 TRIGGER_TRIES = 50
+
+
+T = TypeVar("T")
 
 
 def new_id(prefix: str) -> str:
@@ -90,6 +98,12 @@ class JobDraft:
     payload: dict[str, Any] = field(default_factory=dict)
     retry: retry.RetryPolicy = field(default_factory=retry.RetryPolicy)
     deadline_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class PreviewFire:
+    fire_time: datetime
+    queued: bool  # materialized already: its message waits in the queue
 
 
 @dataclass(frozen=True)
@@ -206,14 +220,68 @@ class ScheduleService:
         of the last read is right after the last item returned), until the page is full,
         the partition ends or :data:`MAX_LIST_READS` reads were made (a partition of
         thousands of jobs must not hold the request past its time). A first page is empty
-        only when no schedule is left or the reads met only jobs."""
+        only when no schedule is left or the reads met only jobs.
+
+        Reads: Query on the tenant's partition of the schedule table, at most
+        MAX_LIST_READS of them a page, ``limit`` rows in all."""
+        return self._read_on(
+            tenant_id,
+            limit=limit,
+            cursor=cursor,
+            keep=lambda s: s if s.kind is model.Kind.SCHEDULE else None,
+        )
+
+    def list_jobs(
+        self,
+        tenant_id: str,
+        *,
+        state: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ports.Page[JobView]:
+        """A page of the tenant's one-off jobs in id order, those in ``state`` only when
+        given (a :data:`JOB_STATES` value).
+
+        Reads: Query on the tenant's partition of the schedule table (jobs' ids sort
+        before schedules', so the jobs come first), and for each job row read one
+        occurrence row (a Query of one item on the job's partition) for its state. At
+        most :data:`MAX_JOB_ROWS` job rows are examined a page, so a page with a state
+        that few jobs are in costs at most that many small reads; it may then come back
+        short (even empty) with a cursor to read on from."""
+        one_of(state, JOB_STATES)
+
+        def keep(item: model.Schedule) -> JobView | None:
+            if item.kind is not model.Kind.JOB:
+                return None
+            view = self._job_view(item)
+            return view if state is None or view.state == state else None
+
+        return self._read_on(tenant_id, limit=limit, cursor=cursor, keep=keep, rows=MAX_JOB_ROWS)
+
+    def _read_on(
+        self,
+        tenant_id: str,
+        *,
+        limit: int,
+        cursor: str | None,
+        keep: Callable[[model.Schedule], T | None],
+        rows: int | None = None,
+    ) -> ports.Page[T]:
+        """Fill a page from the tenant's partition with the rows ``keep`` maps to an item,
+        reading on past the rows it drops; at most MAX_LIST_READS reads and, when given,
+        ``rows`` rows examined. Each read asks only for what the page still lacks, so the
+        cursor of the last read is right after the last row examined."""
         wanted = _page_size(limit)
-        found: builtins.list[model.Schedule] = []
+        left = rows
+        found: builtins.list[T] = []
         for _ in range(MAX_LIST_READS):
-            page = self.schedules.list(tenant_id, limit=wanted - len(found), cursor=cursor)
-            found += [s for s in page.items if s.kind is model.Kind.SCHEDULE]
+            ask = wanted - len(found) if left is None else min(wanted - len(found), left)
+            page = self.schedules.list(tenant_id, limit=ask, cursor=cursor)
+            if left is not None:
+                left -= len(page.items)
+            found += [kept for kept in map(keep, page.items) if kept is not None]
             cursor = page.cursor
-            if cursor is None or len(found) == wanted:
+            if cursor is None or len(found) == wanted or left == 0:
                 break
         return ports.Page(found, cursor)
 
@@ -318,20 +386,74 @@ class ScheduleService:
             fire_time -= timedelta(milliseconds=1)
         raise errors.ConflictError(f"schedule {schedule_id} is being triggered too often")
 
-    def preview(self, tenant_id: str, schedule_id: str, count: int = 10) -> builtins.list[datetime]:
+    def preview(
+        self, tenant_id: str, schedule_id: str, count: int = 10, after: datetime | None = None
+    ) -> builtins.list[PreviewFire]:
+        """The next ``count`` fires after ``after`` (default: now), the fires already
+        queued (materialized ahead, not run yet) among them and marked so.
+
+        Reads: the schedule, and one Query of at most ``count`` rows on its occurrence
+        partition from ``after`` on (the open rows); the rest is computed."""
         if not 1 <= count <= MAX_PREVIEW:
             raise errors.ValidationError(f"must be 1 to {MAX_PREVIEW}", field="count")
         current = self.get(tenant_id, schedule_id)
-        after = current.next_fire - timedelta(microseconds=1) if current.next_fire else self._now()
-        return schedule.preview(current.timing, after, count)
+        since = after or self._now()
+        # Fires before the next fire have been handed on (queued, run or skipped): they
+        # are computed from it unless asked for later, and found queued in the rows.
+        start = since
+        if current.next_fire is not None and (after is None or after < current.next_fire):
+            start = current.next_fire - timedelta(microseconds=1)
+        computed = schedule.preview(current.timing, start, count) if current.next_fire else []
+        rows = self.occurrences.open_rows(tenant_id, schedule_id, since=since, limit=count).items
+        queued = {
+            r.fire_time
+            for r in rows
+            if r.state is occurrence.State.QUEUED
+            and r.version == current.version
+            and (after is None or r.fire_time > after)
+        }
+        times = sorted(set(computed) | queued)[:count]
+        return [PreviewFire(t, t in queued) for t in times]
 
     def history(
-        self, tenant_id: str, schedule_id: str, *, limit: int = 50, cursor: str | None = None
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        state: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> ports.Page[occurrence.Occurrence]:
+        """A schedule's occurrences, newest first; those in ``state`` only, and those whose
+        fire time is in [since, until), when given.
+
+        Reads: Query on the schedule's partition of the occurrence table, the time range
+        a key condition (rows out of it are never read) and the state a filter after the
+        read; a filtered page reads on, each read asking for what the page still lacks,
+        at most MAX_LIST_READS reads of ``limit`` rows. A first page is empty only when no
+        row in the range is in that state, or those reads met none."""
+        wanted = _page_size(limit)
+        one_of(state, OCCURRENCE_STATES)
+        only = ports.OccurrenceFilter(since, until, (occurrence.State(state),) if state else ())
+        if since is not None and until is not None and since >= until:
+            raise errors.ValidationError("must be before 'to'", field="from")
         self.get(tenant_id, schedule_id)
-        return self.occurrences.history(
-            tenant_id, schedule_id, limit=_page_size(limit), cursor=cursor
-        )
+        found: builtins.list[occurrence.Occurrence] = []
+        for _ in range(MAX_LIST_READS):
+            page = self.occurrences.history(
+                tenant_id,
+                schedule_id,
+                limit=wanted - len(found),
+                cursor=cursor,
+                only=only,
+            )
+            found += page.items
+            cursor = page.cursor
+            if cursor is None or len(found) == wanted:
+                break
+        return ports.Page(found, cursor)
 
     # --- one-off jobs ----------------------------------------------------------------------
 
@@ -383,7 +505,10 @@ class ScheduleService:
         job = self.schedules.get(tenant_id, job_id)
         if job is None or job.kind is not model.Kind.JOB:
             raise errors.NotFound(f"job {job_id} not found")
-        rows = self.occurrences.history(tenant_id, job_id, limit=1).items
+        return self._job_view(job)
+
+    def _job_view(self, job: model.Schedule) -> JobView:
+        rows = self.occurrences.history(job.tenant_id, job.schedule_id, limit=1).items
         return JobView(job, rows[0] if rows else None)
 
     def cancel_job(self, tenant_id: str, job_id: str) -> JobView:
@@ -599,6 +724,14 @@ class ScheduleService:
             next_fire=first,
             updated_at=now,
         )
+
+
+def one_of(value: str | None, allowed: tuple[str, ...], field: str = "state") -> str | None:
+    """A listing's filter, refused (naming ``field``, the values listed) unless known."""
+    if value is not None and value not in allowed:
+        listed = ", ".join(repr(a) for a in allowed)
+        raise errors.ValidationError(f"must be one of {listed}", field=field)
+    return value
 
 
 def _page_size(limit: int) -> int:

@@ -50,6 +50,7 @@ from fireline.domain import aws_target, dag, errors, model, occurrence, quota, w
 from fireline.domain import egress as egress_rules
 from fireline.domain import target as target_rules
 from fireline.services import dispatch
+from fireline.services import schedules as schedules_service
 
 if TYPE_CHECKING:  # long_jobs imports this module (NodeJobs)
     from fireline.services import long_jobs as long_jobs_service
@@ -653,6 +654,15 @@ class RunView:
         return round(finished / self.run.total, 4) if self.run.total else 1.0
 
 
+@dataclass(frozen=True)
+class NodeView:
+    node: workflow.RunNode
+    exit_reason: str | None  # of the node's latest attempt; None before it has run
+
+
+RUN_STATES = tuple(s.value for s in workflow.RunState)
+
+
 class WorkflowService:
     """What the API offers: register, start, inspect, cancel, retry, reconcile."""
 
@@ -668,11 +678,14 @@ class WorkflowService:
         aws_targets: aws_target.AwsTargetPolicy = aws_target.ROLES_ONLY,
         quotas: ports.QuotaStore | None = None,
         limits: Mapping[quota.Quota, int] | None = None,
+        occurrences: ports.OccurrenceStore | None = None,
     ) -> None:
         self.store = store
         self.documents = documents
         self.queue = queue
         self.clock = clock
+        # Where nodes' attempts are recorded (their exit reasons); None: not shown.
+        self.occurrences = occurrences
         self.definitions = definitions or Definitions(store, documents)
         # What HTTP targets may name (the operator's widening of https-to-public-only).
         self.egress = egress
@@ -854,6 +867,42 @@ class WorkflowService:
             raise errors.NotFound(f"no run {run_id!r}")
         return found
 
+    def catalog(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[workflow.DefinitionMeta]:
+        """The tenant's workflows by id, each as its latest version.
+
+        Reads: one Query on the tenant's catalog partition, ``limit`` rows a page."""
+        return self.store.workflows(tenant_id, limit=limit, cursor=cursor)
+
+    def runs(
+        self,
+        tenant_id: str,
+        workflow_id: str,
+        *,
+        state: str | None = None,
+        limit: int,
+        cursor: str | None = None,
+    ) -> ports.Page[workflow.Run]:
+        """A workflow's runs, newest first, those in ``state`` only when given.
+
+        Reads: Query on the workflow's runs partition and a BatchGetItem of those runs;
+        a filtered page reads on, each read asking for what the page still lacks, at most
+        MAX_LIST_READS reads of ``limit`` runs. A first page is empty only when no run is
+        in that state, or those reads met none."""
+        schedules_service.one_of(state, RUN_STATES)
+        self.get(tenant_id, workflow_id)
+        found: list[workflow.Run] = []
+        for _ in range(schedules_service.MAX_LIST_READS):
+            page = self.store.runs_of(
+                tenant_id, workflow_id, limit=limit - len(found), cursor=cursor
+            )
+            found += [r for r in page.items if state is None or r.state.value == state]
+            cursor = page.cursor
+            if cursor is None or len(found) == limit:
+                break
+        return ports.Page(found, cursor)
+
     def view(self, tenant_id: str, run_id: str, *, failed_limit: int = 100) -> RunView:
         found = self.run(tenant_id, run_id)
         counts = self.store.count_states(run_id)
@@ -866,13 +915,30 @@ class WorkflowService:
         self,
         tenant_id: str,
         run_id: str,
-        state: NodeState,
+        state: NodeState | None,
         *,
         limit: int,
         cursor: str | None = None,
-    ) -> ports.Page[workflow.RunNode]:
-        self.run(tenant_id, run_id)
-        return self.store.nodes_in_state(run_id, state, limit=limit, cursor=cursor)
+    ) -> ports.Page[NodeView]:
+        """A run's nodes by node id, those in ``state`` only when given, each with the
+        exit reason of its latest attempt.
+
+        Reads: with a state, Query on that state's partition of the ``by_state`` index
+        (keys) and a BatchGetItem of the rows; without, Query on the run's partition.
+        Then one GetItem a node of its occurrence row (for the exit reason): ``limit``
+        rows and ``limit`` small reads a page."""
+        found = self.run(tenant_id, run_id)
+        if state is None:
+            page = self.store.nodes(run_id, limit=limit, cursor=cursor)
+        else:
+            page = self.store.nodes_in_state(run_id, state, limit=limit, cursor=cursor)
+        return ports.Page([self._node_view(found, n) for n in page.items], page.cursor)
+
+    def _node_view(self, run: workflow.Run, node: workflow.RunNode) -> NodeView:
+        if self.occurrences is None or node.state is NodeState.WAITING:
+            return NodeView(node, None)  # a waiting node has not run (this generation)
+        row = self.occurrences.get(workflow.node_occurrence_key(run, node))
+        return NodeView(node, row.exit_reason if row else None)
 
     def cancel(self, tenant_id: str, run_id: str) -> workflow.Run:
         current = self.run(tenant_id, run_id)
