@@ -131,7 +131,7 @@ def test_a_permanent_failure_of_1000_blocks_descendants_and_retry_failed_finishe
         assert view.counts[NodeState.BLOCKED] == len(doomed)
         assert view.counts[NodeState.SUCCEEDED] == 999 - len(doomed)
         blocked = flow.service.nodes("tenant-a", run.run_id, NodeState.BLOCKED, limit=1000)
-        assert {n.node_id for n in blocked.items} == doomed
+        assert {n.node.node_id for n in blocked.items} == doomed
 
         succeeded_before = set(flow.ledger.effects)
         flow.service.retry_failed("tenant-a", run.run_id)
