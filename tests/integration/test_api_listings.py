@@ -401,5 +401,18 @@ def test_preview_with_a_bad_after_is_400_naming_it(api: System, after: str) -> N
     assert error_field(response) == (400, "after")
 
 
+def test_a_paused_schedule_previews_what_it_would_fire_once_resumed(api: System) -> None:
+    # GIVEN a paused hourly schedule (it has left the due index: no next fire)
+    _, created = api.call("POST", "/schedules", {"spec": "rate(1 hour)", "target": PYTHON})
+    status, _ = api.call("POST", f"/schedules/{created['id']}/pause")
+    assert status == 200
+    # WHEN its next three fires are previewed
+    status, preview = api.call("GET", f"/schedules/{created['id']}/preview", query={"count": "3"})
+    # THEN they are computed from now, none queued
+    assert status == 200, preview
+    assert len(preview["fire_times"]) == 3
+    assert not any(f["queued"] for f in preview["fires"])
+
+
 def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -403,7 +403,9 @@ class ScheduleService:
         start = since
         if current.next_fire is not None and (after is None or after < current.next_fire):
             start = current.next_fire - timedelta(microseconds=1)
-        computed = schedule.preview(current.timing, start, count) if current.next_fire else []
+        # A paused schedule has no next fire (it left the due index): its preview is what
+        # it would fire from ``since`` once resumed.
+        computed = schedule.preview(current.timing, start, count)
         rows = self.occurrences.open_rows(tenant_id, schedule_id, since=since, limit=count).items
         queued = {
             r.fire_time
