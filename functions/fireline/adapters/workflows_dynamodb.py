@@ -247,7 +247,8 @@ class DynamoWorkflowStore:
         # indexes it, the other is told to retry.
         version = _put_new(self._table, _definition_to_item(meta))
         if charge is None:
-            if not self._transact([version]):
+            # Alone, the version is one conditional put: a transaction would cost twice.
+            if not _applied(lambda: self._client.put_item(**version["Put"])):
                 return False
         else:
             if self._quotas is None:
