@@ -34,6 +34,7 @@ from botocore.exceptions import ClientError
 from fireline import ports
 from fireline.adapters.dynamodb import (
     _applied,
+    _batch_get,
     _cancellation_reasons,
     _code,
     _decode,
@@ -66,7 +67,6 @@ RUN_SK = "run"
 NODE_PREFIX = "N#"
 VERSION_PREFIX = "v#"
 BATCH_WRITE_MAX = 25
-BATCH_GET_MAX = 100
 MAX_VERSION = 10**8 - 1  # sk holds the version in 8 digits, so that it sorts
 # Unprocessed batch items and transaction conflicts are retried this many times, with
 # exponential backoff from BACKOFF_SECONDS, before the call gives up (errors.Unavailable).
@@ -467,27 +467,9 @@ class DynamoWorkflowStore:
         return {n.node_id: n for n in nodes}
 
     def _batch_get(self, keys: Sequence[dict[str, Any]], what: str) -> list[dict[str, Any]]:
-        """The items of ``keys`` that exist (read consistently), 100 keys a request, the
-        unprocessed ones asked again with backoff."""
-        found: list[dict[str, Any]] = []
-        for start in range(0, len(keys), BATCH_GET_MAX):
-            pending: list[dict[str, Any]] = [
-                _encode(k) for k in keys[start : start + BATCH_GET_MAX]
-            ]
-            for attempt in range(ATTEMPTS + 1):
-                with _translated():
-                    response = self._client.batch_get_item(
-                        RequestItems={self._table: {"Keys": pending, "ConsistentRead": True}}
-                    )
-                found += [_decode(r) for r in response.get("Responses", {}).get(self._table, [])]
-                unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys", {}))
-                pending = list(unprocessed.get(self._table, {}).get("Keys", []))
-                if not pending:
-                    break
-                if attempt == ATTEMPTS:
-                    raise errors.Unavailable(f"DynamoDB left {len(pending)} {what} unread")
-                self._backoff(attempt)
-        return found
+        return _batch_get(
+            self._client, self._table, keys, what=what, backoff=self._backoff, attempts=ATTEMPTS
+        )
 
     def all_nodes(self, run_id: str) -> builtins.list[workflow.RunNode]:
         kwargs: dict[str, Any] = {
