@@ -13,6 +13,7 @@ points them at an emulator (the local cloud prints its URL).
     fireline admin signing show --tenant acme    # the keys a receiver verifies with
     fireline admin signing rotate --tenant acme [--overlap 86400]
     fireline admin quotas show|set|clear acme    # count quotas (fireline.cli.quotas)
+    fireline admin migrate listings               # older workflows and runs, listed
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fireline.adapters import api_keys_dynamodb, apigateway, memory_keys, secretsmanager
+from fireline.cli import migrate as migrate_cli
 from fireline.cli import quotas as quotas_cli
 from fireline.domain import api_keys, errors, signing
 from fireline.services import keys
@@ -85,6 +87,8 @@ def add_admin_command(subparsers: Any) -> None:
 
     # Per-tenant count quotas: use and overrides (fireline.cli.quotas).
     quotas_cli.add_quota_commands(groups)
+    # Older data brought up to this version's layout (fireline.cli.migrate).
+    migrate_cli.add_migrate_commands(groups)
 
 
 def _leaf(group: Any, name: str, run: Any, help: str) -> argparse.ArgumentParser:
