@@ -2,7 +2,9 @@
 
 ``create`` takes every field of the API's schedule body as an option; ``update`` reads the
 schedule and sends it back with the options given changed (the API's PUT replaces the
-whole definition, as a new version). The description is the API's, read from the spec.
+whole definition, as a new version, and takes no expected version: a change another
+client makes between the read and the write is replaced). The description is the
+API's, read from the spec.
 """
 
 from __future__ import annotations
