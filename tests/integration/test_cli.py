@@ -258,6 +258,10 @@ def test_a_workflow_is_registered_run_retried_and_cancelled(
     assert answer(cli, "workflows", "get", "flaky")["version"] == registered["version"]
     listed = answer(cli, "workflows", "list", "--all")["items"]
     assert "flaky" in {w["workflow_id"] for w in listed}
+    # AND the same document through a presigned upload is the same workflow's next version
+    uploaded = answer(cli, "workflows", "register", "flaky", json.dumps(definition), "--upload")
+    assert uploaded["version"] == registered["version"] + 1
+    assert (api(cloud, "/workflows/flaky")["nodes"], uploaded["edges"]) == (2, 1)
 
     # WHEN a run starts THEN it fails at b, which the node listing shows by state
     run = answer(cli, "runs", "start", "flaky")

@@ -7,6 +7,8 @@ both sides: what the CLI sent, and what it printed for the answer it got.
 from __future__ import annotations
 
 import argparse
+import email
+import email.policy
 import json
 import shlex
 import socket
@@ -134,7 +136,7 @@ def server() -> Iterator[FakeApi]:
                     path=url.path,
                     query=dict(urllib.parse.parse_qsl(url.query)),
                     headers={k.lower(): v for k, v in self.headers.items()},
-                    body=json.loads(raw) if raw else None,
+                    body=decoded(raw, self.headers.get("Content-Type") or ""),
                 )
             )
             status, body = fake.next_answer(self.command, url.path)
@@ -162,6 +164,21 @@ def server() -> Iterator[FakeApi]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def decoded(raw: bytes, content_type: str) -> Any:
+    """A JSON body decoded; a form's parts as {name: text}; nothing as None."""
+    if not raw:
+        return None
+    if content_type.startswith("multipart/form-data"):
+        message = email.message_from_bytes(
+            f"Content-Type: {content_type}\r\n\r\n".encode() + raw, policy=email.policy.HTTP
+        )
+        return {
+            part.get_param("name", header="content-disposition"): part.get_content()
+            for part in message.iter_parts()  # type: ignore[attr-defined]
+        }
+    return json.loads(raw)
 
 
 def run(api: FakeApi, *argv: str) -> int:
@@ -746,6 +763,37 @@ def test_workflows_register_get_and_list(
     assert ["etl", "2", "2", "1", "2026-12-01T08:00:00Z"] in rows(capsys.readouterr().out)
     assert run(api, "workflows", "list", "--limit", "10") == 0
     assert api.last.query == {"limit": "10"}
+
+
+def test_a_definition_too_large_for_a_request_goes_through_an_upload(api: FakeApi) -> None:
+    # GIVEN an API that finds the definition too large inline, and gives an upload form
+    too_large = {"error": {"type": "too_large", "message": "over 4 MiB", "field": "body"}}
+    api.answer("PUT", "/workflows/big", 413, too_large)
+    api.answer("PUT", "/workflows/big", 201, WORKFLOW)
+    form = {
+        "upload_id": "up1",
+        "upload_url": f"{api.url}/bucket",
+        "upload_fields": {"key": "uploads/tenant-a/up1", "policy": "signed"},
+        "expires_in": 900,
+        "max_bytes": 100,
+    }
+    api.answer("POST", "/workflow-uploads", 201, form)
+    api.answer("POST", "/bucket", 204)
+    definition = {"nodes": [{"id": "a", "target": {"type": "python", "handler": "noop"}}]}
+    # WHEN it is registered
+    assert run(api, "--json", "workflows", "register", "big", json.dumps(definition)) == 0
+    # THEN it was tried inline, then posted with the form's fields, then named by upload id
+    assert [(r.method, r.path) for r in api.requests] == [
+        ("PUT", "/workflows/big"),
+        ("POST", "/workflow-uploads"),
+        ("POST", "/bucket"),
+        ("PUT", "/workflows/big"),
+    ]
+    posted = api.requests[2]
+    assert "x-api-key" not in posted.headers  # the form is the credential, not the key
+    assert {k: v for k, v in posted.body.items() if k != "file"} == form["upload_fields"]
+    assert json.loads(posted.body["file"]) == definition
+    assert api.last.body == {"upload_id": "up1"}
 
 
 def test_runs_start_list_and_act(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ runs and the runs' nodes)."""
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from rich.console import Console
@@ -45,6 +46,12 @@ def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None
         help='{"nodes": [...], "edges": [[parent, child], ...]} as JSON, or @FILE',
     )
     register.add_argument("--description", metavar="TEXT", help="replaces the document's")
+    register.add_argument(
+        "--upload",
+        action="store_true",
+        help="send the document through a presigned upload (done anyway when the API "
+        "finds it too large for a request)",
+    )
     common.add_idempotency(register, "registration")
     common.name_fields(register, {"description": "--description"})
 
@@ -91,12 +98,31 @@ def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None
 
 
 def _register(args: argparse.Namespace) -> int:
-    request = dict(args.definition)
+    document = dict(args.definition)
     if args.description is not None:
-        request["description"] = args.description
+        document["description"] = args.description
     path = client.route("workflows", args.id)
-    body = common.call(args, "PUT", path, request, headers=common.idempotency(args))
+    headers = common.idempotency(args)
+    body = None
+    if not args.upload:
+        try:
+            body = common.call(args, "PUT", path, document, headers=headers)
+        except client.ApiError as exc:
+            if exc.status != 413:
+                raise
+    if body is None:  # asked for, or the definition is too large to go inline
+        body = common.call(
+            args, "PUT", path, {"upload_id": _upload(args, document)}, headers=headers
+        )
     return common.show(args, body, lambda out: _workflow_rows(out, {"items": [body]}))
+
+
+def _upload(args: argparse.Namespace, document: dict[str, Any]) -> str:
+    """Upload a definition through the API's presigned POST; its upload id."""
+    form = common.call(args, "POST", "/workflow-uploads")
+    raw = json.dumps(document, separators=(",", ":")).encode()
+    client.post_form(form["upload_url"], form["upload_fields"], raw)
+    return str(form["upload_id"])
 
 
 def _get(args: argparse.Namespace) -> int:
