@@ -235,12 +235,14 @@ def test_a_first_filtered_page_is_not_empty_when_the_match_comes_last(api: Syste
 def test_a_filtered_listing_stops_after_its_reads_with_a_cursor_to_go_on(
     api: System, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN a page may make two reads, and the one match sits past four schedules
+    # GIVEN a page may make two reads, and the one match sits past four schedules (the
+    # last in id order is made the match)
     monkeypatch.setattr(schedules_service, "MAX_LIST_READS", 2)
-    for _ in range(4):
-        make_schedule(api, "rate(1 hour)")
-    match = make_schedule(api, "rate(7 minutes)")
-    assert match["id"] == max(s["id"] for s in walk(api, "/schedules", {}))
+    last = max(make_schedule(api, "rate(1 hour)")["id"] for _ in range(5))
+    status, match = api.call(
+        "PUT", f"/schedules/{last}", {"spec": "rate(7 minutes)", "target": PYTHON}
+    )
+    assert status == 200, match
     # WHEN the first page of two matching is asked for
     query = {"q": "7 minutes", "limit": "2"}
     status, page = api.call("GET", "/schedules", query=query)
