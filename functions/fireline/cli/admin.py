@@ -24,18 +24,19 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
-import botocore.exceptions
 from rich.console import Console
 from rich.table import Table
 
-from fireline.adapters import api_keys_dynamodb, apigateway, memory_keys, secretsmanager
+from fireline.cli import deployment
 from fireline.cli import migrate as migrate_cli
 from fireline.cli import quotas as quotas_cli
 from fireline.domain import api_keys, errors, signing
 from fireline.services import keys
+
+if TYPE_CHECKING:
+    import boto3
 
 STACK_ENV = "FIRELINE_STACK"
 DEFAULT_STACK = "fireline"
@@ -127,7 +128,7 @@ def _guarded(run: Any, args: argparse.Namespace) -> int:
     except errors.FirelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+    except deployment.aws_errors() as exc:
         print(f"error: AWS: {exc}", file=sys.stderr)
         return 1
 
@@ -136,6 +137,8 @@ def _guarded(run: Any, args: argparse.Namespace) -> int:
 
 
 def _session(args: argparse.Namespace) -> boto3.session.Session:
+    import boto3
+
     if args.endpoint_url and not os.environ.get("AWS_ACCESS_KEY_ID"):
         # An emulator takes any credentials; the local cloud's are these.
         return boto3.session.Session(
@@ -147,6 +150,10 @@ def _session(args: argparse.Namespace) -> boto3.session.Session:
 
 
 def admin_for(args: argparse.Namespace) -> keys.KeyAdmin:
+    import botocore.exceptions
+
+    from fireline.adapters import api_keys_dynamodb, apigateway, memory_keys, secretsmanager
+
     session = _session(args)
 
     def client(service: str) -> Any:

@@ -9,8 +9,6 @@ import argparse
 import os
 from typing import Any
 
-import boto3
-
 from fireline.domain import errors
 
 
@@ -27,8 +25,18 @@ def add_table_options(parser: argparse.ArgumentParser, *, output: str, env: str,
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def aws_errors() -> tuple[type[Exception], ...]:
+    """What boto3 raises when AWS refuses or cannot be reached (imported only when an
+    operator command runs: the tenant commands start without boto3)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (BotoCoreError, ClientError)
+
+
 def table(args: argparse.Namespace, *, output: str, env: str, what: str) -> tuple[Any, str]:
     """A DynamoDB client and the table's name, from ``add_table_options``' arguments."""
+    import boto3
+
     session = boto3.session.Session(region_name=args.region)
     name = args.table
     if name is None and args.stack is not None:

@@ -16,9 +16,6 @@ import json
 import sys
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from fireline.adapters import workflows_dynamodb
 from fireline.cli import deployment
 from fireline.domain import errors
 
@@ -41,6 +38,8 @@ def add_migrate_commands(admin: argparse._SubParsersAction[argparse.ArgumentPars
 
 
 def _listings(args: argparse.Namespace) -> int:
+    from fireline.adapters import workflows_dynamodb
+
     try:
         client, table = deployment.table(args, output=STACK_OUTPUT, env=TABLE_ENV, what="workflows")
         store = workflows_dynamodb.DynamoWorkflowStore(client, table)
@@ -59,7 +58,7 @@ def _listings(args: argparse.Namespace) -> int:
     except errors.FirelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (BotoCoreError, ClientError) as exc:
+    except deployment.aws_errors() as exc:
         print(f"error: AWS: {exc}", file=sys.stderr)
         return 1
     if args.json:

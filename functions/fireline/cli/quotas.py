@@ -19,15 +19,16 @@ import json
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.table import Table
 
-from fireline.adapters import quotas_dynamodb
 from fireline.cli import deployment
 from fireline.domain import errors, quota
+
+if TYPE_CHECKING:
+    from fireline.adapters import quotas_dynamodb
 
 TABLE_ENV = "FIRELINE_SLOTS_TABLE"
 STACK_OUTPUT = "SlotsTableName"
@@ -66,6 +67,8 @@ def _leaf(
 
 
 def _store(args: argparse.Namespace) -> quotas_dynamodb.DynamoQuotaStore:
+    from fireline.adapters import quotas_dynamodb
+
     client, table = deployment.table(args, output=STACK_OUTPUT, env=TABLE_ENV, what="slots")
     return quotas_dynamodb.DynamoQuotaStore(client, table)
 
@@ -136,9 +139,10 @@ def _reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     """A refused value or an AWS error is a message and exit code 1, not a traceback."""
 
     def guarded(args: argparse.Namespace) -> int:
+        refused: tuple[type[Exception], ...] = (errors.FirelineError, *deployment.aws_errors())
         try:
             return run(args)
-        except (errors.FirelineError, BotoCoreError, ClientError) as exc:
+        except refused as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
 
