@@ -28,10 +28,11 @@ $(CHECKOV):
 checkov: install $(CHECKOV)
 	$(BIN)/python -m pytest -q tests/integration/test_checkov.py
 
-# One worker per core; a test file stays on one worker, so its module fixtures (a local
-# cloud, a synthesized app) are built once.
+# One worker per core. A file whose tests share a fixture of its own (a local cloud, a
+# synthesized app) stays on one worker, built once; other tests spread one by one
+# (tests/conftest.py marks the groups).
 test: install $(CHECKOV)
-	$(BIN)/python -m pytest -q -n $${TEST_WORKERS:-auto} --dist loadfile
+	$(BIN)/python -m pytest -q -n $${TEST_WORKERS:-auto} --dist loadgroup
 
 lint: install
 	$(BIN)/ruff check functions infra/cdk tests

@@ -6,6 +6,7 @@ import functools
 import os
 
 import botocore.session
+import pytest
 
 # Set before any boto3 client exists. moto intercepts every call; these only make sure a
 # forgotten mock fails on bad credentials instead of touching an account.
@@ -24,3 +25,21 @@ os.environ.pop("AWS_PROFILE", None)
 # new default session, and each new session would parse the service models' JSON again
 # (about 0.15 s of CPU a client; thousands of clients in the suite).
 botocore.session.create_loader = functools.cache(botocore.session.create_loader)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep each file whose tests share an expensive fixture of its own (a local cloud, a
+    synthesized app, a checkov run: module or class scope) on one xdist worker, so it is
+    built once; every other test is scheduled on its own (``make test`` runs
+    ``--dist loadgroup``), so no long file holds one worker up at the end of the run."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        path = item.nodeid.split("::")[0]
+        shared = any(
+            definitions[-1].scope in ("module", "class") and definitions[-1].baseid == path
+            for definitions in info.name2fixturedefs.values()
+        )
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(path))
