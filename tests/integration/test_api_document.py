@@ -233,6 +233,9 @@ def test_the_swagger_page_is_served_whole_without_a_key_or_a_cdn() -> None:
     assert response["multiValueHeaders"]["Content-Type"] == ["text/html"]
     assert "SwaggerUIBundle" in page and '"/schedules"' in page
     assert "<script src=" not in page and "<link rel=" not in page
+    # AND the document it names for itself is the API's
+    status, described, _ = call(build(), "GET", "/docs", tenant=None, query={"format": "json"})
+    assert (status, described) == (200, json.loads(api_app.openapi_document(build())))
 
 
 # --- what schemathesis found -------------------------------------------------------------

@@ -12,6 +12,7 @@ tests/integration/test_api_document.py reproduces those it found, one test each.
 from __future__ import annotations
 
 import collections
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -153,3 +154,14 @@ def test_sequences_follow_the_documents_links(outcome: Outcome) -> None:
     # a created schedule, job, workflow or run was then used by the operations it links to
     assert outcome.scenarios["stateful"] > 0
     assert outcome.linked_steps > 0
+
+
+def test_the_swagger_page_is_served_without_a_key_and_without_a_cdn(cloud: LocalCloud) -> None:
+    # WHEN the page is asked for without a key
+    with urllib.request.urlopen(cloud.api_url + "/docs", timeout=30) as response:
+        status, kind, page = response.status, response.headers["Content-Type"], response.read()
+    # THEN it is Swagger UI with its script, styles and the document inline: it needs
+    # nothing from the internet
+    assert (status, kind) == (200, "text/html")
+    assert b"SwaggerUIBundle" in page and b'"/schedules/{schedule_id}"' in page
+    assert b"<script src=" not in page and b"<link rel=" not in page

@@ -366,6 +366,10 @@ def build_app(
 
     @app.get("/docs", include_in_schema=False)
     def docs() -> Response[str]:
+        # The page names its document as /docs?format=json (Swagger UI resolves the
+        # document's relative server against it, the stage's path included).
+        if (app.current_event.query_string_parameters or {}).get("format") == "json":
+            return openapi()
         described = json.loads(openapi_document(app))
         return Response(
             status_code=200, content_type="text/html", body=document.swagger_page(described)
