@@ -147,6 +147,10 @@ class OccurrenceStore(Protocol):
 
     def get(self, key: str) -> occurrence.Occurrence | None: ...
 
+    def get_many(self, keys: Sequence[str]) -> dict[str, occurrence.Occurrence]:
+        """The rows of ``keys`` that exist, by key, read consistently."""
+        ...
+
     def history(
         self,
         tenant_id: str,

@@ -59,6 +59,23 @@ def test_given_an_existing_key_when_put_again_then_false_and_the_first_row_stays
     assert occurrence_store.get(first.key) == first
 
 
+def test_given_rows_of_many_schedules_when_got_many_then_those_that_exist_come_back_by_key(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN 150 rows (more than one batch of 100) over three schedules, one a trigger's
+    rows = [an_occurrence(f"s{i % 3}", START + i * MINUTE) for i in range(149)]
+    rows.append(an_occurrence("s0", START + timedelta(milliseconds=250), exact=True))
+    for row in rows:
+        assert occurrence_store.put_new(row)
+    missing = an_occurrence("s1", START - MINUTE).key
+    # WHEN read by their keys, with a key twice and one that has no row
+    keys = [r.key for r in rows] + [rows[0].key, missing]
+    found = occurrence_store.get_many(keys)
+    # THEN every stored row comes back whole under its key, and nothing else
+    assert found == {r.key: r for r in rows}
+    assert occurrence_store.get_many([]) == {}
+
+
 def test_triggers_keyed_to_the_millisecond_are_rows_of_their_own_in_time_order(
     occurrence_store: ports.OccurrenceStore,
 ) -> None:

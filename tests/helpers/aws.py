@@ -16,6 +16,7 @@ and the items a Query read (ScannedCount).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import math
@@ -42,6 +43,10 @@ def load_template() -> dict[str, Any]:
     return cfn_yaml.load(str(TEMPLATE))  # type: ignore[no-any-return]
 
 
+# Read only, by Stack.create: the template parsed once per test process.
+_parsed_template = functools.cache(load_template)
+
+
 @dataclass
 class Stack:
     tables: dict[str, str]  # logical id -> table name
@@ -52,7 +57,7 @@ class Stack:
 
     @classmethod
     def create(cls, prefix: str = "fireline-test") -> Stack:
-        template = load_template()
+        template = _parsed_template()
         resources = template["Resources"]
         parameters = {
             name: str(spec.get("Default", "")) for name, spec in template["Parameters"].items()

@@ -33,3 +33,18 @@ class LambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, self.timeout_ms - int((time.monotonic() - self._started) * 1000))
+
+
+@dataclass
+class CountdownContext(LambdaContext):
+    """A context whose remaining time falls by ``per_call_ms`` each time it is asked,
+    not with the wall clock: how many ticks a ticker invocation makes then depends on the
+    code alone, not on how loaded the machine running the test is."""
+
+    per_call_ms: int = 400
+    _calls: int = 0
+
+    def get_remaining_time_in_millis(self) -> int:
+        remaining = self.timeout_ms - self._calls * self.per_call_ms
+        self._calls += 1
+        return max(0, remaining)

@@ -13,6 +13,7 @@ from fireline.adapters import memory
 from fireline.api import app as api_app
 from fireline.domain import occurrence
 from fireline.services import dispatch
+from fireline.services import schedules as schedules_service
 from helpers.flows import Flow
 from helpers.memory_system import MemorySystem
 from helpers.system import System, moto_flow, moto_system
@@ -175,6 +176,118 @@ def test_a_job_listing_with_an_unknown_state_is_400_naming_it(api: System, state
     status, body = api.call("GET", "/jobs", query={"state": state})
     assert (status, body["error"]["field"]) == (400, "state")
     assert "'scheduled'" in body["error"]["message"]
+
+
+# --- GET /schedules: by state and text ----------------------------------------------------
+
+
+def make_schedule(api: System, spec: str, tenant: str = "tenant-a") -> dict[str, Any]:
+    status, body = api.call("POST", "/schedules", {"spec": spec, "target": PYTHON}, tenant=tenant)
+    assert status == 201, body
+    return dict(body)
+
+
+def test_schedules_are_listed_by_state_and_text_and_only_the_tenants(api: System) -> None:
+    # GIVEN schedules of tenant-a (two paused), jobs beside them, and tenant-b's schedule
+    hourly = make_schedule(api, "rate(1 hour)")
+    nightly = make_schedule(api, "cron(30 2 * * *)")
+    weekly = make_schedule(api, "every monday at 09:00")
+    daily = make_schedule(api, "every day at 09:00")
+    make_job(api)
+    for paused in (nightly, daily):
+        assert api.call("POST", f"/schedules/{paused['id']}/pause")[0] == 200
+    make_schedule(api, "every day at 09:00", tenant="tenant-b")
+    # WHEN they are listed by state THEN each state's come, page by page
+    assert {s["id"] for s in walk(api, "/schedules", {"state": "paused", "limit": "1"})} == {
+        nightly["id"],
+        daily["id"],
+    }
+    active = walk(api, "/schedules", {"state": "active"})
+    assert {s["id"] for s in active} == {hourly["id"], weekly["id"]}
+    assert walk(api, "/schedules", {"state": "completed"}) == []
+    # AND q matches the spec, the description or the id, whatever the case
+    assert {s["id"] for s in walk(api, "/schedules", {"q": "CRON(30", "limit": "1"})} == {
+        nightly["id"]
+    }
+    by_description = walk(api, "/schedules", {"q": daily["description"].upper()})
+    assert [s["id"] for s in by_description] == [daily["id"]]
+    assert [s["id"] for s in walk(api, "/schedules", {"q": weekly["id"]})] == [weekly["id"]]
+    # AND both filters hold together
+    both = walk(api, "/schedules", {"q": "09:00", "state": "active", "limit": "1"})
+    assert [s["id"] for s in both] == [weekly["id"]]
+
+
+def test_a_first_filtered_page_is_not_empty_when_the_match_comes_last(api: System) -> None:
+    # GIVEN jobs and active schedules, and one paused schedule, the last in id order
+    for _ in range(3):
+        make_job(api)
+    made = [make_schedule(api, "rate(1 hour)")["id"] for _ in range(6)]
+    last = max(made)
+    assert api.call("POST", f"/schedules/{last}/pause")[0] == 200
+    # WHEN the first page of one paused schedule is asked for
+    status, page = api.call("GET", "/schedules", query={"state": "paused", "limit": "1"})
+    # THEN it holds it, and nothing is left
+    assert status == 200, page
+    assert [s["id"] for s in page["items"]] == [last]
+    assert page["next_cursor"] is None
+
+
+def test_a_filtered_listing_stops_after_its_reads_with_a_cursor_to_go_on(
+    api: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a page may make two reads, and the one match sits past four schedules (the
+    # last in id order is made the match)
+    monkeypatch.setattr(schedules_service, "MAX_LIST_READS", 2)
+    last = max(make_schedule(api, "rate(1 hour)")["id"] for _ in range(5))
+    status, match = api.call(
+        "PUT", f"/schedules/{last}", {"spec": "rate(7 minutes)", "target": PYTHON}
+    )
+    assert status == 200, match
+    # WHEN the first page of two matching is asked for
+    query = {"q": "7 minutes", "limit": "2"}
+    status, page = api.call("GET", "/schedules", query=query)
+    # THEN it stops after its reads, short, with a cursor that reads on to the match
+    assert status == 200, page
+    assert page["items"] == [] and page["next_cursor"] is not None
+    found: list[str] = []
+    while page["next_cursor"] is not None:
+        page = api.call("GET", "/schedules", query={**query, "cursor": page["next_cursor"]})[1]
+        found += [s["id"] for s in page["items"]]
+    assert found == [match["id"]]
+
+
+def test_a_schedule_listing_cursor_is_good_for_its_tenant_and_filters_only(api: System) -> None:
+    for _ in range(3):
+        make_schedule(api, "rate(1 hour)")
+    make_schedule(api, "rate(1 hour)", tenant="tenant-b")
+    query = {"limit": "1", "state": "active", "q": "hour"}
+    cursor = api.call("GET", "/schedules", query=query)[1]["next_cursor"]
+    assert cursor is not None
+    for other in (
+        {"state": "active"},
+        {"q": "hour"},
+        {"state": "paused", "q": "hour"},
+        {"state": "active", "q": "HOUR"},
+    ):
+        assert error_field(api.call("GET", "/schedules", query={**other, "cursor": cursor})) == (
+            400,
+            "cursor",
+        )
+    elsewhere = api.call("GET", "/schedules", query={**query, "cursor": cursor}, tenant="tenant-b")
+    assert error_field(elsewhere) == (400, "cursor")
+    assert api.call("GET", "/schedules", query={**query, "cursor": cursor})[0] == 200
+
+
+@pytest.mark.parametrize("state", ["ended", "Active", "cancelled", ""])
+def test_a_schedule_listing_with_an_unknown_state_is_400_naming_it(api: System, state: str) -> None:
+    status, body = api.call("GET", "/schedules", query={"state": state})
+    assert (status, body["error"]["field"]) == (400, "state")
+    assert "'paused'" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("q", ["", "x" * 257])
+def test_a_schedule_listing_with_a_bad_text_is_422_naming_it(api: System, q: str) -> None:
+    assert error_field(api.call("GET", "/schedules", query={"q": q})) == (422, "q")
 
 
 # --- GET /schedules/{id}/occurrences: by state and time range ------------------------------

@@ -626,6 +626,23 @@ def test_a_runs_nodes_in_every_state_are_listed_with_their_exit_reasons(api: Api
         ("load", "waiting", None),
         ("score", "waiting", None),
     ]
+    # AND a page's exit reasons are one batch read, never a read per node
+    batches: list[list[str]] = []
+    real_get_many = api.occurrences.get_many
+
+    def get_many(keys: list[str]) -> dict[str, Any]:
+        batches.append(list(keys))
+        return real_get_many(keys)
+
+    def no_single_reads(key: str) -> None:
+        raise AssertionError(f"a node's row was read alone: {key}")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(api.occurrences, "get_many", get_many)
+        patch.setattr(api.occurrences, "get", no_single_reads)
+        status, page = api.call("GET", f"/runs/{run_id}/nodes", query={"limit": "100"})
+    assert status == 200 and len(page["items"]) == 4
+    assert batches == [[key]]  # the waiting nodes have no row to read
     # AND that cursor is not good for a listing by state, nor for another tenant
     cursor = api.call("GET", f"/runs/{run_id}/nodes", query={"limit": "1"})[1]["next_cursor"]
     by_state = {"state": "waiting", "cursor": cursor}

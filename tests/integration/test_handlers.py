@@ -51,7 +51,7 @@ def test_ticker_handler_fires_due_work_and_emits_lag_and_backlog_as_emf(
     )
     # WHEN the rule invokes the ticker with 6 s left (one tick before the 5 s margin)
     result = handler.handler(
-        events.load("ticker", "scheduled"), events.LambdaContext(timeout_ms=6_000)
+        events.load("ticker", "scheduled"), events.CountdownContext(timeout_ms=6_000)
     )
     # THEN it held the lease, ticked, and sent the job
     assert result["acquired"] is True
@@ -84,7 +84,7 @@ def test_second_ticker_invocation_while_the_first_holds_the_lease_does_nothing(
     )
     assert held is not None
     result = handler.handler(
-        events.load("ticker", "scheduled"), events.LambdaContext(timeout_ms=6_000)
+        events.load("ticker", "scheduled"), events.CountdownContext(timeout_ms=6_000)
     )
     assert result == {
         "acquired": False,
@@ -114,7 +114,9 @@ def test_a_ticker_group_serves_only_its_shards_under_its_own_lease(
         )
         jobs.setdefault(model.due_shard(view.job.schedule_id) % 2, view.job.schedule_id)
     # WHEN group 1's rule invokes the ticker (its event fixture names the group)
-    result = handler.handler(events.load("ticker", "group"), events.LambdaContext(timeout_ms=6_000))
+    result = handler.handler(
+        events.load("ticker", "group"), events.CountdownContext(timeout_ms=6_000)
+    )
     # THEN it held group 1's lease and sent group 1's job only
     assert result["acquired"] is True and result["sent"] >= 1
     assert wiring.lease_store().get("ticker-1-of-2") is not None

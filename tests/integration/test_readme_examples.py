@@ -4,7 +4,10 @@
 What the test supplies, as a reader would: `$API` and `$KEY` (the cloud's URL and a
 tenant's key), `FIRELINE_API_URL` and `FIRELINE_API_KEY` in place of the block's `export`
 line (which names the default port 8080; this cloud listens on its own), `$RUN` from the
-`run_id` of the answer before it, and `sch_...` as the schedule the CLI example created.
+`run_id` of the answer before it (a curl's or a CLI's `--json`), `sch_...` and `job_...` as
+the schedule and the job the CLI examples created, and `DEAD_LETTER_ID` as a dead letter's.
+A command that acts on a state waits for it first, as a reader would: a redrive for a dead
+letter to exist, a run's retry for the run to have failed.
 
 Each curl command must answer 2xx, or the status its comment states (`# 202 ...`); each
 CLI command must exit 0.
@@ -27,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from fireline.local.cloud import LocalCloud, LocalOptions
-from helpers.local_cloud import KEY, TEST_KEYS, call
+from helpers.local_cloud import KEY, TEST_KEYS, call, state_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -90,12 +93,27 @@ def shell(cloud: LocalCloud, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     }
 
 
+def placeholders_filled(cloud: LocalCloud, command: str, shell: dict[str, str]) -> str:
+    """The command with the ids a reader would copy from earlier answers."""
+    if "sch_..." in command:
+        _, page = call(cloud, "GET", "/schedules")
+        (created,) = [s for s in page["items"] if s["spec"] == "rate(5 minutes)"]
+        command = command.replace("sch_...", created["id"])
+    if "job_..." in command:
+        _, page = call(cloud, "GET", "/jobs")
+        (job,) = [j for j in page["items"] if j["target"].get("url") == "https://example.com/hook"]
+        command = command.replace("job_...", job["id"])
+    if "DEAD_LETTER_ID" in command:
+        letters = wait_for(lambda: call(cloud, "GET", "/dead-letters")[1]["items"])
+        command = command.replace("DEAD_LETTER_ID", letters[0]["id"])
+    if " runs retry " in command:
+        wait_for(lambda: state_of(cloud, f"/runs/{shell['RUN']}") == "failed", timeout=90)
+    return command
+
+
 def test_every_readme_example_runs_as_written(cloud: LocalCloud, shell: dict[str, str]) -> None:
     for command in RUN_IN_ORDER:
-        if "sch_..." in command:
-            _, page = call(cloud, "GET", "/schedules")
-            (created,) = [s for s in page["items"] if s["spec"] == "rate(5 minutes)"]
-            command = command.replace("sch_...", created["id"])
+        command = placeholders_filled(cloud, command, shell)
         done = subprocess.run(
             ["bash", "-c", command],
             cwd=ROOT,
@@ -117,3 +135,5 @@ def test_every_readme_example_runs_as_written(cloud: LocalCloud, shell: dict[str
                 shell["RUN"] = answer["run_id"]
         else:
             assert done.returncode == 0, (command, done.stdout, done.stderr)
+            if "--json" in command and '"run_id"' in done.stdout:
+                shell["RUN"] = json.loads(done.stdout)["run_id"]

@@ -7,8 +7,12 @@ both sides: what the CLI sent, and what it printed for the answer it got.
 from __future__ import annotations
 
 import argparse
+import email
+import email.policy
 import json
+import shlex
 import socket
+import subprocess
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -20,6 +24,7 @@ from typing import Any
 import pytest
 
 from fireline.cli import client, main
+from fireline.cli import schedules as schedules_cli
 from fireline.local import command as local_command
 
 KEY = "tenant-a-key"
@@ -131,7 +136,7 @@ def server() -> Iterator[FakeApi]:
                     path=url.path,
                     query=dict(urllib.parse.parse_qsl(url.query)),
                     headers={k.lower(): v for k, v in self.headers.items()},
-                    body=json.loads(raw) if raw else None,
+                    body=decoded(raw, self.headers.get("Content-Type") or ""),
                 )
             )
             status, body = fake.next_answer(self.command, url.path)
@@ -159,6 +164,21 @@ def server() -> Iterator[FakeApi]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def decoded(raw: bytes, content_type: str) -> Any:
+    """A JSON body decoded; a form's parts as {name: text}; nothing as None."""
+    if not raw:
+        return None
+    if content_type.startswith("multipart/form-data"):
+        message = email.message_from_bytes(
+            f"Content-Type: {content_type}\r\n\r\n".encode() + raw, policy=email.policy.HTTP
+        )
+        return {
+            part.get_param("name", header="content-disposition"): part.get_content()
+            for part in message.iter_parts()  # type: ignore[attr-defined]
+        }
+    return json.loads(raw)
 
 
 def run(api: FakeApi, *argv: str) -> int:
@@ -367,6 +387,182 @@ def test_a_role_arn_goes_with_an_aws_target(api: FakeApi) -> None:
     }
 
 
+def test_create_sends_every_option_of_the_schedule_body(api: FakeApi, tmp_path: Path) -> None:
+    # GIVEN a payload in a file
+    payload = tmp_path / "payload.json"
+    payload.write_text('{"report": "weekly"}')
+    api.answer("POST", "/schedules", 201, SCHEDULE)
+    # WHEN a schedule is created with every option
+    code = run(
+        api, "--json", "schedules", "create", "cron(0 9 * * MON)",
+        "--target-http", "https://hooks.example.com/x", "--http-timeout", "20",
+        "--header", "X-Team: reports", "--header", "X-Env:prod",
+        "--timezone", "America/New_York", "--start", "2026-12-01T00:00:00Z",
+        "--end", "2027-06-01T00:00:00+02:00", "--dst-gap", "skip", "--dst-repeat", "both",
+        "--jitter", "30", "--misfire", "fire_all", "--misfire-grace", "120",
+        "--catch-up-window", "7200", "--catch-up-max", "5", "--overlap", "forbid",
+        "--class", "short", "--payload", f"@{payload}", "--deadline", "600",
+        "--max-attempts", "5", "--backoff", "1.5", "--backoff-factor", "3",
+        "--backoff-cap", "60", "--retry-jitter", "none",
+    )  # fmt: skip
+    # THEN each lands in its field of the body
+    assert code == 0
+    assert api.last.body == {
+        "spec": "cron(0 9 * * MON)",
+        "target": {
+            "type": "http",
+            "url": "https://hooks.example.com/x",
+            "timeout_seconds": 20,
+            "headers": {"X-Team": "reports", "X-Env": "prod"},
+        },
+        "timezone": "America/New_York",
+        "start": "2026-12-01T00:00:00Z",
+        "end": "2027-06-01T00:00:00+02:00",
+        "dst": {"gap": "skip", "repeat": "both"},
+        "jitter_seconds": 30,
+        "misfire": {
+            "policy": "fire_all",
+            "grace_seconds": 120,
+            "catch_up_window_seconds": 7200,
+            "catch_up_max": 5,
+        },
+        "overlap": "forbid",
+        "job_class": "short",
+        "payload": {"report": "weekly"},
+        "deadline_seconds": 600,
+        "retry": {
+            "max_attempts": 5,
+            "base_seconds": 1.5,
+            "factor": 3.0,
+            "cap_seconds": 60.0,
+            "jitter": "none",
+        },
+    }
+
+
+def test_a_workflow_target_with_its_version(api: FakeApi) -> None:
+    api.answer("POST", "/schedules", 201, SCHEDULE)
+
+    args = ("rate(1 day)", "--target-workflow", "etl", "--workflow-version", "2")
+    assert run(api, "--json", "schedules", "create", *args) == 0
+
+    assert api.last.body["target"] == {"type": "workflow", "workflow_id": "etl", "version": 2}
+
+
+STORED = {
+    **SCHEDULE,
+    "dst": {"gap": "shift", "repeat": "first"},
+    "start": "2026-12-01T00:00:00Z",
+    "end": None,
+    "retry": {
+        "max_attempts": 3,
+        "base_seconds": 2.0,
+        "factor": 2.0,
+        "cap_seconds": 300.0,
+        "jitter": "full",
+    },
+    "misfire": {
+        "policy": "fire_once",
+        "grace_seconds": 60,
+        "catch_up_window_seconds": 3600,
+        "catch_up_max": 10,
+    },
+    "jitter_seconds": 0,
+    "deadline_seconds": 900,
+    "created_at": "2026-11-30T10:00:00Z",
+}
+# What a PUT of STORED unchanged would send: the stored definition, nothing read-only.
+DEFINITION = {
+    key: STORED[key]
+    for key in (
+        "spec", "timezone", "dst", "start", "end", "job_class", "target", "payload", "retry",
+        "misfire", "overlap", "jitter_seconds", "deadline_seconds",
+    )
+}  # fmt: skip
+
+
+def test_update_sends_the_stored_definition_with_the_options_given(api: FakeApi) -> None:
+    # GIVEN a stored schedule
+    api.answer("GET", "/schedules/nightly", 200, STORED)
+    api.answer("PUT", "/schedules/nightly", 200, {**STORED, "version": 4})
+    # WHEN some of its options are changed
+    code = run(
+        api, "--json", "schedules", "update", "nightly", "--spec", "cron(0 10 * * *)",
+        "--max-attempts", "7", "--misfire", "skip", "--dst-repeat", "last",
+        "--start", "none", "--no-deadline", "--role-arn", "arn:aws:iam::111122223333:role/r",
+    )  # fmt: skip
+    # THEN the whole definition is put back, those options changed, the rest as stored
+    assert code == 0
+    assert [(r.method, r.path) for r in api.requests] == [
+        ("GET", "/schedules/nightly"),
+        ("PUT", "/schedules/nightly"),
+    ]
+    assert api.last.body == {
+        **DEFINITION,
+        "spec": "cron(0 10 * * *)",
+        "retry": {**DEFINITION["retry"], "max_attempts": 7},
+        "misfire": {**DEFINITION["misfire"], "policy": "skip"},
+        "dst": {"gap": "shift", "repeat": "last"},
+        "start": None,
+        "deadline_seconds": None,
+        # sent as asked: the API names the field a python target does not take
+        "target": {**SCHEDULE["target"], "role_arn": "arn:aws:iam::111122223333:role/r"},
+    }
+
+
+def test_update_with_a_new_target_replaces_the_old_one(api: FakeApi) -> None:
+    api.answer("GET", "/schedules/nightly", 200, STORED)
+    api.answer("PUT", "/schedules/nightly", 200, STORED)
+
+    assert run(api, "--json", "schedules", "update", "nightly", "--target-python", "echo") == 0
+
+    assert api.last.body == {**DEFINITION, "target": {"type": "python", "handler": "echo"}}
+
+
+def test_list_sends_its_filters_and_cursor(api: FakeApi) -> None:
+    api.answer("GET", "/schedules", 200, {"items": [PAUSED], "next_cursor": None})
+
+    args = ("--state", "paused", "--q", "Every 5", "--limit", "5", "--cursor", "c1")
+    assert run(api, "--json", "schedules", "list", *args) == 0
+
+    assert api.last.query == {"state": "paused", "q": "Every 5", "limit": "5", "cursor": "c1"}
+
+
+def test_list_all_sends_the_filters_with_every_page(api: FakeApi) -> None:
+    api.answer("GET", "/schedules", 200, {"items": [SCHEDULE], "next_cursor": "p2"})
+    api.answer("GET", "/schedules", 200, {"items": [PAUSED], "next_cursor": None})
+
+    assert run(api, "--json", "schedules", "list", "--all", "--state", "active") == 0
+
+    assert [r.query for r in api.requests] == [
+        {"state": "active", "limit": "100"},
+        {"state": "active", "limit": "100", "cursor": "p2"},
+    ]
+
+
+def test_history_and_preview_send_their_filters(api: FakeApi) -> None:
+    page = {"items": [OCCURRENCE], "next_cursor": None}
+    api.answer("GET", "/schedules/nightly/occurrences", 200, page)
+    preview = {"schedule_id": "nightly", "description": "d", "timezone": "UTC", "fire_times": []}
+    api.answer("GET", "/schedules/nightly/preview", 200, preview)
+
+    code = run(
+        api, "--json", "schedules", "history", "nightly", "--state", "dead",
+        "--from", "2026-12-01T00:00:00Z", "--to", "2026-12-02T00:00:00Z", "--cursor", "c",
+    )  # fmt: skip
+    assert code == 0
+    assert api.last.query == {
+        "state": "dead",
+        "from": "2026-12-01T00:00:00Z",
+        "to": "2026-12-02T00:00:00Z",
+        "cursor": "c",
+    }
+
+    after = ("--after", "2027-01-01T00:00:00Z", "--count", "3")
+    assert run(api, "--json", "schedules", "preview", "nightly", *after) == 0
+    assert api.last.query == {"after": "2027-01-01T00:00:00Z", "count": "3"}
+
+
 @pytest.mark.parametrize(("action", "state"), [("pause", "paused"), ("resume", "active")])
 def test_pause_and_resume_post_to_the_schedule(
     api: FakeApi, capsys: pytest.CaptureFixture[str], action: str, state: str
@@ -426,7 +622,7 @@ def test_preview_asks_for_a_count_and_lists_fire_times(
     assert api.last.query == {"count": "2"}
     assert rows(capsys.readouterr().out) == [
         ["nightly: At 09:00 (Europe/Paris)"],
-        ["fire time"],
+        ["fire time", "queued"],
         [times[0]],
         [times[1]],
     ]
@@ -476,8 +672,8 @@ def test_job_create_with_a_delay(api: FakeApi, capsys: pytest.CaptureFixture[str
     }
     assert api.last.headers["idempotency-key"] == "job-key"
     assert rows(capsys.readouterr().out) == [
-        ["id", "state", "run_at", "attempts", "exit reason"],
-        ["job-7", "scheduled", "2026-12-01T09:00:00Z", "0", "-"],
+        ["id", "state", "run at", "class", "attempts", "exit reason"],
+        ["job-7", "scheduled", "2026-12-01T09:00:00Z", "short", "0", "-"],
     ]
 
 
@@ -499,13 +695,187 @@ def test_job_get_and_cancel_show_the_run(api: FakeApi, capsys: pytest.CaptureFix
     api.answer("POST", "/jobs/job-7/cancel", 200, {**JOB, "state": "cancelled"})
 
     assert run(api, "jobs", "get", "job-7") == 0
-    assert ["job-7", "failed", "2026-12-01T09:00:00Z", "3", "ValueError: boom"] in rows(
+    assert ["job-7", "failed", "2026-12-01T09:00:00Z", "short", "3", "ValueError: boom"] in rows(
         capsys.readouterr().out
     )
 
     assert run(api, "jobs", "cancel", "job-7") == 0
     assert (api.last.method, api.last.path) == ("POST", "/jobs/job-7/cancel")
-    assert ["job-7", "cancelled", "2026-12-01T09:00:00Z", "0", "-"] in rows(capsys.readouterr().out)
+    cancelled = ["job-7", "cancelled", "2026-12-01T09:00:00Z", "short", "0", "-"]
+    assert cancelled in rows(capsys.readouterr().out)
+
+
+def test_jobs_list_by_state(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.answer("GET", "/jobs", 200, {"items": [JOB], "next_cursor": "more"})
+
+    assert run(api, "jobs", "list", "--state", "scheduled", "--limit", "1") == 0
+
+    assert api.last.query == {"state": "scheduled", "limit": "1"}
+    out = capsys.readouterr()
+    assert ["job-7", "scheduled", "2026-12-01T09:00:00Z", "short", "0", "-"] in rows(out.out)
+    assert "next cursor more" in out.err
+
+
+# --- workflows and runs ------------------------------------------------------------------
+
+WORKFLOW = {
+    "workflow_id": "etl",
+    "version": 2,
+    "nodes": 2,
+    "edges": 1,
+    "created_at": "2026-12-01T08:00:00Z",
+}
+RUN = {
+    "run_id": "run_1",
+    "workflow_id": "etl",
+    "version": 2,
+    "state": "running",
+    "total": 2,
+    "generation": 1,
+    "created_at": "2026-12-01T08:00:00Z",
+    "finished_at": None,
+}
+
+
+def test_workflows_register_get_and_list(
+    api: FakeApi, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    definition = {
+        "nodes": [{"id": "a", "target": {"type": "python", "handler": "noop"}}],
+        "edges": [],
+    }
+    document = tmp_path / "etl.json"
+    document.write_text(json.dumps(definition))
+    api.answer("PUT", "/workflows/etl", 201, WORKFLOW)
+    api.answer("GET", "/workflows/etl", 200, WORKFLOW)
+    api.answer("GET", "/workflows", 200, {"items": [WORKFLOW], "next_cursor": None})
+
+    code = run(
+        api, "workflows", "register", "etl", f"@{document}", "--description", "nightly ETL",
+        "--idempotency-key", "wf-1",
+    )  # fmt: skip
+    assert code == 0
+    assert api.last.body == {**definition, "description": "nightly ETL"}
+    assert api.last.headers["idempotency-key"] == "wf-1"
+    assert ["etl", "2", "2", "1", "2026-12-01T08:00:00Z"] in rows(capsys.readouterr().out)
+
+    assert run(api, "workflows", "get", "etl") == 0
+    assert ["etl", "2", "2", "1", "2026-12-01T08:00:00Z"] in rows(capsys.readouterr().out)
+    assert run(api, "workflows", "list", "--limit", "10") == 0
+    assert api.last.query == {"limit": "10"}
+
+
+def test_a_definition_too_large_for_a_request_goes_through_an_upload(api: FakeApi) -> None:
+    # GIVEN an API that finds the definition too large inline, and gives an upload form
+    too_large = {"error": {"type": "too_large", "message": "over 4 MiB", "field": "body"}}
+    api.answer("PUT", "/workflows/big", 413, too_large)
+    api.answer("PUT", "/workflows/big", 201, WORKFLOW)
+    form = {
+        "upload_id": "up1",
+        "upload_url": f"{api.url}/bucket",
+        "upload_fields": {"key": "uploads/tenant-a/up1", "policy": "signed"},
+        "expires_in": 900,
+        "max_bytes": 100,
+    }
+    api.answer("POST", "/workflow-uploads", 201, form)
+    api.answer("POST", "/bucket", 204)
+    definition = {"nodes": [{"id": "a", "target": {"type": "python", "handler": "noop"}}]}
+    # WHEN it is registered
+    assert run(api, "--json", "workflows", "register", "big", json.dumps(definition)) == 0
+    # THEN it was tried inline, then posted with the form's fields, then named by upload id
+    assert [(r.method, r.path) for r in api.requests] == [
+        ("PUT", "/workflows/big"),
+        ("POST", "/workflow-uploads"),
+        ("POST", "/bucket"),
+        ("PUT", "/workflows/big"),
+    ]
+    posted = api.requests[2]
+    assert "x-api-key" not in posted.headers  # the form is the credential, not the key
+    assert {k: v for k, v in posted.body.items() if k != "file"} == form["upload_fields"]
+    assert json.loads(posted.body["file"]) == definition
+    assert api.last.body == {"upload_id": "up1"}
+
+
+def test_runs_start_list_and_act(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    api.answer("POST", "/workflows/etl/runs", 202, RUN)
+    api.answer("GET", "/workflows/etl/runs", 200, {"items": [RUN], "next_cursor": None})
+    for action in ("cancel", "retry", "reconcile"):
+        api.answer("POST", f"/runs/run_1/{action}", 200, {**RUN, "state": "cancelled"})
+
+    assert run(api, "--json", "runs", "start", "etl", "--version", "2") == 0
+    assert (api.last.path, api.last.body) == ("/workflows/etl/runs", {"version": 2})
+    assert json.loads(capsys.readouterr().out) == RUN
+
+    assert run(api, "runs", "list", "etl", "--state", "running") == 0
+    assert api.last.query == {"state": "running"}
+    assert rows(capsys.readouterr().out)[1][:4] == ["run_1", "etl", "2", "running"]
+
+    for action in ("cancel", "retry", "reconcile"):
+        assert run(api, "runs", action, "run_1") == 0
+        assert (api.last.method, api.last.path) == ("POST", f"/runs/run_1/{action}")
+
+
+def test_run_get_and_nodes(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
+    view = {
+        **RUN,
+        "state": "failed",
+        "counts": {"succeeded": 1, "failed": 1, "waiting": 0},
+        "progress": 1.0,
+        "failed_nodes": ["b"],
+    }
+    node = {"id": "b", "state": "failed", "generation": 1, "pending": 0, "exit_reason": "boom"}
+    api.answer("GET", "/runs/run_1", 200, view)
+    api.answer("GET", "/runs/run_1/nodes", 200, {"items": [node], "next_cursor": None})
+
+    assert run(api, "runs", "get", "run_1") == 0
+    out = capsys.readouterr().out
+    assert "nodes: succeeded 1, failed 1; progress 100%" in out
+    assert "failed: b" in out
+
+    assert run(api, "runs", "nodes", "run_1", "--state", "failed", "--limit", "500") == 0
+    assert api.last.query == {"state": "failed", "limit": "500"}
+    assert rows(capsys.readouterr().out)[1] == ["b", "failed", "1", "0", "boom"]
+
+
+# --- completion --------------------------------------------------------------------------
+
+
+def completions(shell_script: str, *words: str) -> list[str]:
+    """What the script offers for ``words`` (the last one being completed)."""
+    line = " ".join(shlex.quote(w) for w in words)
+    done = subprocess.run(
+        ["bash", "-c", f'{shell_script}\nCOMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; '
+         '_fireline_complete; printf "%s\\n" "${COMPREPLY[@]}"'],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    return [w for w in done.stdout.splitlines() if w]
+
+
+def test_the_bash_completion_knows_commands_options_and_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # GIVEN the script the CLI prints
+    assert main.main(["completion", "bash"]) == 0
+    script = capsys.readouterr().out
+    # THEN it completes commands, a command's actions, its options and their values
+    assert completions(script, "fireline", "wo") == ["workflows"]
+    assert "update" in completions(script, "fireline", "schedules", "")
+    assert completions(script, "fireline", "--json", "schedules", "list", "--st") == ["--state"]
+    assert completions(script, "fireline", "schedules", "list", "--state", "") == [
+        "active",
+        "paused",
+        "completed",
+    ]
+    assert completions(script, "fireline", "runs", "nodes", "r1", "--state", "bl") == ["blocked"]
+    assert "--misfire-grace" in completions(script, "fireline", "schedules", "update", "x", "--m")
+
+
+def test_the_zsh_completion_loads_the_bash_one_through_bashcompinit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main.main(["completion", "zsh"]) == 0
+    script = capsys.readouterr().out
+    assert "bashcompinit" in script and "complete -o default -F _fireline_complete" in script
 
 
 # --- dead letters ------------------------------------------------------------------------
@@ -522,8 +892,15 @@ def test_dead_letters_list_and_redrive(api: FakeApi, capsys: pytest.CaptureFixtu
 
     assert run(api, "dead-letters", "list") == 0
     assert rows(capsys.readouterr().out) == [
-        ["id", "key", "exit reason", "finished"],
-        [OCCURRENCE["id"], OCCURRENCE["key"], "ValueError: boom", "2026-12-01T08:00:03Z"],
+        ["id", "schedule", "fire time", "attempts", "exit reason", "finished"],
+        [
+            OCCURRENCE["id"],
+            "nightly",
+            "2026-12-01T08:00:00Z",
+            "3",
+            "ValueError: boom",
+            "2026-12-01T08:00:03Z",
+        ],
     ]
 
     assert run(api, "dead-letters", "redrive", str(OCCURRENCE["id"])) == 0
@@ -559,16 +936,68 @@ def test_an_error_without_a_field(api: FakeApi, capsys: pytest.CaptureFixture[st
 
     assert run(api, "--json", "jobs", "get", "nope") == 1
 
-    assert capsys.readouterr().err == "error: no such job (HTTP 404)\n"
+    assert capsys.readouterr().err == "error: job 'nope' not found: no such job (HTTP 404)\n"
 
 
-def test_a_gateway_refusal_is_reported(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
-    # GIVEN API Gateway's own answer to a missing or unknown key
+def test_a_gateway_refusal_of_the_key_says_it_was_refused(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN API Gateway's own answer to an unknown key
     api.answer("GET", "/schedules", 403, {"message": "Forbidden"})
 
     assert run(api, "schedules", "list") == 1
 
-    assert capsys.readouterr().err == "error: Forbidden (HTTP 403)\n"
+    err = capsys.readouterr().err
+    assert err.startswith("error: the API refused the key (from --api-key or $FIRELINE_API_KEY)")
+    assert err.endswith("(HTTP 403: Forbidden)\n")
+
+
+def test_a_401_without_a_key_says_how_to_set_one(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.answer("GET", "/jobs", 401, {"error": {"type": "unauthorized", "message": "no tenant"}})
+
+    assert main.main(["--api", api.url, "jobs", "list"]) == 1
+
+    err = capsys.readouterr().err
+    assert "x-api-key" not in api.last.headers
+    assert err.startswith("error: no API key: $FIRELINE_API_KEY is unset.")
+    assert "export FIRELINE_API_KEY=" in err and "--api-key" in err
+
+
+def test_a_quota_refusal_is_not_taken_for_a_bad_key(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refused = {"error": {"type": "quota_exceeded", "message": "10 schedules is the limit"}}
+    api.answer("POST", "/schedules", 403, refused)
+
+    assert run(api, "schedules", "create", "rate(1 hour)", "--target-python", "noop") == 1
+
+    assert capsys.readouterr().err == "error: 10 schedules is the limit (HTTP 403)\n"
+
+
+def test_a_field_error_names_the_option_that_sets_it(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    message = "Input should be less than or equal to 100"
+    refused = {"error": {"type": "validation", "message": message, "field": "retry.max_attempts"}}
+    api.answer("POST", "/jobs", 422, refused)
+
+    code = run(api, "jobs", "create", "--in", "1", "--target-python", "a", "--max-attempts", "101")
+
+    assert code == 1
+    assert capsys.readouterr().err == (
+        f"error: retry.max_attempts (--max-attempts): {message} (HTTP 422)\n"
+    )
+
+
+def test_a_missing_route_says_the_url_may_be_wrong(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # (the fake API answers "no such route" to what it was not told to answer)
+    assert run(api, "workflows", "get", "etl") == 1
+
+    assert capsys.readouterr().err.startswith(f"error: {api.url} has no such route")
 
 
 def test_the_client_raises_a_typed_error(api: FakeApi) -> None:
@@ -600,7 +1029,7 @@ def test_a_non_json_answer_is_an_error(api: FakeApi, capsys: pytest.CaptureFixtu
     )
 
 
-def test_an_unreachable_api_exits_1_naming_the_url(capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unreachable_api_exits_3_naming_the_url(capsys: pytest.CaptureFixture[str]) -> None:
     # GIVEN a port nothing listens on
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -608,8 +1037,8 @@ def test_an_unreachable_api_exits_1_naming_the_url(capsys: pytest.CaptureFixture
     url = f"http://127.0.0.1:{port}"
     # WHEN a command is run against it
     code = main.main(["--api", url, "schedules", "list"])
-    # THEN it fails with a message that says where it tried
-    assert code == 1
+    # THEN it fails, not as a refusal, with a message that says where it tried
+    assert code == 3
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot reach the Fireline API at {url}: ")
 
@@ -629,6 +1058,18 @@ def test_an_unreachable_api_exits_1_naming_the_url(capsys: pytest.CaptureFixture
         ["jobs", "create", "--in", "-1", "--target-python", "a"],
         ["jobs", "create", "--at", "2026-12-01T09:00:00", "--target-python", "a"],  # no offset
         ["--api", "localhost:8080", "schedules", "list"],  # no scheme
+        ["schedules", "list", "--state", "ended"],
+        ["schedules", "list", "--all", "--cursor", "c"],
+        ["schedules", "update", "x", "--deadline", "5", "--no-deadline"],
+        ["schedules", "create", "x", "--target-python", "a", "--no-deadline"],  # update only
+        ["schedules", "create", "x", "--target-python", "a", "--payload", "@/nonexistent.json"],
+        ["schedules", "create", "x", "--target-python", "a", "--header", "no-colon"],
+        ["schedules", "create", "x", "--target-python", "a", "--backoff", "nan"],
+        ["schedules", "history", "x", "--from", "yesterday"],
+        ["jobs", "list", "--state", "exploded"],
+        ["runs", "nodes", "r", "--state", "stuck"],
+        ["workflows", "register", "etl", "[1, 2]"],
+        ["completion", "fish"],
     ],
 )
 def test_usage_errors_exit_2_without_a_request(
@@ -671,7 +1112,7 @@ def test_another_command_group_can_sit_beside_the_operator_commands(
     other = parser.parse_args(["schedules", "get", "nightly"])
     # THEN each dispatches through its own `run`
     assert args.run(args) == 7
-    assert other.run is main._schedules_get
+    assert other.run is schedules_cli._get
 
 
 def test_ids_are_quoted_as_one_path_segment() -> None:

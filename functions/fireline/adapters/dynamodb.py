@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import builtins
 import json
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, replace
@@ -206,6 +207,37 @@ def _applied(write: Callable[[], object]) -> bool:
             return False
         raise
     return True
+
+
+def _batch_get(
+    client: DynamoDBClient,
+    table: str,
+    keys: Sequence[dict[str, Any]],
+    *,
+    what: str,
+    backoff: Callable[[int], None],
+    attempts: int = 6,
+) -> list[dict[str, Any]]:
+    """The items of ``keys`` that exist (read consistently, decoded): 100 keys a
+    BatchGetItem, the keys DynamoDB leaves unprocessed (throttling) asked again after
+    ``backoff(attempt)``; ``errors.Unavailable`` naming ``what`` if some stay unread."""
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(keys), BATCH_GET_MAX):
+        pending: list[dict[str, Any]] = [_encode(k) for k in keys[start : start + BATCH_GET_MAX]]
+        for attempt in range(attempts + 1):
+            with _translated():
+                response = client.batch_get_item(
+                    RequestItems={table: {"Keys": pending, "ConsistentRead": True}}
+                )
+            found += [_decode(r) for r in response.get("Responses", {}).get(table, [])]
+            unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys", {}))
+            pending = list(unprocessed.get(table, {}).get("Keys", []))
+            if not pending:
+                break
+            if attempt == attempts:
+                raise errors.Unavailable(f"DynamoDB left {len(pending)} {what} unread")
+            backoff(attempt)
+    return found
 
 
 # --- schedules ---------------------------------------------------------------------------
@@ -674,6 +706,23 @@ class DynamoOccurrenceStore:
             )
         record = response.get("Item")
         return occurrence_from_item(_decode(record)) if record else None
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, occurrence.Occurrence]:
+        # One BatchGetItem per 100 keys instead of a GetItem each.
+        wanted = []
+        for key in dict.fromkeys(keys):
+            parsed = occurrence.parse_key(key)
+            sort_key = occurrence_sort_key(parsed.fire_time, parsed.version)
+            wanted.append({"schedule_id": parsed.schedule_id, "occurrence_sk": sort_key})
+        items = _batch_get(
+            self._client,
+            self._table,
+            wanted,
+            what="occurrences",
+            backoff=lambda attempt: time.sleep(min(0.05 * 2**attempt, 1.0)),
+        )
+        rows = [occurrence_from_item(i) for i in items]
+        return {r.key: r for r in rows}
 
     def history(
         self,

@@ -392,6 +392,10 @@ class MemoryOccurrenceStore:
         with self._lock:
             return self._items.get(key)
 
+    def get_many(self, keys: Sequence[str]) -> dict[str, occurrence.Occurrence]:
+        with self._lock:
+            return {k: self._items[k] for k in keys if k in self._items}
+
     def history(
         self,
         tenant_id: str,

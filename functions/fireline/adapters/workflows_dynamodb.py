@@ -25,6 +25,7 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +35,7 @@ from botocore.exceptions import ClientError
 from fireline import ports
 from fireline.adapters.dynamodb import (
     _applied,
+    _batch_get,
     _cancellation_reasons,
     _code,
     _decode,
@@ -66,7 +68,6 @@ RUN_SK = "run"
 NODE_PREFIX = "N#"
 VERSION_PREFIX = "v#"
 BATCH_WRITE_MAX = 25
-BATCH_GET_MAX = 100
 MAX_VERSION = 10**8 - 1  # sk holds the version in 8 digits, so that it sorts
 # Unprocessed batch items and transaction conflicts are retried this many times, with
 # exponential backoff from BACKOFF_SECONDS, before the call gives up (errors.Unavailable).
@@ -107,6 +108,16 @@ def catalog_pk(tenant_id: str) -> str:
 
 def runs_pk(tenant_id: str, workflow_id: str) -> str:
     return f"WR#{tenant_id}#{workflow_id}"
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """What one page of :meth:`DynamoWorkflowStore.backfill_listings` did."""
+
+    scanned: int  # items read
+    catalogued: int  # catalog entries moved to a newer version
+    runs: int  # runs' entries written (again, for those that had one)
+    cursor: str | None  # where the next page starts; None at the end of the table
 
 
 def _put_new(table: str, item: dict[str, Any]) -> TransactWriteItemTypeDef:
@@ -258,24 +269,66 @@ class DynamoWorkflowStore:
                 return False  # the version is taken, and no unit was
             if reasons:
                 raise self._quotas.refused(meta.tenant_id, charge)
-        # Then the tenant's catalog entry moves to this version, only forward (versions
-        # may be indexed out of order). A failure here must not fail a registration that
-        # is done: the entry is an older version's until the next registration moves it.
-        entry = {**_definition_to_item(meta), "pk": catalog_pk(meta.tenant_id)}
-        entry["sk"] = f"W#{meta.workflow_id}"
+        # Then the tenant's catalog entry moves to this version. A failure here must not
+        # fail a registration that is done: the entry is an older version's until the next
+        # registration moves it.
         try:
-            _applied(
-                lambda: self._client.put_item(
-                    TableName=self._table,
-                    Item=_encode(entry),
-                    ConditionExpression="attribute_not_exists(#pk) OR #v < :v",
-                    ExpressionAttributeNames={"#pk": "pk", "#v": "version"},
-                    ExpressionAttributeValues={":v": {"N": str(meta.version)}},
-                )
-            )
+            self._catalog(meta)
         except errors.Unavailable:
             logger.warning("workflow catalog not updated", extra={"action": "catalog.stale"})
         return True
+
+    def _catalog(self, meta: workflow.DefinitionMeta) -> bool:
+        """Move the tenant's catalog entry of the workflow to ``meta``, only forward
+        (versions may be indexed out of order); False if it is at that version or later."""
+        entry = {**_definition_to_item(meta), "pk": catalog_pk(meta.tenant_id)}
+        entry["sk"] = f"W#{meta.workflow_id}"
+        return _applied(
+            lambda: self._client.put_item(
+                TableName=self._table,
+                Item=_encode(entry),
+                ConditionExpression="attribute_not_exists(#pk) OR #v < :v",
+                ExpressionAttributeNames={"#pk": "pk", "#v": "version"},
+                ExpressionAttributeValues={":v": {"N": str(meta.version)}},
+            )
+        )
+
+    def _runs_entry(self, run: workflow.Run) -> dict[str, Any]:
+        """The run's entry among its workflow's runs (newest first by creation)."""
+        created = _iso(run.created_at) if run.created_at else ""
+        return {
+            "pk": runs_pk(run.tenant_id, run.workflow_id),
+            "sk": f"{created}#{run.run_id}",
+            "run_id": run.run_id,
+        }
+
+    def backfill_listings(self, *, cursor: str | None = None, limit: int = 500) -> Backfill:
+        """One page of a Scan of the table that writes the listing entries items written
+        before the listings existed lack: each definition's catalog entry (only forward)
+        and each run's entry among its workflow's runs. Idempotent: a second pass writes
+        the same entries again and changes nothing. Resume from the returned cursor."""
+        kwargs: dict[str, Any] = {"TableName": self._table, "Limit": limit}
+        start = _decode_cursor(cursor, keys=("pk", "sk"))
+        if start is not None:
+            kwargs["ExclusiveStartKey"] = _encode(start)
+        with _translated():
+            response = self._client.scan(**kwargs)
+        catalogued = runs = 0
+        for raw in response.get("Items", []):
+            record = _decode(raw)
+            pk, sk = str(record["pk"]), str(record["sk"])
+            if pk.startswith("T#") and sk.startswith(VERSION_PREFIX):
+                catalogued += self._catalog(_definition_from_item(record))
+            elif pk.startswith("R#") and sk == RUN_SK:
+                entry = self._runs_entry(_run_from_item(record))
+                with _translated():
+                    self._client.put_item(TableName=self._table, Item=_encode(entry))
+                runs += 1
+        last = response.get("LastEvaluatedKey")
+        next_cursor = _encode_cursor(_decode(last)) if last else None
+        return Backfill(
+            scanned=response.get("Count", 0), catalogued=catalogued, runs=runs, cursor=next_cursor
+        )
 
     def _transact(self, items: list[TransactWriteItemTypeDef]) -> bool:
         """Write ``items`` together; False when a condition failed (nothing written)."""
@@ -378,16 +431,10 @@ class DynamoWorkflowStore:
     def create_run(self, run: workflow.Run) -> bool:
         # A repeated start (a redelivered request, a retried schedule fire) converges on
         # the run that exists; its entry among the workflow's runs is written with it.
-        created = _iso(run.created_at) if run.created_at else ""
-        entry = {
-            "pk": runs_pk(run.tenant_id, run.workflow_id),
-            "sk": f"{created}#{run.run_id}",
-            "run_id": run.run_id,
-        }
         return self._transact(
             [
                 _put_new(self._table, _run_to_item(run)),
-                {"Put": {"TableName": self._table, "Item": _encode(entry)}},
+                {"Put": {"TableName": self._table, "Item": _encode(self._runs_entry(run))}},
             ]
         )
 
@@ -467,27 +514,9 @@ class DynamoWorkflowStore:
         return {n.node_id: n for n in nodes}
 
     def _batch_get(self, keys: Sequence[dict[str, Any]], what: str) -> list[dict[str, Any]]:
-        """The items of ``keys`` that exist (read consistently), 100 keys a request, the
-        unprocessed ones asked again with backoff."""
-        found: list[dict[str, Any]] = []
-        for start in range(0, len(keys), BATCH_GET_MAX):
-            pending: list[dict[str, Any]] = [
-                _encode(k) for k in keys[start : start + BATCH_GET_MAX]
-            ]
-            for attempt in range(ATTEMPTS + 1):
-                with _translated():
-                    response = self._client.batch_get_item(
-                        RequestItems={self._table: {"Keys": pending, "ConsistentRead": True}}
-                    )
-                found += [_decode(r) for r in response.get("Responses", {}).get(self._table, [])]
-                unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys", {}))
-                pending = list(unprocessed.get(self._table, {}).get("Keys", []))
-                if not pending:
-                    break
-                if attempt == ATTEMPTS:
-                    raise errors.Unavailable(f"DynamoDB left {len(pending)} {what} unread")
-                self._backoff(attempt)
-        return found
+        return _batch_get(
+            self._client, self._table, keys, what=what, backoff=self._backoff, attempts=ATTEMPTS
+        )
 
     def all_nodes(self, run_id: str) -> builtins.list[workflow.RunNode]:
         kwargs: dict[str, Any] = {

@@ -36,7 +36,13 @@ from pydantic import ValidationError as ModelError
 from fireline.api import document, models
 from fireline.domain import dag, errors
 from fireline.services import workflows as workflow_service
-from fireline.services.schedules import JOB_STATES, OCCURRENCE_STATES, ScheduleService, one_of
+from fireline.services.schedules import (
+    JOB_STATES,
+    OCCURRENCE_STATES,
+    SCHEDULE_STATES,
+    ScheduleService,
+    one_of,
+)
 from fireline.services.workflows import WorkflowService
 
 logger = Logger(service="fireline", child=True)
@@ -165,14 +171,28 @@ def build_app(
 
         return _json(once("create_schedule", run), 201)
 
-    @app.get("/schedules", summary="List the tenant's schedules")
-    def list_schedules(limit: Limit = 50, cursor: Cursor = None) -> models.SchedulePage:
+    @app.get("/schedules", summary="List the tenant's schedules by id, filtered if asked")
+    def list_schedules(
+        limit: Limit = 50,
+        cursor: Cursor = None,
+        state: Annotated[str | None, Query(description=_listed(SCHEDULE_STATES))] = None,
+        q: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=256,
+                description="only those whose id, description or spec holds this text "
+                "(case-insensitive)",
+            ),
+        ] = None,
+    ) -> models.SchedulePage:
         owner = tenant()
-        after = models.listing_cursor_after(cursor, owner, "schedules", {})
-        page = service.list(owner, limit=limit, cursor=after)
+        filters: dict[str, str | None] = {"state": state, "q": q}
+        after = models.listing_cursor_after(cursor, owner, "schedules", filters)
+        page = service.list(owner, limit=limit, cursor=after, state=state, q=q)
         return models.SchedulePage(
             items=[models.ScheduleOut.of(s) for s in page.items],
-            next_cursor=models.listing_cursor(owner, "schedules", {}, page.cursor),
+            next_cursor=models.listing_cursor(owner, "schedules", filters, page.cursor),
         )
 
     @app.get("/schedules/<schedule_id>", summary="Get a schedule")

@@ -823,8 +823,13 @@ def listing_cursor(
     returned it: ``after`` is the store's own cursor, which knows nothing of filters."""
     if after is None:
         return None
-    key = {"tenant": tenant_id, "listing": listing, "filters": filters, "after": after}
+    key = {"tenant": tenant_id, "listing": listing, "filters": _given(filters), "after": after}
     return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode()
+
+
+def _given(filters: dict[str, str | None]) -> dict[str, str]:
+    # A filter left out is no filter: a listing's cursor stays the same when it gains one.
+    return {name: value for name, value in filters.items() if value is not None}
 
 
 def listing_cursor_after(
@@ -845,7 +850,7 @@ def listing_cursor_after(
         or not isinstance(key["filters"], dict)
     ):
         raise errors.ValidationError("is not a cursor this API returned", field="cursor")
-    if key["tenant"] != tenant_id or key["listing"] != listing or key["filters"] != filters:
+    if (key["tenant"], key["listing"], key["filters"]) != (tenant_id, listing, _given(filters)):
         raise errors.ValidationError("belongs to another listing", field="cursor")
     return str(key["after"])
 

@@ -13,6 +13,7 @@ points them at an emulator (the local cloud prints its URL).
     fireline admin signing show --tenant acme    # the keys a receiver verifies with
     fireline admin signing rotate --tenant acme [--overlap 86400]
     fireline admin quotas show|set|clear acme    # count quotas (fireline.cli.quotas)
+    fireline admin migrate listings               # older workflows and runs, listed
 """
 
 from __future__ import annotations
@@ -23,17 +24,19 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
-import botocore.exceptions
 from rich.console import Console
 from rich.table import Table
 
-from fireline.adapters import api_keys_dynamodb, apigateway, memory_keys, secretsmanager
+from fireline.cli import deployment
+from fireline.cli import migrate as migrate_cli
 from fireline.cli import quotas as quotas_cli
 from fireline.domain import api_keys, errors, signing
 from fireline.services import keys
+
+if TYPE_CHECKING:
+    import boto3
 
 STACK_ENV = "FIRELINE_STACK"
 DEFAULT_STACK = "fireline"
@@ -85,6 +88,8 @@ def add_admin_command(subparsers: Any) -> None:
 
     # Per-tenant count quotas: use and overrides (fireline.cli.quotas).
     quotas_cli.add_quota_commands(groups)
+    # Older data brought up to this version's layout (fireline.cli.migrate).
+    migrate_cli.add_migrate_commands(groups)
 
 
 def _leaf(group: Any, name: str, run: Any, help: str) -> argparse.ArgumentParser:
@@ -123,7 +128,7 @@ def _guarded(run: Any, args: argparse.Namespace) -> int:
     except errors.FirelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+    except deployment.aws_errors() as exc:
         print(f"error: AWS: {exc}", file=sys.stderr)
         return 1
 
@@ -132,6 +137,8 @@ def _guarded(run: Any, args: argparse.Namespace) -> int:
 
 
 def _session(args: argparse.Namespace) -> boto3.session.Session:
+    import boto3
+
     if args.endpoint_url and not os.environ.get("AWS_ACCESS_KEY_ID"):
         # An emulator takes any credentials; the local cloud's are these.
         return boto3.session.Session(
@@ -143,6 +150,10 @@ def _session(args: argparse.Namespace) -> boto3.session.Session:
 
 
 def admin_for(args: argparse.Namespace) -> keys.KeyAdmin:
+    import botocore.exceptions
+
+    from fireline.adapters import api_keys_dynamodb, apigateway, memory_keys, secretsmanager
+
     session = _session(args)
 
     def client(service: str) -> Any:

@@ -11,6 +11,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -128,6 +129,51 @@ class ApiClient:
             raise ApiError(
                 status, "invalid_response", f"the answer is not JSON: {_excerpt(raw)}"
             ) from None
+
+
+def post_form(
+    url: str,
+    fields: Mapping[str, str],
+    document: bytes,
+    *,
+    filename: str = "definition.json",
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+) -> None:
+    """POST a multipart form (``fields`` first, then ``document`` as the field ``file``), as
+    a presigned S3 POST takes it; raises ``ApiError`` for an answer outside 2xx (S3's XML
+    error text in its message) and ``ApiUnreachable`` when no answer came back."""
+    boundary = f"fireline-{uuid.uuid4().hex}"
+    parts: list[bytes] = []
+    for name, value in fields.items():
+        parts.append(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
+            f"{value}\r\n".encode()
+        )
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+        f'filename="{filename}"\r\nContent-Type: application/json\r\n\r\n'.encode()
+        + document
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    call = urllib.request.Request(
+        url,
+        data=b"".join(parts),
+        headers={
+            "Content-Type": f"multipart/form-data; boundary={boundary}",
+            "User-Agent": USER_AGENT,
+        },
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(call, timeout=timeout) as answer:
+            answer.read()
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        exc.close()
+        raise ApiError(exc.code, "upload", f"the upload was refused: {_excerpt(raw)}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        raise ApiUnreachable(url, str(reason)) from None
 
 
 def route(*segments: str) -> str:

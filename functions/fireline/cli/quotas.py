@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.table import Table
 
-from fireline.adapters import quotas_dynamodb
+from fireline.cli import deployment
 from fireline.domain import errors, quota
+
+if TYPE_CHECKING:
+    from fireline.adapters import quotas_dynamodb
 
 TABLE_ENV = "FIRELINE_SLOTS_TABLE"
 STACK_OUTPUT = "SlotsTableName"
@@ -62,32 +62,14 @@ def _leaf(
 ) -> argparse.ArgumentParser:
     parser = actions.add_parser(name, help=help, description=help)
     parser.add_argument("tenant", metavar="TENANT", help="the tenant id")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--table",
-        default=os.environ.get(TABLE_ENV) or None,
-        help=f"the deployment's slots table (default: ${TABLE_ENV})",
-    )
-    where.add_argument("--stack", help=f"a stack whose {STACK_OUTPUT} output names it")
-    parser.add_argument("--endpoint-url", help="an emulator's URL (the local cloud's)")
-    parser.add_argument("--region", default=None, help="the deployment's AWS region")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    deployment.add_table_options(parser, output=STACK_OUTPUT, env=TABLE_ENV, what="slots")
     return parser
 
 
 def _store(args: argparse.Namespace) -> quotas_dynamodb.DynamoQuotaStore:
-    session = boto3.session.Session(region_name=args.region)
-    table = args.table
-    if table is None and args.stack is not None:
-        cloudformation = session.client("cloudformation", endpoint_url=args.endpoint_url)
-        (stack,) = cloudformation.describe_stacks(StackName=args.stack)["Stacks"]
-        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
-        table = outputs.get(STACK_OUTPUT)
-    if not table:
-        raise errors.ValidationError(
-            f"name the slots table: --table, --stack or ${TABLE_ENV}", field="table"
-        )
-    client = session.client("dynamodb", endpoint_url=args.endpoint_url)
+    from fireline.adapters import quotas_dynamodb
+
+    client, table = deployment.table(args, output=STACK_OUTPUT, env=TABLE_ENV, what="slots")
     return quotas_dynamodb.DynamoQuotaStore(client, table)
 
 
@@ -157,9 +139,10 @@ def _reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
     """A refused value or an AWS error is a message and exit code 1, not a traceback."""
 
     def guarded(args: argparse.Namespace) -> int:
+        refused: tuple[type[Exception], ...] = (errors.FirelineError, *deployment.aws_errors())
         try:
             return run(args)
-        except (errors.FirelineError, BotoCoreError, ClientError) as exc:
+        except refused as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
 

@@ -45,6 +45,10 @@ MAX_JOB_ROWS = 200
 # What a job's state may be: its occurrence's, or "scheduled" before the ticker fires it.
 OCCURRENCE_STATES = tuple(s.value for s in occurrence.State)
 JOB_STATES = ("scheduled", *OCCURRENCE_STATES)
+# What a recurring schedule's state may be (``cancelled`` is a one-off job's alone).
+SCHEDULE_STATES = tuple(
+    s.value for s in model.ScheduleState if s is not model.ScheduleState.CANCELLED
+)
 # Milliseconds a trigger tries past the one it was asked in, when others took them.
 TRIGGER_TRIES = 50
 
@@ -213,23 +217,43 @@ class ScheduleService:
         return item
 
     def list(
-        self, tenant_id: str, *, limit: int = 50, cursor: str | None = None
+        self,
+        tenant_id: str,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        state: str | None = None,
+        q: str | None = None,
     ) -> ports.Page[model.Schedule]:
-        """A page of the tenant's schedules. Jobs share their partition, so one read can hold
-        none: read on, each read asking only for what the page still lacks (so the cursor
-        of the last read is right after the last item returned), until the page is full,
-        the partition ends or :data:`MAX_LIST_READS` reads were made (a partition of
-        thousands of jobs must not hold the request past its time). A first page is empty
-        only when no schedule is left or the reads met only jobs.
+        """A page of the tenant's schedules in id order; only those in ``state`` (a
+        :data:`SCHEDULE_STATES` value) and those whose id, description or spec holds ``q``
+        (case-insensitively), when given.
+
+        Jobs share the partition and the filters drop rows, so one read can hold none:
+        read on, each read asking only for what the page still lacks (so the cursor of the
+        last read is right after the last item returned), until the page is full, the
+        partition ends or :data:`MAX_LIST_READS` reads were made (a partition of thousands
+        of jobs must not hold the request past its time). A first page is empty only when
+        nothing matching is left or the reads met none; its cursor then reads on.
 
         Reads: Query on the tenant's partition of the schedule table, at most
-        MAX_LIST_READS of them a page, ``limit`` rows in all."""
-        return self._read_on(
-            tenant_id,
-            limit=limit,
-            cursor=cursor,
-            keep=lambda s: s if s.kind is model.Kind.SCHEDULE else None,
-        )
+        MAX_LIST_READS of them a page."""
+        one_of(state, SCHEDULE_STATES)
+        needle = q.casefold() if q is not None else None
+
+        def keep(item: model.Schedule) -> model.Schedule | None:
+            if item.kind is not model.Kind.SCHEDULE:
+                return None
+            if state is not None and item.state.value != state:
+                return None
+            if needle is not None and not any(
+                needle in text.casefold()
+                for text in (item.schedule_id, item.description, item.spec_text)
+            ):
+                return None
+            return item
+
+        return self._read_on(tenant_id, limit=limit, cursor=cursor, keep=keep)
 
     def list_jobs(
         self,

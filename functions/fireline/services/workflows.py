@@ -925,20 +925,25 @@ class WorkflowService:
 
         Reads: with a state, Query on that state's partition of the ``by_state`` index
         (keys) and a BatchGetItem of the rows; without, Query on the run's partition.
-        Then one GetItem a node of its occurrence row (for the exit reason): ``limit``
-        rows and ``limit`` small reads a page."""
+        Then one BatchGetItem per 100 nodes of their occurrence rows (for the exit
+        reasons)."""
         found = self.run(tenant_id, run_id)
         if state is None:
             page = self.store.nodes(run_id, limit=limit, cursor=cursor)
         else:
             page = self.store.nodes_in_state(run_id, state, limit=limit, cursor=cursor)
-        return ports.Page([self._node_view(found, n) for n in page.items], page.cursor)
-
-    def _node_view(self, run: workflow.Run, node: workflow.RunNode) -> NodeView:
-        if self.occurrences is None or node.state is NodeState.WAITING:
-            return NodeView(node, None)  # a waiting node has not run (this generation)
-        row = self.occurrences.get(workflow.node_occurrence_key(run, node))
-        return NodeView(node, row.exit_reason if row else None)
+        # A waiting node has not run (this generation): it has no row to read.
+        ran = {
+            n.node_id: workflow.node_occurrence_key(found, n)
+            for n in page.items
+            if n.state is not NodeState.WAITING
+        }
+        rows = self.occurrences.get_many(list(ran.values())) if self.occurrences else {}
+        views = []
+        for node in page.items:
+            row = rows.get(ran[node.node_id]) if node.node_id in ran else None
+            views.append(NodeView(node, row.exit_reason if row else None))
+        return ports.Page(views, page.cursor)
 
     def cancel(self, tenant_id: str, run_id: str) -> workflow.Run:
         current = self.run(tenant_id, run_id)
