@@ -175,7 +175,7 @@ def build_app(
     def list_schedules(
         limit: Limit = 50,
         cursor: Cursor = None,
-        state: Annotated[str | None, Query(description=_listed(SCHEDULE_STATES))] = None,
+        state: Annotated[str | None, _state_filter(SCHEDULE_STATES)] = None,
         q: Annotated[
             str | None,
             Query(
