@@ -504,8 +504,8 @@ def body_limit(method: str, path: str) -> tuple[int, str]:
 
 def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Resolve one API Gateway proxy event. A body is checked before the resolver decodes
-    it: its size, its type (a JSON object only) and its nesting, NaN, infinities and numbers out of
-    range, so what the resolver and the models then read cannot fail them (a 5xx) or
+    it: its size, its type (a JSON object only) and its nesting, NaN, infinities and numbers
+    out of range, so what the resolver and the models then read cannot fail them (a 5xx) or
     be stored changed (a non-finite number as null)."""
     refused = _refused_body(event)
     if refused is not None:
