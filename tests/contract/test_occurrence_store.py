@@ -337,3 +337,20 @@ def test_history_keeps_the_fire_times_in_range_and_the_states_asked_for(
     queued = read(since=START, until=START + 3 * MINUTE, states=(State.QUEUED,))
     assert queued == [rows[n].key for n in ("v2", "trigger", "at start")]
     assert read(since=START + 3 * MINUTE) == [rows["at end"].key]
+
+
+def test_history_up_to_a_time_alone_keeps_the_rows_before_it(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN rows before and at a time
+    before = an_occurrence("nightly", START - MINUTE)
+    at = an_occurrence("nightly", START)
+    for row in (before, at):
+        assert occurrence_store.put_new(row)
+    # WHEN history is read up to that time, with no start (DynamoDB refuses an empty key
+    # value as the range's low end)
+    page = occurrence_store.history(
+        TENANT, "nightly", limit=10, only=ports.OccurrenceFilter(until=START)
+    )
+    # THEN only the row before it comes
+    assert [o.key for o in page.items] == [before.key]

@@ -1165,6 +1165,7 @@ def test_every_route_but_the_api_description_needs_the_key_authorizer(
         ],
         ("/", "x-amazon-apigateway-any-method"): [{"ApiKeyAuthorizer": []}, {"api_key": []}],
         ("/openapi.json", "get"): [],
+        ("/docs", "get"): [],
     }
     integrations = {
         _referenced(operation["x-amazon-apigateway-integration"]["uri"]).pop()
@@ -1569,7 +1570,7 @@ def test_the_usage_plan_throttles_each_tenant_on_the_apis_stage(translated: dict
     assert api["ApiKeySourceType"] == "AUTHORIZER"
 
 
-def test_over_a_limit_api_gateway_answers_429_with_the_local_gateways_bodies(
+def test_api_gateway_refuses_with_the_local_gateways_bodies_in_the_apis_error_shape(
     translated: dict[str, Any],
 ) -> None:
     body = translated["Resources"]["FirelineApi"]["Properties"]["Body"]
@@ -1584,4 +1585,7 @@ def test_over_a_limit_api_gateway_answers_429_with_the_local_gateways_bodies(
     assert answered == {
         "THROTTLED": (429, json.loads(runtime.THROTTLED_BODY)),
         "QUOTA_EXCEEDED": (429, json.loads(runtime.QUOTA_EXCEEDED_BODY)),
+        "UNAUTHORIZED": (401, json.loads(runtime.UNAUTHORIZED_BODY)),
+        "ACCESS_DENIED": (403, json.loads(runtime.FORBIDDEN_BODY)),
+        "INVALID_API_KEY": (403, json.loads(runtime.FORBIDDEN_BODY)),
     }

@@ -107,16 +107,17 @@ def _query_page(
     cursor: str | None,
     index: str | None = None,
     newest_first: bool = False,
-    sort_between: tuple[str, str, str] | None = None,
+    sort_between: tuple[str, str | None, str | None] | None = None,
     states: Sequence[str] | None = None,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of a Query on one partition; the decoded items and the next cursor.
 
-    ``sort_between`` (sort key attribute, low, high; both inclusive) narrows the key range
-    read; ``states`` keeps the rows whose ``state`` is one of them, a filter applied after
-    the read (``limit`` counts rows read, so a page may come back short, even empty, with
-    a cursor). A cursor is a client's input: it must carry exactly this listing's key
-    attributes and the same partition, or it is refused (a 400 naming ``cursor``).
+    ``sort_between`` (sort key attribute, low, high; both inclusive, None for an open end)
+    narrows the key range read; ``states`` keeps the rows whose ``state`` is one of them, a
+    filter applied after the read (``limit`` counts rows read, so a page may come back
+    short, even empty, with a cursor). A cursor is a client's input: it must carry exactly
+    this listing's key attributes and the same partition, or it is refused (a 400 naming
+    ``cursor``).
     """
     name, value = partition
     kwargs: dict[str, Any] = {
@@ -129,9 +130,17 @@ def _query_page(
     }
     if sort_between is not None:
         sort_name, low, high = sort_between
-        kwargs["KeyConditionExpression"] += " AND #sk BETWEEN :low AND :high"
+        # An open end is left out of the condition: a key value may not be empty.
+        if low is not None and high is not None:
+            condition = " AND #sk BETWEEN :low AND :high"
+        else:
+            condition = " AND #sk >= :low" if low is not None else " AND #sk <= :high"
+        kwargs["KeyConditionExpression"] += condition
         kwargs["ExpressionAttributeNames"]["#sk"] = sort_name
-        kwargs["ExpressionAttributeValues"].update({":low": {"S": low}, ":high": {"S": high}})
+        bounds = {":low": low, ":high": high}
+        kwargs["ExpressionAttributeValues"].update(
+            {place: {"S": bound} for place, bound in bounds.items() if bound is not None}
+        )
     if states:
         places = [f":state{n}" for n in range(len(states))]
         kwargs["FilterExpression"] = f"#state IN ({', '.join(places)})"
@@ -730,8 +739,8 @@ class DynamoOccurrenceStore:
         only = only or ports.OccurrenceFilter()
         between = None
         if only.since is not None or only.until is not None:
-            low = occurrence_sort_key(only.since, 0) if only.since else ""
-            high = occurrence_sort_key(only.until, 0) if only.until else "\uffff"
+            low = occurrence_sort_key(only.since, 0) if only.since else None
+            high = occurrence_sort_key(only.until, 0) if only.until else None
             between = ("occurrence_sk", low, high)
         items, next_cursor = _query_page(
             self._client,

@@ -25,7 +25,6 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
-from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyAlreadyInProgressError,
@@ -34,7 +33,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
 from pydantic import ValidationError as ModelError
 
-from fireline.api import models
+from fireline.api import document, models
 from fireline.domain import dag, errors
 from fireline.services import workflows as workflow_service
 from fireline.services.schedules import (
@@ -67,7 +66,11 @@ BODY_LIMITS: tuple[tuple[str, re.Pattern[str], int, str], ...] = (
 
 ID = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 Limit = Annotated[int, Query(ge=1, le=100)]
-Cursor = Annotated[str | None, Query(max_length=2048)]
+Cursor = Annotated[
+    str | None, Query(max_length=2048, description="the next_cursor of the previous page")
+]
+# An instant in a query string, with its UTC offset (the API reads ISO 8601).
+INSTANT = {"format": "date-time"}
 
 
 class Unauthorized(errors.FirelineError):
@@ -152,8 +155,14 @@ def build_app(
 
     # --- schedules -------------------------------------------------------------------------
 
-    @app.post("/schedules", summary="Create a schedule", responses=_responses(201))
-    def create_schedule(body: Annotated[models.ScheduleIn, Body()]) -> Response[str]:
+    @app.post(
+        "/schedules",
+        summary="Create a schedule",
+        responses=document.success(201, models.ScheduleOut, document.SCHEDULE_LINKS),
+    )
+    def create_schedule(
+        body: Annotated[models.ScheduleIn, Body(openapi_examples=document.SCHEDULE_EXAMPLES)],
+    ) -> Response[str]:
         owner = tenant()
 
         def run() -> dict[str, Any]:
@@ -166,7 +175,7 @@ def build_app(
     def list_schedules(
         limit: Limit = 50,
         cursor: Cursor = None,
-        state: Annotated[str | None, Query(description=_listed(SCHEDULE_STATES))] = None,
+        state: Annotated[str | None, _state_filter(SCHEDULE_STATES)] = None,
         q: Annotated[
             str | None,
             Query(
@@ -192,11 +201,14 @@ def build_app(
 
     @app.put("/schedules/<schedule_id>", summary="Replace a schedule (new version)")
     def update_schedule(
-        schedule_id: ID, body: Annotated[models.ScheduleIn, Body()]
+        schedule_id: ID,
+        body: Annotated[models.ScheduleIn, Body(openapi_examples=document.SCHEDULE_EXAMPLES)],
     ) -> models.ScheduleOut:
         return models.ScheduleOut.of(service.update(tenant(), schedule_id, body.to_draft()))
 
-    @app.delete("/schedules/<schedule_id>", summary="Delete a schedule", responses=_responses(204))
+    @app.delete(
+        "/schedules/<schedule_id>", summary="Delete a schedule", responses=document.success(204)
+    )
     def delete_schedule(schedule_id: ID) -> Response[str]:
         service.delete(tenant(), schedule_id)
         return Response(status_code=204, body="")
@@ -212,7 +224,7 @@ def build_app(
     @app.post(
         "/schedules/<schedule_id>/trigger",
         summary="Fire now, through the same path as a scheduled fire",
-        responses=_responses(202),
+        responses=document.success(202, models.OccurrenceOut),
     )
     def trigger_schedule(schedule_id: ID) -> Response[str]:
         owner = tenant()
@@ -228,7 +240,11 @@ def build_app(
         schedule_id: ID,
         count: Annotated[int, Query(ge=1, le=100)] = 10,
         after: Annotated[
-            str | None, Query(description="fires after this instant (ISO 8601; default now)")
+            str | None,
+            Query(
+                description="fires after this instant (ISO 8601; default now)",
+                json_schema_extra=INSTANT,
+            ),
         ] = None,
     ) -> models.PreviewOut:
         owner = tenant()
@@ -247,12 +263,18 @@ def build_app(
         schedule_id: ID,
         limit: Limit = 50,
         cursor: Cursor = None,
-        state: Annotated[str | None, Query(description=_listed(OCCURRENCE_STATES))] = None,
+        state: Annotated[str | None, _state_filter(OCCURRENCE_STATES)] = None,
         since: Annotated[
-            str | None, Query(alias="from", description="fire time at or after (ISO 8601)")
+            str | None,
+            Query(
+                alias="from",
+                description="fire time at or after (ISO 8601)",
+                json_schema_extra=INSTANT,
+            ),
         ] = None,
         until: Annotated[
-            str | None, Query(alias="to", description="fire time before (ISO 8601)")
+            str | None,
+            Query(alias="to", description="fire time before (ISO 8601)", json_schema_extra=INSTANT),
         ] = None,
     ) -> models.OccurrencePage:
         owner = tenant()
@@ -274,8 +296,14 @@ def build_app(
 
     # --- one-off jobs ----------------------------------------------------------------------
 
-    @app.post("/jobs", summary="Create a one-off job", responses=_responses(201))
-    def create_job(body: Annotated[models.JobIn, Body()]) -> Response[str]:
+    @app.post(
+        "/jobs",
+        summary="Create a one-off job",
+        responses=document.success(201, models.JobOut, document.JOB_LINKS),
+    )
+    def create_job(
+        body: Annotated[models.JobIn, Body(openapi_examples=document.JOB_EXAMPLES)],
+    ) -> Response[str]:
         owner = tenant()
 
         def run() -> dict[str, Any]:
@@ -288,7 +316,7 @@ def build_app(
     def list_jobs(
         limit: Limit = 50,
         cursor: Cursor = None,
-        state: Annotated[str | None, Query(description=_listed(JOB_STATES))] = None,
+        state: Annotated[str | None, _state_filter(JOB_STATES)] = None,
     ) -> models.JobPage:
         owner = tenant()
         filters: dict[str, str | None] = {"state": state}
@@ -307,7 +335,10 @@ def build_app(
         "/jobs/<job_id>/heartbeat",
         summary="A running long job is alive (with progress, shown by GET)",
     )
-    def heartbeat_job(job_id: ID, body: Annotated[models.HeartbeatIn, Body()]) -> models.JobOut:
+    def heartbeat_job(
+        job_id: ID,
+        body: Annotated[models.HeartbeatIn, Body(openapi_examples=document.HEARTBEAT_EXAMPLES)],
+    ) -> models.JobOut:
         return models.JobOut.of(service.heartbeat_job(tenant(), job_id, body.progress))
 
     @app.post(
@@ -329,7 +360,7 @@ def build_app(
     @app.post(
         "/dead-letters/<dead_letter_id>/redrive",
         summary="Queue a dead occurrence again (attempts start over)",
-        responses=_responses(202),
+        responses=document.success(202, models.OccurrenceOut),
     )
     def redrive_dead_letter(
         dead_letter_id: Annotated[str, Path(min_length=1, max_length=400)],
@@ -351,6 +382,17 @@ def build_app(
             status_code=200,
             content_type=content_types.APPLICATION_JSON,
             body=openapi_document(app),
+        )
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> Response[str]:
+        # The page names its document as /docs?format=json (Swagger UI resolves the
+        # document's relative server against it, the stage's path included).
+        if (app.current_event.query_string_parameters or {}).get("format") == "json":
+            return openapi()
+        described = json.loads(openapi_document(app))
+        return Response(
+            status_code=200, content_type="text/html", body=document.swagger_page(described)
         )
 
     # --- errors, by type -------------------------------------------------------------------
@@ -426,13 +468,30 @@ def build_app(
 
     @app.not_found
     def no_route(exc: Exception) -> Response[str]:
-        return _error(404, "not_found", "no such route")
+        path = app.current_event.path
+        # Powertools' routes, by the compiled pattern it matches them with.
+        allowed = sorted(
+            {r.method for r in app._static_routes + app._dynamic_routes if r.rule.match(path)}
+        )
+        if not allowed:
+            return _error(404, "not_found", "no such route")
+        answer = _error(
+            405,
+            "method_not_allowed",
+            f"{app.current_event.http_method} is not a method of {path}",
+            "method",
+        )
+        answer.headers["Allow"] = ", ".join(allowed)
+        return answer
 
     return app
 
 
 def openapi_document(app: APIGatewayRestResolver) -> str:
-    return app.get_openapi_json_schema(title=TITLE, version=API_VERSION, description=DESCRIPTION)
+    generated = app.get_openapi_json_schema(
+        title=TITLE, version=API_VERSION, description=DESCRIPTION
+    )
+    return json.dumps(document.finish(json.loads(generated)))
 
 
 def body_limit(method: str, path: str) -> tuple[int, str]:
@@ -445,8 +504,8 @@ def body_limit(method: str, path: str) -> tuple[int, str]:
 
 def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Resolve one API Gateway proxy event. A body is checked before the resolver decodes
-    it: its size, its type (JSON only) and its nesting, NaN, infinities and numbers out of
-    range, so what the resolver and the models then read cannot fail them (a 5xx) or
+    it: its size, its type (a JSON object only) and its nesting, NaN, infinities and numbers
+    out of range, so what the resolver and the models then read cannot fail them (a 5xx) or
     be stored changed (a non-finite number as null)."""
     refused = _refused_body(event)
     if refused is not None:
@@ -485,11 +544,15 @@ def _refused_body(event: dict[str, Any]) -> Response[str] | None:
     try:
         if event.get("isBase64Encoded"):
             raw = base64.b64decode(raw, validate=True)
-        models.decode_json(raw)
+        decoded = models.decode_json(raw)
     except errors.ValidationError as exc:
         return _error(400, "validation", exc.detail, exc.field)
     except ValueError:  # not base64, not UTF-8, not JSON, an integer of 4,300+ digits
         return _error(422, "validation", "the body is not JSON", "body")
+    if decoded is not None and not isinstance(decoded, dict):
+        # Every body of the API is an object; the resolver would read an array's first
+        # element as the body and drop the rest (two creates sent, one made).
+        return _error(422, "validation", "the body must be a JSON object", "body")
     return None
 
 
@@ -507,20 +570,16 @@ def _listed(states: tuple[str, ...]) -> str:
     return "only those in this state: " + ", ".join(states)
 
 
+def _state_filter(states: tuple[str, ...]) -> Any:
+    """A ``state`` query parameter, its values listed in the document (an unknown one is a
+    400 naming ``state``)."""
+    return Query(description=_listed(states), json_schema_extra={"enum": list(states)})
+
+
 def _json(body: dict[str, Any], status: int) -> Response[str]:
     return Response(
         status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body)
     )
-
-
-def _responses(status: int, model: type[Any] | None = None) -> dict[int, OpenAPIResponse]:
-    if model is None:
-        return {status: OpenAPIResponse(description="success")}
-    return {
-        status: OpenAPIResponse(
-            description="success", content={content_types.APPLICATION_JSON: {"model": model}}
-        )
-    }
 
 
 def _workflow_routes(
@@ -546,10 +605,11 @@ def _workflow_routes(
         "/workflows/<workflow_id>",
         summary="Register a workflow definition: a new version (inline up to 4 MiB, or "
         "an upload_id)",
-        responses=_responses(201, models.WorkflowOut),
+        responses=document.success(201, models.WorkflowOut, document.WORKFLOW_LINKS),
     )
     def register_workflow(
-        workflow_id: ID, body: Annotated[models.WorkflowIn, Body()]
+        workflow_id: ID,
+        body: Annotated[models.WorkflowIn, Body(openapi_examples=document.WORKFLOW_EXAMPLES)],
     ) -> Response[str]:
         owner = tenant()
 
@@ -564,7 +624,7 @@ def _workflow_routes(
         "/workflow-uploads",
         summary="A presigned POST to upload a large workflow definition with, then "
         "register it by upload_id",
-        responses=_responses(201, models.UploadOut),
+        responses=document.success(201, models.UploadOut),
     )
     def create_workflow_upload() -> Response[str]:
         upload_id, form = workflows.upload(tenant())
@@ -592,9 +652,7 @@ def _workflow_routes(
         workflow_id: ID,
         limit: Limit = 50,
         cursor: Cursor = None,
-        state: Annotated[
-            str | None, Query(description=_listed(workflow_service.RUN_STATES))
-        ] = None,
+        state: Annotated[str | None, _state_filter(workflow_service.RUN_STATES)] = None,
     ) -> models.RunPage:
         owner = tenant()
         filters: dict[str, str | None] = {"workflow_id": workflow_id, "state": state}
@@ -612,10 +670,11 @@ def _workflow_routes(
     @app.post(
         "/workflows/<workflow_id>/runs",
         summary="Start a run of a workflow (its latest version unless one is given)",
-        responses=_responses(202, models.RunOut),
+        responses=document.success(202, models.RunOut, document.RUN_LINKS),
     )
     def start_run(
-        workflow_id: ID, body: Annotated[models.RunIn | None, Body()] = None
+        workflow_id: ID,
+        body: Annotated[models.RunIn | None, Body(openapi_examples=document.RUN_EXAMPLES)] = None,
     ) -> Response[str]:
         owner = tenant()
         version = body.version if body is not None else None
@@ -636,7 +695,7 @@ def _workflow_routes(
     )
     def list_run_nodes(
         run_id: ID,
-        state: Annotated[str | None, Query(description=_listed(NODE_STATES))] = None,
+        state: Annotated[str | None, _state_filter(NODE_STATES)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         cursor: Cursor = None,
     ) -> models.RunNodePage:
@@ -661,7 +720,7 @@ def _workflow_routes(
     @app.post(
         "/runs/<run_id>/retry",
         summary="Re-run a failed run's failed and blocked nodes (what succeeded stays)",
-        responses=_responses(202, models.RunOut),
+        responses=document.success(202, models.RunOut),
     )
     def retry_run(run_id: ID) -> Response[str]:
         retried = workflows.retry_failed(tenant(), run_id)
@@ -670,7 +729,7 @@ def _workflow_routes(
     @app.post(
         "/runs/<run_id>/reconcile",
         summary="Repair a run from its node states (dispatch what is ready, finish it)",
-        responses=_responses(202, models.RunOut),
+        responses=document.success(202, models.RunOut),
     )
     def reconcile_run(run_id: ID) -> Response[str]:
         found = workflows.reconcile(tenant(), run_id)

@@ -318,6 +318,7 @@ class LocalCloud:
         gateway = runtime.ApiGateway(
             api=self.hosts["ApiFunction"],
             authorizer=self.hosts.get("AuthorizerFunction"),
+            public_paths=self._public_paths(),
             cache_seconds=cache_seconds,
             usage_plan=plan,
         )
@@ -325,6 +326,19 @@ class LocalCloud:
         host, port = self._http.server_address[:2]
         self.api_url = f"http://{host}:{port}"
         self.gateway = gateway
+
+    def _public_paths(self) -> tuple[str, ...]:
+        """The paths the deployed API serves without the authorizer (an operation whose
+        security is empty: the API description and its page)."""
+        assert self.deployed is not None
+        public = []
+        for resource in self.deployed.played.values():
+            if resource["Type"] == "AWS::ApiGateway::RestApi":
+                paths = (resource.get("Properties", {}).get("Body") or {}).get("paths", {})
+                for path, operations in paths.items():
+                    if any(op.get("security") == [] for op in operations.values()):
+                        public.append(path)
+        return tuple(public)
 
     def _gateway_settings(self) -> tuple[float, runtime.UsagePlan | None]:
         """The authorizer's cache TTL and the usage plan's limits, as deployed: read from

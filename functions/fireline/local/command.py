@@ -127,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         f"try: export FIRELINE_API_URL={cloud.api_url} FIRELINE_API_KEY={key}; "
         "fireline schedules list"
     )
+    console.print(f"API reference (Swagger UI, offline): {cloud.api_url}/docs")
     if cloud.deployed is not None:
         console.print(f"played locally: {', '.join(sorted(cloud.deployed.set_aside))}")
     if not args.no_examples:

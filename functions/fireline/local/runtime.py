@@ -513,6 +513,15 @@ QUOTA_EXCEEDED_BODY = (
     '{"error":{"type":"quota_exceeded","message":"over the daily request quota: '
     'UsagePlanDailyQuota per tenant per UTC day","field":null}}'
 )
+# And of UNAUTHORIZED (no key, or one the authorizer refuses) and INVALID_API_KEY (no usage
+# identifier the usage plan knows): the error shape the API's document gives every error.
+UNAUTHORIZED_BODY = (
+    '{"error":{"type":"unauthorized","message":"no x-api-key header, or a key that is '
+    'unknown or revoked","field":"x-api-key"}}'
+)
+FORBIDDEN_BODY = (
+    '{"error":{"type":"forbidden","message":"this key may not make this call","field":"x-api-key"}}'
+)
 
 
 @dataclass(frozen=True)
@@ -548,7 +557,7 @@ class ApiGateway:
 
     api: FunctionHost
     authorizer: FunctionHost | None
-    public_paths: tuple[str, ...] = ("/openapi.json",)
+    public_paths: tuple[str, ...] = ("/openapi.json", "/docs")
     stage: str = "prod"
     cache_seconds: float = 300
     # None: methods need no usage identifier (a stack without a usage plan).
@@ -570,7 +579,7 @@ class ApiGateway:
         if plan is None:
             return None
         if not usage_key:
-            return 403, b'{"message":"Forbidden"}'
+            return 403, FORBIDDEN_BODY.encode()
         with self._lock:
             now = self.monotonic()
             bucket = self._buckets.setdefault(usage_key, TokenBucket(plan.rate, plan.burst, now))
@@ -640,7 +649,7 @@ class ApiGateway:
             return api_error(400, "validation", "the body is not UTF-8 text", "body")
         parts = urlsplit(target)
         path = parts.path or "/"
-        query = dict(parse_qsl(parts.query))
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
         context: dict[str, Any] | None = None
         if path not in self.public_paths:
             try:
@@ -648,7 +657,7 @@ class ApiGateway:
             except TimeoutError:
                 return 500, {"Content-Type": "application/json"}, b'{"message":null}'
             if context is None:
-                return 401, {"Content-Type": "application/json"}, b'{"message":"Unauthorized"}'
+                return 401, {"Content-Type": "application/json"}, UNAUTHORIZED_BODY.encode()
             refused = self.admit(context.pop("usageIdentifierKey", None))
             if refused is not None:
                 return refused[0], {"Content-Type": "application/json"}, refused[1]
