@@ -939,17 +939,47 @@ def test_an_error_without_a_field(api: FakeApi, capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().err == "error: job 'nope' not found: no such job (HTTP 404)\n"
 
 
+@pytest.mark.parametrize(
+    ("body", "shown"),
+    [
+        # the stack's gateway response to a key it refuses
+        (
+            {
+                "error": {
+                    "type": "forbidden",
+                    "message": "this key may not make this call",
+                    "field": "x-api-key",
+                }
+            },
+            "this key may not make this call",
+        ),
+        # a gateway without those responses
+        ({"message": "Forbidden"}, "Forbidden"),
+    ],
+)
 def test_a_gateway_refusal_of_the_key_says_it_was_refused(
-    api: FakeApi, capsys: pytest.CaptureFixture[str]
+    api: FakeApi, capsys: pytest.CaptureFixture[str], body: dict[str, Any], shown: str
 ) -> None:
     # GIVEN API Gateway's own answer to an unknown key
-    api.answer("GET", "/schedules", 403, {"message": "Forbidden"})
+    api.answer("GET", "/schedules", 403, body)
 
     assert run(api, "schedules", "list") == 1
 
     err = capsys.readouterr().err
     assert err.startswith("error: the API refused the key (from --api-key or $FIRELINE_API_KEY)")
-    assert err.endswith("(HTTP 403: Forbidden)\n")
+    assert err.endswith(f"(HTTP 403: {shown})\n")
+
+
+def test_a_quota_refusal_is_not_taken_for_a_refused_key(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refusal = {"error": {"type": "quota_exceeded", "message": "schedules quota of 5 reached",
+                         "field": "quota"}}  # fmt: skip
+    api.answer("GET", "/schedules", 403, refusal)
+
+    assert run(api, "schedules", "list") == 1
+
+    assert "refused the key" not in capsys.readouterr().err
 
 
 def test_a_401_without_a_key_says_how_to_set_one(

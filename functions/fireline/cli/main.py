@@ -86,9 +86,11 @@ def add_operator_commands(subparsers: common.SubParsers[argparse.ArgumentParser]
 
 def explain(exc: client.ApiError, args: argparse.Namespace) -> str:
     """An error answer as the operator can act on it."""
-    if exc.status == 401 or (exc.status == 403 and exc.type == "http"):
-        # 401 from the API's authorizer; 403 {"message": "Forbidden"} from API Gateway's
-        # own key check.
+    if exc.status == 401 or (
+        exc.status == 403 and (exc.field == "x-api-key" or exc.type == "http")
+    ):
+        # 401 from the API's authorizer; 403 naming x-api-key from API Gateway's own key
+        # check (a gateway without the stack's responses answers {"message": "Forbidden"}).
         return f"{_key_hint(args)} (HTTP {exc.status}: {exc.message})"
     if exc.status == 404:
         return f"{_not_found(exc, args)} (HTTP 404)"
