@@ -1,0 +1,337 @@
+"""The console in a real browser: headless Chromium (Debian's package) driven by
+Playwright, against one local cloud with the examples registered, as an operator would
+use it. Each test leaves a screenshot of its page in .test-output/console/."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fireline.local import examples
+from fireline.local.cloud import LocalCloud, LocalOptions
+from helpers.local_cloud import KEY, OTHER_KEY, TEST_KEYS, call, wait_for
+
+CHROMIUM = Path(os.environ.get("FIRELINE_CHROMIUM", "/usr/bin/chromium"))
+SHOTS = Path(__file__).resolve().parents[2] / ".test-output" / "console"
+OPERATOR_KEY = "test-operator-key-0001"
+# Generous for a loaded machine; every wait ends as soon as its condition holds.
+WAIT_MS = 30_000
+
+if not CHROMIUM.exists():
+    # CI installs it (make test does, as root): there a missing browser is a failure.
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install chromium")
+    pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium", allow_module_level=True)
+
+sync_api = pytest.importorskip("playwright.sync_api")
+expect = sync_api.expect
+expect.set_options(timeout=WAIT_MS)
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
+    options = LocalOptions(
+        api_port=0,
+        api_keys=dict(TEST_KEYS),
+        log_path=tmp_path_factory.mktemp("console") / "local.log",
+    )
+    with LocalCloud(options) as started:
+        started.key_admin().create("operators", api_key=OPERATOR_KEY, operator=True)
+        made = examples.register(started.api_url, KEY)
+        assert not [m for m in made if "error" in m], made
+        yield started
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    playwright = sync_api.sync_playwright().start()
+    try:
+        # As root (CI) Chromium's sandbox cannot start: the pages are this test's own.
+        launched = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
+        yield launched
+        launched.close()
+    finally:
+        playwright.stop()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    # A context per test: its own sessionStorage, so each test signs in afresh.
+    context = browser.new_context(viewport={"width": 1366, "height": 860})
+    context.set_default_timeout(WAIT_MS)
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(str(error)))
+    yield opened
+    context.close()
+    assert not problems, problems  # no script error on any page the test went through
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def sign_in(page: Any, cloud: LocalCloud, key: str) -> None:
+    page.goto(f"{cloud.api_url}/console")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def confirm(page: Any, name: str) -> None:
+    page.locator("dialog[open]").get_by_role("button", name=name).click()
+
+
+def schedule_with(
+    cloud: LocalCloud, handler: str, key: str = KEY, spec: str = "rate(1 hour)", **extra: Any
+) -> str:
+    target = {"type": "python", "handler": handler}
+    status, made = call(
+        cloud, "POST", "/schedules", {"spec": spec, "target": target, **extra}, key=key
+    )
+    assert status == 201, made
+    return str(made["id"])
+
+
+def test_a_wrong_key_shows_the_sign_in_error(cloud: LocalCloud, page: Any) -> None:
+    # GIVEN the console, served by the API with no key
+    # WHEN someone signs in with a key the API does not know
+    sign_in(page, cloud, "not-a-key-of-anyone")
+
+    # THEN the sign-in form says so, and no page of the console is shown
+    expect(page.get_by_role("alert")).to_contain_text("refused this key")
+    expect(page.get_by_label("API key")).to_be_visible()
+    expect(page.locator("#top")).to_be_hidden()
+    shot(page, "sign-in-error")
+
+
+def test_signing_in_shows_the_overview_and_the_examples(cloud: LocalCloud, page: Any) -> None:
+    # WHEN tenant A signs in
+    sign_in(page, cloud, KEY)
+
+    # THEN the overview shows its figures, its lag plotted
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    expect(page.locator("#tenant-name")).to_have_text("tenant-a")
+    expect(page.get_by_role("heading", name="Queues by class")).to_be_visible()
+    expect(page.get_by_role("img", name="Lag per minute", exact=False)).to_be_visible()
+    expect(page.get_by_role("heading", name="Ticker groups and lease holders")).to_be_visible()
+    shot(page, "overview")
+
+    # AND the schedules page lists the local cloud's examples, described
+    page.get_by_role("link", name="Schedules").click()
+    expect(page.get_by_text("every 10 seconds", exact=False).first).to_be_visible()
+    expect(page.get_by_text("At 09:30", exact=False).first).to_be_visible()
+    rows = page.locator("tbody tr")
+    expect(rows).to_have_count(4)
+    # filtering by target type narrows it to the workflow's schedule
+    page.get_by_label("Target type").select_option("workflow")
+    expect(rows).to_have_count(1)
+    page.get_by_label("Target type").select_option("")
+    expect(rows.locator("td.last .badge").first).to_be_visible()
+    shot(page, "schedules")
+
+
+def test_pause_resume_and_trigger_a_schedule(cloud: LocalCloud, page: Any) -> None:
+    # GIVEN a schedule of tenant A that fires hourly
+    schedule_id = schedule_with(cloud, "echo", timezone="Europe/Paris")
+    sign_in(page, cloud, KEY)
+    page.goto(f"{cloud.api_url}/console#/schedules/{schedule_id}")
+    heading = page.get_by_role("heading", level=1)
+    expect(heading).to_contain_text("active")
+
+    # WHEN it is paused, after a confirmation
+    page.get_by_role("button", name="Pause").click()
+    confirm(page, "Pause")
+    # THEN the API holds it paused
+    expect(heading).to_contain_text("paused")
+    assert call(cloud, "GET", f"/schedules/{schedule_id}")[1]["state"] == "paused"
+
+    # WHEN it is resumed
+    page.get_by_role("button", name="Resume").click()
+    confirm(page, "Resume")
+    expect(heading).to_contain_text("active")
+    assert call(cloud, "GET", f"/schedules/{schedule_id}")[1]["state"] == "active"
+
+    # WHEN it is triggered now
+    page.get_by_role("button", name="Trigger now").click()
+    confirm(page, "Trigger")
+
+    # THEN its occurrence appears in the ledger, and runs to success (the page polls)
+    ledger = page.locator("tbody tr[data-state]")
+    expect(ledger).to_have_count(1)
+    expect(page.locator("tbody tr[data-state='succeeded']")).to_have_count(1)
+    expect(page.get_by_role("img", name="Timeline of 1 occurrences", exact=False)).to_be_visible()
+    # the preview shows the next fires in the schedule's zone, its offset beside each
+    expect(page.get_by_role("columnheader", name="In Europe/Paris")).to_be_visible()
+    shot(page, "schedule")
+
+
+def test_the_preview_marks_a_dst_transition(cloud: LocalCloud, page: Any) -> None:
+    # GIVEN a daily schedule in Paris, previewed across the end of summer time
+    schedule_id = schedule_with(cloud, "noop", spec="every day at 09:30", timezone="Europe/Paris")
+    sign_in(page, cloud, KEY)
+    page.goto(f"{cloud.api_url}/console#/schedules/{schedule_id}")
+
+    # WHEN the preview starts a few days before the last Sunday of October 2027
+    page.get_by_label("Preview after (UTC)").fill("2027-10-28T00:00")
+    page.get_by_label("Preview after (UTC)").dispatch_event("change")
+
+    # THEN the first fire at the new offset is marked
+    expect(page.locator(".dst")).to_have_text("DST +02:00 → +01:00")
+    shot(page, "schedule-dst")
+
+
+def test_redrive_a_dead_letter(cloud: LocalCloud, page: Any) -> None:
+    # GIVEN a job of tenant A that fails its only attempt: a dead letter
+    status, job = call(
+        cloud,
+        "POST",
+        "/jobs",
+        {
+            "delay_seconds": 0,
+            "target": {"type": "python", "handler": "fail"},
+            "retry": {"max_attempts": 1},
+        },
+    )
+    assert status == 201, job
+
+    def dead() -> Any:
+        _, page_ = call(cloud, "GET", "/dead-letters")
+        return [o for o in page_["items"] if o["schedule_id"] == job["id"]]
+
+    (letter,) = wait_for(dead)
+    sign_in(page, cloud, KEY)
+    page.get_by_role("link", name="Dead letters").click()
+    row = page.locator(f"tr[data-id='{letter['id']}']")
+    expect(row).to_contain_text("error")
+    shot(page, "dead-letters")
+
+    # WHEN it is redriven, after a confirmation
+    row.get_by_role("button", name="Redrive", exact=False).click()
+    confirm(page, "Redrive")
+
+    # THEN it is queued again and runs again (a new start), its attempts from zero
+    expect(page.get_by_role("status")).to_contain_text("Redrove")
+
+    def ran_again() -> Any:
+        occurrence = call(cloud, "GET", f"/jobs/{job['id']}")[1]["occurrence"]
+        again = occurrence["exit_reason"] == "redriven" or (
+            occurrence["started_at"] != letter["started_at"]
+        )
+        return again and occurrence["attempts"] <= 1
+
+    assert wait_for(ran_again)
+
+
+def test_a_workflow_run_is_drawn_as_a_graph_with_its_states(cloud: LocalCloud, page: Any) -> None:
+    # GIVEN a workflow whose middle node fails: its descendants are blocked
+    fail = {"type": "python", "handler": "fail"}
+    echo = {"type": "python", "handler": "echo"}
+    status, _ = call(
+        cloud,
+        "PUT",
+        "/workflows/console-fails",
+        {
+            "nodes": [
+                {"id": "fetch", "target": echo, "job_class": "short"},
+                {
+                    "id": "parse",
+                    "target": fail,
+                    "job_class": "short",
+                    "retry": {"max_attempts": 1},
+                },
+                {"id": "store", "target": echo, "job_class": "short"},
+                {"id": "report", "target": echo, "job_class": "short"},
+            ],
+            "edges": [["fetch", "parse"], ["parse", "store"], ["fetch", "report"]],
+        },
+    )
+    assert status == 201
+    status, run = call(cloud, "POST", "/workflows/console-fails/runs")
+    assert status == 202, run
+    wait_for(lambda: call(cloud, "GET", f"/runs/{run['run_id']}")[1]["state"] == "failed")
+
+    # WHEN tenant A opens the run from the workflow's page
+    sign_in(page, cloud, KEY)
+    page.get_by_role("link", name="Workflows").click()
+    page.get_by_role("link", name="console-fails").click()
+    page.get_by_role("link", name=run["run_id"]).click()
+
+    # THEN the graph shows each node in its state, laid out in layers
+    graph = page.locator("#dag")
+    expect(graph).to_be_visible()
+    states = {"fetch": "succeeded", "parse": "failed", "store": "blocked", "report": "succeeded"}
+    for node, state in states.items():
+        expect(graph.locator(f"g[data-node='{node}']")).to_have_attribute("data-state", state)
+    x = {
+        n: float(graph.locator(f"g[data-node='{n}']").get_attribute("transform")[10:].split(",")[0])
+        for n in states
+    }
+    assert x["fetch"] < x["parse"] < x["store"] and x["report"] == x["parse"]
+    # AND the failed node with its error, and "retry failed" offered
+    expect(page.locator("#h-failed + div")).to_contain_text("parse")
+    expect(page.get_by_role("button", name="Retry failed")).to_be_visible()
+    shot(page, "run")
+
+
+def test_tenant_b_never_sees_tenant_a(cloud: LocalCloud, page: Any) -> None:
+    # GIVEN a schedule of tenant A
+    schedule_id = schedule_with(cloud, "noop")
+
+    # WHEN tenant B signs in
+    sign_in(page, cloud, OTHER_KEY)
+    expect(page.locator("#tenant-name")).to_have_text("tenant-b")
+    page.get_by_role("link", name="Schedules").click()
+
+    # THEN none of tenant A's schedules are listed, nor its workflows, nor its schedule page
+    expect(page.get_by_text("No schedule matches.")).to_be_visible()
+    page.get_by_role("link", name="Workflows").click()
+    expect(page.get_by_text("No workflow registered.")).to_be_visible()
+    page.goto(f"{cloud.api_url}/console#/schedules/{schedule_id}")
+    expect(page.get_by_role("alert")).to_contain_text("Could not load this page")
+    # and naming tenant A in the request changes nothing for a tenant's key
+    status, listed = call(cloud, "GET", "/schedules?tenant=tenant-a", key=OTHER_KEY)
+    assert status == 200 and listed["items"] == []
+    shot(page, "tenant-b")
+
+
+def test_an_operator_reads_every_tenant_and_writes_nothing(cloud: LocalCloud, page: Any) -> None:
+    # GIVEN a schedule of tenant A
+    schedule_id = schedule_with(cloud, "noop")
+
+    # WHEN an operator signs in and picks tenant A
+    sign_in(page, cloud, OPERATOR_KEY)
+    picker = page.get_by_label("Tenant")
+    expect(picker).to_be_visible()
+    picker.select_option("tenant-a")
+    page.get_by_role("link", name="Schedules").click()
+
+    # THEN tenant A's schedules are there, read-only: no action is offered
+    expect(page.locator(f"tr[data-id='{schedule_id}']")).to_be_visible()
+    page.goto(f"{cloud.api_url}/console#/schedules/{schedule_id}")
+    expect(page.get_by_role("heading", level=1)).to_contain_text(schedule_id)
+    expect(page.get_by_role("button", name="Pause")).to_have_count(0)
+    shot(page, "operator")
+
+    # AND its key cannot write, whatever the request names
+    for method, path in [
+        ("POST", f"/schedules/{schedule_id}/pause"),
+        ("POST", f"/schedules/{schedule_id}/pause?tenant=tenant-a"),
+        ("DELETE", f"/schedules/{schedule_id}?tenant=tenant-a"),
+        ("POST", "/schedules"),
+    ]:
+        status, body = call(cloud, method, path, key=OPERATOR_KEY)
+        assert status == 403 and body["error"]["type"] == "forbidden", (method, path, body)
+    assert call(cloud, "GET", f"/schedules/{schedule_id}")[1]["state"] == "active"
+    # a tenant's key is not an operator's: it lists no tenants
+    assert call(cloud, "GET", "/tenants", key=KEY)[0] == 403
+    assert set(call(cloud, "GET", "/tenants", key=OPERATOR_KEY)[1]["items"]) >= {
+        "tenant-a",
+        "tenant-b",
+    }
