@@ -187,46 +187,53 @@ def test_the_preview_marks_a_dst_transition(cloud: LocalCloud, page: Any) -> Non
     shot(page, "schedule-dst")
 
 
-def test_redrive_a_dead_letter(cloud: LocalCloud, page: Any) -> None:
-    # GIVEN a job of tenant A that fails its only attempt: a dead letter
-    status, job = call(
-        cloud,
-        "POST",
-        "/jobs",
-        {
-            "delay_seconds": 0,
-            "target": {"type": "python", "handler": "fail"},
-            "retry": {"max_attempts": 1},
-        },
-    )
-    assert status == 201, job
+def test_redrive_one_dead_letter_then_the_selected_ones(cloud: LocalCloud, page: Any) -> None:
+    # GIVEN two jobs of tenant A that fail their only attempt: two dead letters
+    jobs = []
+    for _ in range(2):
+        status, job = call(
+            cloud,
+            "POST",
+            "/jobs",
+            {
+                "delay_seconds": 0,
+                "target": {"type": "python", "handler": "fail"},
+                "retry": {"max_attempts": 1},
+            },
+        )
+        assert status == 201, job
+        jobs.append(job["id"])
 
     def dead() -> Any:
-        _, page_ = call(cloud, "GET", "/dead-letters")
-        return [o for o in page_["items"] if o["schedule_id"] == job["id"]]
+        found = {o["schedule_id"]: o for o in call(cloud, "GET", "/dead-letters")[1]["items"]}
+        return [found[j] for j in jobs] if all(j in found for j in jobs) else None
 
-    (letter,) = wait_for(dead)
+    first, second = wait_for(dead)
     sign_in(page, cloud, KEY)
     page.get_by_role("link", name="Dead letters").click()
-    row = page.locator(f"tr[data-id='{letter['id']}']")
-    expect(row).to_contain_text("error")
+    expect(page.locator(f"tr[data-id='{first['id']}']")).to_contain_text("error")
     shot(page, "dead-letters")
 
-    # WHEN it is redriven, after a confirmation
-    row.get_by_role("button", name="Redrive", exact=False).click()
+    # WHEN the first is redriven from its row, after a confirmation
+    page.locator(f"tr[data-id='{first['id']}']").get_by_role("button", name="Redrive").click()
     confirm(page, "Redrive")
-
-    # THEN it is queued again and runs again (a new start), its attempts from zero
     expect(page.get_by_role("status")).to_contain_text("Redrove")
 
-    def ran_again() -> Any:
-        occurrence = call(cloud, "GET", f"/jobs/{job['id']}")[1]["occurrence"]
+    # AND the second is selected and the selection redriven
+    page.locator(f"tr[data-id='{second['id']}']").get_by_role("checkbox").check()
+    page.get_by_role("button", name="Redrive selected (1)").click()
+    confirm(page, "Redrive 1")
+    expect(page.get_by_role("status")).to_contain_text("Redrove 1 of 1")
+
+    # THEN each was queued again and ran again (a new start), its attempts from zero
+    def ran_again(letter: dict[str, Any]) -> Any:
+        occurrence = call(cloud, "GET", f"/jobs/{letter['schedule_id']}")[1]["occurrence"]
         again = occurrence["exit_reason"] == "redriven" or (
             occurrence["started_at"] != letter["started_at"]
         )
         return again and occurrence["attempts"] <= 1
 
-    assert wait_for(ran_again)
+    assert wait_for(lambda: ran_again(first)) and wait_for(lambda: ran_again(second))
 
 
 def test_a_workflow_run_is_drawn_as_a_graph_with_its_states(cloud: LocalCloud, page: Any) -> None:

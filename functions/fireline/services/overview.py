@@ -2,8 +2,9 @@
 
 Backlog and in-flight are the tenant's occurrences queued and running (by class); the
 lags come from the rows themselves: start lag is a first attempt's start less its fire
-time (what a user waiting for the job feels), enqueue lag is when the row was first
-written less its fire time (0 when the ticker sent it ahead). Both are bucketed by the
+time (what a user waiting for the job feels), enqueue lag is the row's creation less its
+fire time: a fire's row is created when the ticker sent it (the first delivery writes it
+with the message's send time), so this is 0 for a fire sent ahead. Both are bucketed by the
 minute of the fire time, p50 and p99 each. Ticker groups are the deployment's: each
 group's lease and who holds it.
 
