@@ -152,11 +152,23 @@ def test_pause_resume_and_trigger_a_schedule(cloud: LocalCloud, page: Any) -> No
     expect(heading).to_contain_text("paused")
     assert call(cloud, "GET", f"/schedules/{schedule_id}")[1]["state"] == "paused"
 
-    # WHEN it is resumed
-    page.get_by_role("button", name="Resume").click()
-    confirm(page, "Resume")
+    # WHEN it is resumed from the keyboard alone: the confirmation takes the focus
+    page.get_by_role("button", name="Resume").focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("dialog[open]").get_by_role("button", name="Resume")).to_be_focused()
+    page.keyboard.press("Enter")
     expect(heading).to_contain_text("active")
     assert call(cloud, "GET", f"/schedules/{schedule_id}")[1]["state"] == "active"
+
+    # WHEN it is edited to fire every two hours
+    version = call(cloud, "GET", f"/schedules/{schedule_id}")[1]["version"]
+    page.get_by_role("button", name="Edit").click()
+    page.get_by_label("Spec").fill("rate(2 hours)")
+    page.get_by_role("button", name="Save").click()
+    # THEN it is a new version with the new spec
+    expect(page.get_by_role("status")).to_contain_text(f"as version {version + 1}")
+    edited = call(cloud, "GET", f"/schedules/{schedule_id}")[1]
+    assert (edited["spec"], edited["version"]) == ("rate(2 hours)", version + 1)
 
     # WHEN it is triggered now
     page.get_by_role("button", name="Trigger now").click()
@@ -224,6 +236,10 @@ def test_redrive_one_dead_letter_then_the_selected_ones(cloud: LocalCloud, page:
     page.get_by_role("button", name="Redrive selected (1)").click()
     confirm(page, "Redrive 1")
     expect(page.get_by_role("status")).to_contain_text("Redrove 1 of 1")
+    # the jobs page lists them with their attempts and exit reasons
+    page.get_by_role("link", name="Jobs").click()
+    expect(page.locator("tbody tr").filter(has_text=first["schedule_id"])).to_be_visible()
+    shot(page, "jobs")
 
     # THEN each was queued again and ran again (a new start), its attempts from zero
     def ran_again(letter: dict[str, Any]) -> Any:
@@ -268,6 +284,8 @@ def test_a_workflow_run_is_drawn_as_a_graph_with_its_states(cloud: LocalCloud, p
     sign_in(page, cloud, KEY)
     page.get_by_role("link", name="Workflows").click()
     page.get_by_role("link", name="console-fails").click()
+    expect(page.get_by_role("link", name=run["run_id"])).to_be_visible()
+    shot(page, "workflow")
     page.get_by_role("link", name=run["run_id"]).click()
 
     # THEN the graph shows each node in its state, laid out in layers

@@ -292,7 +292,7 @@ function route() {
 
 function poll(page, seconds, refresh) {
   app.timer = setInterval(() => {
-    if (page.live() && !document.getElementById("confirm").open) refresh().catch(() => {});
+    if (page.live() && !document.querySelector("dialog[open]")) refresh().catch(() => {});
   }, seconds * 1000);
 }
 
