@@ -341,6 +341,8 @@ def test_an_operator_reads_every_tenant_and_writes_nothing(cloud: LocalCloud, pa
     expect(page.locator(f"tr[data-id='{schedule_id}']")).to_be_visible()
     page.goto(f"{cloud.api_url}/console#/schedules/{schedule_id}")
     expect(page.get_by_role("heading", level=1)).to_contain_text(schedule_id)
+    expect(page.get_by_role("columnheader", name="In UTC")).to_be_visible()
+    expect(page.get_by_text("No occurrence yet.")).to_be_visible()
     expect(page.get_by_role("button", name="Pause")).to_have_count(0)
     shot(page, "operator")
 
@@ -360,3 +362,47 @@ def test_an_operator_reads_every_tenant_and_writes_nothing(cloud: LocalCloud, pa
         "tenant-a",
         "tenant-b",
     }
+
+
+def test_a_large_run_is_counted_by_state_and_drawn_around_its_failure(
+    cloud: LocalCloud, page: Any
+) -> None:
+    # GIVEN a run of 201 nodes whose root fails: its 200 children are blocked
+    leaves = [f"leaf{i:03d}" for i in range(200)]
+    echo = {"type": "python", "handler": "echo"}
+    status, _ = call(
+        cloud,
+        "PUT",
+        "/workflows/console-wide",
+        {
+            "nodes": [
+                {
+                    "id": "root",
+                    "target": {"type": "python", "handler": "fail"},
+                    "job_class": "short",
+                    "retry": {"max_attempts": 1},
+                },
+                *({"id": leaf, "target": echo, "job_class": "short"} for leaf in leaves),
+            ],
+            "edges": [["root", leaf] for leaf in leaves],
+        },
+    )
+    assert status == 201
+    status, run = call(cloud, "POST", "/workflows/console-wide/runs")
+    assert status == 202, run
+    wait_for(lambda: call(cloud, "GET", f"/runs/{run['run_id']}")[1]["state"] == "failed")
+
+    # WHEN tenant A opens it
+    sign_in(page, cloud, KEY)
+    page.goto(f"{cloud.api_url}/console#/runs/{run['run_id']}")
+
+    # THEN every node is counted by state, and 150 are drawn, the failure first
+    expect(
+        page.get_by_role("list", name="nodes by state").locator("[data-state='blocked']")
+    ).to_have_text("200")
+    expect(page.get_by_text("A large run: 150 of 201 nodes drawn", exact=False)).to_be_visible()
+    graph = page.locator("#dag")
+    expect(graph.locator("g[data-node]")).to_have_count(150)
+    expect(graph.locator("g[data-node='root']")).to_have_attribute("data-state", "failed")
+    expect(graph.locator("g[data-state='blocked']")).to_have_count(149)
+    shot(page, "run-large")

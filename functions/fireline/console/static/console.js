@@ -609,7 +609,7 @@ async function schedulePage(page, id) {
 }
 
 function timeline(rows) {
-  if (!rows.length) return h("p", { class: "empty" }, "");
+  if (!rows.length) return null;
   const states = OCCURRENCE_STATES.filter((st) => rows.some((o) => o.state === st));
   const width = 900, lane = 22, left = 90, right = 16, top = 8;
   const height = top + lane * states.length + 26;
@@ -793,7 +793,7 @@ async function runPage(page, id) {
 }
 
 function dagPicture(graph) {
-  const W = 150, H = 36, GX = 70, GY = 14, PAD = 16;
+  const W = 150, H = 36, GX = 70, GY = 14, PAD = 16, ROWS = 12;
   const layers = [];
   for (const n of graph.nodes) (layers[n.depth] ||= []).push(n);
   const dense = layers.filter(Boolean);
@@ -811,23 +811,37 @@ function dagPicture(graph) {
     }
     layer.forEach((n, j) => row.set(n.id, j));
   });
-  const tallest = Math.max(...dense.map((l) => l.length));
-  const width = PAD * 2 + dense.length * W + (dense.length - 1) * GX;
-  const height = PAD * 2 + tallest * H + (tallest - 1) * GY;
-  const where = new Map();
-  dense.forEach((layer, i) => {
-    const offset = ((tallest - layer.length) * (H + GY)) / 2;
-    layer.forEach((n, j) => where.set(n.id, [PAD + i * (W + GX), PAD + offset + j * (H + GY)]));
+  // A wide layer wraps into columns of at most ROWS nodes, so a fan of hundreds stays on
+  // screen beside its parent instead of one column taller than the page.
+  const columns = dense.map((layer) => {
+    const parts = [];
+    for (let k = 0; k < layer.length; k += ROWS) parts.push(layer.slice(k, k + ROWS));
+    return parts;
   });
+  const tallest = Math.max(...columns.flat().map((c) => c.length));
+  const where = new Map();
+  let x = PAD;
+  columns.forEach((parts, i) => {
+    if (i > 0) x += GX;
+    parts.forEach((column, k) => {
+      if (k > 0) x += W + GY * 2;
+      const offset = ((tallest - column.length) * (H + GY)) / 2;
+      column.forEach((n, j) => where.set(n.id, [x, PAD + offset + j * (H + GY), k > 0]));
+    });
+    x += W;
+  });
+  const width = x + PAD;
+  const height = PAD * 2 + tallest * H + (tallest - 1) * GY;
   const counts = NODE_STATES.map((st) => [st, graph.nodes.filter((n) => n.state === st).length]).filter(([, n]) => n);
   const picture = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", id: "dag",
     "aria-label": `Graph of ${graph.nodes.length} nodes in ${dense.length} layers: ${counts.map(([st, n]) => `${n} ${st}`).join(", ")}` },
     svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
       svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#8a919c" }))));
   for (const [p, c] of graph.edges) {
-    const [x1, y1] = where.get(p), [x2, y2] = where.get(c);
+    const [x1, y1] = where.get(p), [x2, y2, wrapped] = where.get(c);
     const a = [x1 + W, y1 + H / 2], b = [x2, y2 + H / 2], mid = (a[0] + b[0]) / 2;
-    picture.append(svg("path", { class: "edge", d: `M${a[0]},${a[1]} C${mid},${a[1]} ${mid},${b[1]} ${b[0]},${b[1]}`, "marker-end": "url(#arrow)" }));
+    // Edges into a wrapped column cross the columns before it: drawn faint.
+    picture.append(svg("path", { class: wrapped ? "edge far" : "edge", d: `M${a[0]},${a[1]} C${mid},${a[1]} ${mid},${b[1]} ${b[0]},${b[1]}`, "marker-end": "url(#arrow)" }));
   }
   for (const n of graph.nodes) {
     const [x, y] = where.get(n.id);
