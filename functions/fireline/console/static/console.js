@@ -422,6 +422,7 @@ async function schedulesPage(page) {
   if (!page.live()) return;
   const filters = { q: "", state: "", job_class: "", type: "" };
   const types = [...new Set(all.map((s) => s.target.type))].sort();
+  const extras = new Map();
   const list = h("div", {});
   const draw = () => {
     const q = filters.q.toLowerCase();
@@ -441,10 +442,15 @@ async function schedulesPage(page) {
         h("td", { class: "next" }, s.next_fire ? when(s.next_fire) : "—"),
         h("td", { class: "last" }, h("span", { class: "muted" }, "…")))), "No schedule matches."));
     limited(shown, async (s) => {
-      const [history, preview] = await Promise.all([
-        api("GET", `/schedules/${s.id}/occurrences?limit=1`),
-        s.state === "active" ? api("GET", `/schedules/${s.id}/preview?count=3`) : null,
-      ]);
+      // Read once per schedule for this page: filtering again redraws from what was read.
+      if (!extras.has(s.id)) {
+        extras.set(s.id, Promise.all([
+          api("GET", `/schedules/${s.id}/occurrences?limit=1`),
+          s.state === "active" ? api("GET", `/schedules/${s.id}/preview?count=3`) : null,
+        ]));
+      }
+      const [history, preview] = await extras.get(s.id);
+      if (!page.live()) return;
       const row = list.querySelector(`tr[data-id="${s.id}"]`);
       if (!row) return;
       const last = history.items[0];
