@@ -163,6 +163,11 @@ async function every(path, cap = 1000) {
   return items;
 }
 
+// For what a click or a filter starts and nothing awaits: a failure is said, not thrown.
+function report(error) {
+  say(`Failed: ${error.message}`);
+}
+
 async function act(label, run) {
   try {
     const done = await run();
@@ -483,11 +488,11 @@ async function schedulePage(page, id) {
     h("section", { "aria-labelledby": "h-preview" }, h("h2", { id: "h-preview" }, "Next fires"),
       h("form", { class: "filters", onsubmit: (e) => { e.preventDefault(); } },
         h("div", { class: "field" }, h("label", { for: "p-after" }, "Preview after (UTC)"),
-          h("input", { id: "p-after", type: "datetime-local", onchange: (e) => { after = e.target.value; drawPreview(); } }))),
+          h("input", { id: "p-after", type: "datetime-local", onchange: (e) => { after = e.target.value; drawPreview().catch(report); } }))),
       preview),
     h("section", { "aria-labelledby": "h-ledger" }, h("h2", { id: "h-ledger" }, "Occurrence ledger"),
       h("form", { class: "filters", onsubmit: (e) => e.preventDefault() },
-        select("State", "l-state", OCCURRENCE_STATES, "", (e) => { stateFilter = e.target.value; drawLedger(); })),
+        select("State", "l-state", OCCURRENCE_STATES, "", (e) => { stateFilter = e.target.value; drawLedger().catch(report); })),
       ledger));
   let s = await api("GET", `/schedules/${id}`);
   const drawHead = () => {
@@ -519,12 +524,12 @@ async function schedulePage(page, id) {
   const change = async (verb, label, text) => {
     if (!(await confirmed(`${label} schedule?`, text, label))) return;
     const done = await act(`${label}d ${s.id}`, () => api("POST", `/schedules/${s.id}/${verb}`));
-    if (done) { s = done; drawHead(); drawPreview(); }
+    if (done) { s = done; drawHead(); drawPreview().catch(report); }
   };
   async function trigger() {
     if (!(await confirmed("Trigger now?", `Fire ${s.id} now, through the same path as a scheduled fire.`, "Trigger"))) return;
     const fired = await act(`Triggered ${s.id}`, () => api("POST", `/schedules/${s.id}/trigger`));
-    if (fired) drawLedger();
+    if (fired) drawLedger().catch(report);
   }
   async function remove() {
     if (!(await confirmed("Delete schedule?", `Delete ${s.id}? It stops firing; its history stays until it expires.`, "Delete", true))) return;
@@ -556,7 +561,7 @@ async function schedulePage(page, id) {
       } catch (error) { problem.textContent = error.message; return; }
       dialog.close();
       say(`Saved ${s.id} as version ${s.version}`);
-      drawHead(); drawPreview();
+      drawHead(); drawPreview().catch(report);
     } },
       h("h2", { id: "edit-title" }, `Edit ${s.id}`),
       field("Spec", "spec", spec), field("Time zone", "zone", zone),
@@ -572,7 +577,8 @@ async function schedulePage(page, id) {
     spec.focus();
   }
   async function drawPreview() {
-    const query = after ? `&after=${encodeURIComponent(new Date(`${after}Z`).toISOString())}` : "";
+    const instant = after ? new Date(`${after}Z`) : null;
+    const query = instant && !Number.isNaN(instant.getTime()) ? `&after=${encodeURIComponent(instant.toISOString())}` : "";
     let p;
     try {
       p = await api("GET", `/schedules/${id}/preview?count=20${query}`);
@@ -647,7 +653,7 @@ async function jobsPage(page) {
   const list = h("div", {});
   page.main.append(h("h1", {}, "Jobs"),
     h("form", { class: "filters", onsubmit: (e) => e.preventDefault() },
-      select("State", "j-state", JOB_STATES, "", (e) => { state = e.target.value; draw(); })),
+      select("State", "j-state", JOB_STATES, "", (e) => { state = e.target.value; draw().catch(report); })),
     list);
   async function draw() {
     const jobs = await every(`/jobs${state ? `?state=${state}` : ""}`, 300);
@@ -659,7 +665,7 @@ async function jobsPage(page) {
       h("td", {}, writable() && ["scheduled", "queued", "running"].includes(j.state)
         ? h("button", { type: "button", "aria-label": `Cancel job ${j.id}`, onclick: async () => {
           if (!(await confirmed("Cancel job?", `Cancel ${j.id}? A running long job is stopped.`, "Cancel job", true))) return;
-          if (await act(`Cancelled ${j.id}`, () => api("POST", `/jobs/${j.id}/cancel`))) draw();
+          if (await act(`Cancelled ${j.id}`, () => api("POST", `/jobs/${j.id}/cancel`))) draw().catch(report);
         } }, "Cancel") : null))), "No job in this state."));
   }
   await draw();
@@ -680,7 +686,7 @@ async function deadLettersPage(page) {
     }
     say(`Redrove ${done} of ${ids.length}`);
     selected.clear();
-    await load();
+    await load().catch(report);
   } }, "Redrive selected");
   const draw = () => {
     const q = filters.q.toLowerCase();
@@ -697,7 +703,7 @@ async function deadLettersPage(page) {
         timeCell(o.fire_time), h("td", {}, o.job_class), h("td", { class: "num" }, o.attempts), h("td", {}, o.exit_reason || "—"),
         h("td", {}, writable() ? h("button", { type: "button", "aria-label": `Redrive ${o.schedule_id} at ${when(o.fire_time)}`, onclick: async () => {
           if (!(await confirmed("Redrive?", `Queue ${o.schedule_id} at ${when(o.fire_time)} again? Its attempts start over.`, "Redrive"))) return;
-          if (await act(`Redrove ${o.schedule_id}`, () => api("POST", `/dead-letters/${o.id}/redrive`))) await load();
+          if (await act(`Redrove ${o.schedule_id}`, () => api("POST", `/dead-letters/${o.id}/redrive`))) await load().catch(report);
         } }, "Redrive") : null))), "No dead letter: nothing waits for a human."));
   };
   async function load() {
@@ -741,7 +747,7 @@ async function workflowPage(page, id) {
       } }, "Start a run") : null),
     h("h2", {}, "Runs"),
     h("form", { class: "filters", onsubmit: (e) => e.preventDefault() },
-      select("State", "r-state", RUN_STATES, "", (e) => { state = e.target.value; draw(); })),
+      select("State", "r-state", RUN_STATES, "", (e) => { state = e.target.value; draw().catch(report); })),
     list);
   async function draw() {
     const runs = (await api("GET", `/workflows/${id}/runs?limit=50${state ? `&state=${state}` : ""}`)).items;
@@ -763,7 +769,7 @@ async function runPage(page, id) {
     h("section", { "aria-labelledby": "h-failed" }, h("h2", { id: "h-failed" }, "Failed nodes"), failures));
   const run = async (verb, label, text, past) => {
     if (!(await confirmed(`${label}?`, text, label, verb === "cancel"))) return;
-    if (await act(`${past} ${id}`, () => api("POST", `/runs/${id}/${verb}`))) await refresh();
+    if (await act(`${past} ${id}`, () => api("POST", `/runs/${id}/${verb}`))) await refresh().catch(report);
   };
   async function refresh() {
     const [view, graph, failed] = await Promise.all([
