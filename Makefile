@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint bench campaign stories strictness clean run localstack-test cdk-synth checkov
+.PHONY: install browser test lint bench campaign stories strictness clean run localstack-test cdk-synth checkov
 
 install: $(STAMP)
 
@@ -28,10 +28,23 @@ $(CHECKOV):
 checkov: install $(CHECKOV)
 	$(BIN)/python -m pytest -q tests/integration/test_checkov.py
 
+# The console's browser tests (tests/browser) drive Debian's Chromium with Playwright:
+# Playwright's own browser download cannot reach its host, so the system's browser is
+# installed here when missing (as root, as CI runs; otherwise say how).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else \
+		echo "the browser tests need Chromium: sudo apt-get install chromium (they skip without it)"; \
+	fi
+
+browser: $(CHROMIUM)
+
 # One worker per core. A file whose tests share a fixture of its own (a local cloud, a
 # synthesized app) stays on one worker, built once; other tests spread one by one
 # (tests/conftest.py marks the groups).
-test: install $(CHECKOV)
+test: install $(CHECKOV) $(CHROMIUM)
 	$(BIN)/python -m pytest -q -n $${TEST_WORKERS:-auto} --dist loadgroup
 
 lint: install

@@ -205,7 +205,8 @@ class OccurrenceStore(Protocol):
         ``in_progress_until``, its holder gone) -> running, attempts + 1, held until
         ``until``. With ``intent`` (the row a fire's message stands for), a row that does
         not exist yet is created running: the ticker sends fires without writing their
-        rows, and the first delivery's claim writes it. One conditional write: of two
+        rows, and the first delivery's claim writes it (created at the intent's
+        ``created_at``, the send time, when it has one; else ``now``). One conditional write: of two
         deliveries, one claims it.
 
         Returns (True, the claimed row) or (False, the row as it stands, None if absent).

@@ -34,7 +34,17 @@ from fireline.adapters import (
 from fireline.adapters import clock as clock_adapter
 from fireline.api import app as api_app
 from fireline.domain import aws_target, egress, errors, model, quota, workflow
-from fireline.services import isolation, keys, roles, schedules, targets, ticker, webhook, workflows
+from fireline.services import (
+    isolation,
+    keys,
+    overview,
+    roles,
+    schedules,
+    targets,
+    ticker,
+    webhook,
+    workflows,
+)
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import worker as worker_service
 
@@ -455,11 +465,22 @@ def schedule_service() -> schedules.ScheduleService:
 
 @functools.cache
 def api() -> APIGatewayRestResolver:
+    s = settings()
     return api_app.build_app(
         schedule_service(),
         idempotency_store(),
-        workflows=workflow_service() if settings().workflows_table else None,
+        workflows=workflow_service() if s.workflows_table else None,
+        overview=overview.Overview(
+            schedule_service(), leases=lease_store(), ticker_groups=s.ticker_groups
+        ),
+        tenants=tenant_ids if s.api_keys_table else None,
     )
+
+
+def tenant_ids() -> list[str]:
+    """The tenants with an API key (an operator's tenant picker): one Scan of the keys
+    table, small (a row per key)."""
+    return sorted({record.tenant_id for record in api_key_store().list()})
 
 
 @functools.cache

@@ -194,8 +194,9 @@ def test_given_no_such_occurrence_when_claimed_then_refused_with_no_row(
 def test_given_a_fire_without_a_row_when_claimed_with_its_intent_then_the_row_is_written_running(
     occurrence_store: ports.OccurrenceStore,
 ) -> None:
-    # GIVEN a fire whose message was sent without a row (the ticker writes none)
-    intent = an_occurrence("nightly", START + MINUTE, payload={"n": 1})
+    # GIVEN a fire whose message was sent without a row (the ticker writes none), and
+    # without its send time
+    intent = an_occurrence("nightly", START + MINUTE, payload={"n": 1}, created_at=None)
     # WHEN its first delivery claims it
     claimed, row = occurrence_store.claim(
         intent.key, now=CLAIMED_AT, until=CLAIMED_AT + HOLD, intent=intent
@@ -216,6 +217,23 @@ def test_given_a_fire_without_a_row_when_claimed_with_its_intent_then_the_row_is
     assert [o.key for o in occurrence_store.history(TENANT, "nightly", limit=5).items] == [
         intent.key
     ]
+
+
+def test_given_a_fire_sent_at_a_known_time_when_claimed_then_the_row_is_created_then(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN a fire's message that says when the ticker sent it, two seconds before its time
+    sent = START + MINUTE - timedelta(seconds=2)
+    intent = an_occurrence("nightly", START + MINUTE, created_at=sent)
+    # WHEN its first delivery claims it
+    claimed, row = occurrence_store.claim(
+        intent.key, now=CLAIMED_AT, until=CLAIMED_AT + HOLD, intent=intent
+    )
+    # THEN the row is created at the send time (its enqueue), started at the claim
+    assert claimed and row is not None
+    stored = occurrence_store.get(intent.key)
+    assert stored is not None
+    assert (stored.created_at, stored.started_at) == (sent, CLAIMED_AT)
 
 
 @pytest.mark.parametrize("state", [State.SKIPPED, State.CANCELLED, State.SUCCEEDED])

@@ -109,6 +109,25 @@ def test_create_shows_the_key_once_stores_its_hash_and_registers_the_tenant_in_t
     assert [s["Name"] for s in secrets.list_secrets()["SecretList"]] == [f"{PREFIX}acme"]
 
 
+def test_an_operator_key_is_marked_so_and_stays_one_when_rotated(
+    deployment: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # WHEN the operator creates an operator's key and a tenant's key
+    _, operator = admin(deployment, capsys, "keys", "create", "--tenant", "ops", "--operator")
+    _, tenant = admin(deployment, capsys, "keys", "create", "--tenant", "acme")
+
+    # THEN the authorizer tells the API each key's role, and list shows it
+    one, two = authorize(operator["api_key"]), authorize(tenant["api_key"])
+    assert one is not None and one["context"]["role"] == "operator"
+    assert two is not None and two["context"]["role"] == "tenant"
+    _, listed = admin(deployment, capsys, "keys", "list")
+    assert {k["tenant"]: k["role"] for k in listed} == {"ops": "operator", "acme": "tenant"}
+    # AND a rotated operator's key is an operator's key still
+    _, rotated = admin(deployment, capsys, "keys", "rotate", operator["key_id"])
+    renewed = authorize(rotated["new"]["api_key"])
+    assert renewed is not None and renewed["context"]["role"] == "operator"
+
+
 def test_a_second_key_of_a_tenant_shares_its_usage_identifier_and_signing_keys(
     deployment: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1133,6 +1133,9 @@ def test_openapi_document_is_valid_and_lists_every_route(system: System) -> None
         ("/jobs/{job_id}/heartbeat", "post"),
         ("/dead-letters", "get"),
         ("/dead-letters/{dead_letter_id}/redrive", "post"),
+        # what the console reads: the key's tenant and role, and an operator's tenants
+        ("/whoami", "get"),
+        ("/tenants", "get"),
     }
     # AND the non-200 successes are documented with their status
     paths = document["paths"]

@@ -164,7 +164,7 @@ def test_authorizer_maps_an_api_key_to_its_tenant_and_refuses_others(deployed: S
     store.add(record)
     allowed = handler.handler(events.load("authorizer", "request"), events.LambdaContext())
     assert allowed["principalId"] == "tenant-a"
-    assert allowed["context"] == {"tenant_id": "tenant-a", "key_id": "ak_1"}
+    assert allowed["context"] == {"tenant_id": "tenant-a", "key_id": "ak_1", "role": "tenant"}
     # the usage plan throttles by the tenant's usage identifier
     assert allowed["usageIdentifierKey"] == "usage-tenant-a"
     assert allowed["policyDocument"]["Statement"][0]["Effect"] == "Allow"

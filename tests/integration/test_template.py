@@ -1147,7 +1147,7 @@ def test_api_is_a_rest_api_with_a_traced_throttled_stage(translated: dict[str, A
     ] == [("/*", "*", 500, 1000)]
 
 
-def test_every_route_but_the_api_description_needs_the_key_authorizer(
+def test_every_route_but_the_api_description_and_the_console_needs_the_key_authorizer(
     translated: dict[str, Any],
 ) -> None:
     body = translated["Resources"]["FirelineApi"]["Properties"]["Body"]
@@ -1166,7 +1166,14 @@ def test_every_route_but_the_api_description_needs_the_key_authorizer(
         ("/", "x-amazon-apigateway-any-method"): [{"ApiKeyAuthorizer": []}, {"api_key": []}],
         ("/openapi.json", "get"): [],
         ("/docs", "get"): [],
+        # the console's page and static assets: the page asks for the key itself
+        ("/console", "get"): [],
+        ("/console/{asset}", "get"): [],
     }
+    # the local cloud's gateway lets the same routes through without a key
+    public = {path for (path, _), scheme in security.items() if scheme == []}
+    gateway = runtime.ApiGateway.__dataclass_fields__["public_paths"].default
+    assert set(gateway) == public
     integrations = {
         _referenced(operation["x-amazon-apigateway-integration"]["uri"]).pop()
         for operations in body["paths"].values()
@@ -1197,7 +1204,8 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
 @pytest.mark.parametrize(
     ("function", "tables", "queues"),
     [
-        # A cancelled long job's tenant slot is given back by whoever cancels it.
+        # A cancelled long job's tenant slot is given back by whoever cancels it. The
+        # console's overview reads the ticker leases; an operator's key lists the tenants.
         (
             "ApiFunction",
             {
@@ -1206,6 +1214,8 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
                 "IdempotencyTable",
                 "WorkflowsTable",
                 "SlotsTable",
+                "LeasesTable",
+                "ApiKeysTable",
             },
             {"DefaultQueue", "ShortQueue", "LongQueue", "WorkflowQueue"},
         ),

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from fireline.adapters import memory
 from fireline.domain import model, occurrence, policies, schedule
-from fireline.services import dispatch
+from fireline.services import claims, dispatch
 
 T0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -69,3 +69,22 @@ def test_a_summary_whose_first_fire_ran_starts_at_the_next_and_counts_one_less()
     assert second.exit_reason == (
         "skipped: misfire (19 fires from 2026-05-01T12:01:00Z to 2026-05-01T12:19:00Z)"
     )
+
+
+def test_a_fires_message_carries_its_send_time_and_its_row_is_created_then() -> None:
+    # GIVEN a fire sent two seconds after its time
+    item = every_minute()
+    fire_time = item.next_fire
+    assert fire_time is not None
+    sent = fire_time + timedelta(seconds=2)
+
+    # WHEN its message is built and read back by the first delivery
+    out = dispatch.outbound(item, fire_time, sent)
+    intent = claims.intent_of(out.message.body, out.key)
+
+    # THEN the row it stands for is created at the send time: 2 s of enqueue lag
+    assert intent.created_at == sent
+    # AND a message without a usable send time is created at its claim
+    for junk in (None, "soon", True, -1, 10**20):
+        body = {**out.message.body, "sent_at_ms": junk}
+        assert claims.intent_of(body, out.key).created_at is None

@@ -33,6 +33,8 @@ def to_item(record: api_keys.ApiKey) -> dict[str, Any]:
         item["ends_ms"] = record.ends_ms
     if record.usage_key is not None:
         item["usage_key"] = record.usage_key
+    if record.operator:
+        item["operator"] = True
     return _encode(item)
 
 
@@ -46,6 +48,7 @@ def from_item(item: dict[str, Any]) -> api_keys.ApiKey:
         created_ms=int(raw.get("created_ms", 0)),
         ends_ms=None if ends is None else int(ends),
         usage_key=raw.get("usage_key"),
+        operator=raw.get("operator") is True,
     )
 
 
@@ -82,7 +85,7 @@ class DynamoApiKeyStore:
 
     def list(self, tenant_id: str | None = None) -> builtins.list[api_keys.ApiKey]:
         # A Scan: an operator's command over one item per key (tenants times keys, a few
-        # thousand at most), never on a request's path.
+        # thousand at most); on a request's path only for an operator's tenant list.
         records: builtins.list[api_keys.ApiKey] = []
         kwargs: dict[str, Any] = {"TableName": self._table, "ConsistentRead": True}
         while True:

@@ -860,7 +860,10 @@ class DynamoOccurrenceStore:
             # The first delivery of a fire writes its row: the identity attributes are set
             # only where absent, and the condition admits a row that does not exist yet
             # (an update of a missing item creates it).
-            created = occurrence_to_item(replace(intent, created_at=now), self._expires_at(intent))
+            # Created when the ticker sent it, if the message says; else now.
+            created = occurrence_to_item(
+                replace(intent, created_at=intent.created_at or now), self._expires_at(intent)
+            )
             for n, name in enumerate(_IDENTITY):
                 if created.get(name) is None:
                     continue

@@ -478,7 +478,13 @@ class MemoryOccurrenceStore:
         with self._lock:
             current = self._items.get(key)
             if current is None and intent is not None and intent.key == key:
-                self.put_new(replace(intent, state=occurrence.State.QUEUED, created_at=now))
+                self.put_new(
+                    replace(
+                        intent,
+                        state=occurrence.State.QUEUED,
+                        created_at=intent.created_at or now,
+                    )
+                )
                 current = self._items[key]
             if current is None:
                 return False, None

@@ -33,8 +33,10 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePersistenceLayer
 from pydantic import ValidationError as ModelError
 
+from fireline import console
 from fireline.api import document, models
-from fireline.domain import dag, errors
+from fireline.domain import api_keys, dag, errors
+from fireline.services import overview as overview_service
 from fireline.services import workflows as workflow_service
 from fireline.services.schedules import (
     JOB_STATES,
@@ -77,6 +79,15 @@ class Unauthorized(errors.FirelineError):
     """No tenant identity in the authorizer context."""
 
 
+class Forbidden(errors.FirelineError):
+    """This key may not do that."""
+
+
+OPERATOR = "operator"
+# What an operator's key may do: read. Its writes are refused before any route runs.
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
 def _error(status: int, kind: str, message: str, field: str | None = None) -> Response[str]:
     body = models.ErrorOut(error=models.ErrorBody(type=kind, message=message, field=field))
     return Response(
@@ -93,16 +104,30 @@ def build_app(
     service: ScheduleService,
     idempotency: BasePersistenceLayer | None = None,
     workflows: WorkflowService | None = None,
+    overview: overview_service.Overview | None = None,
+    tenants: Callable[[], list[str]] | None = None,
 ) -> APIGatewayRestResolver:
+    """``overview`` answers GET /overview; ``tenants`` lists the deployment's tenants for
+    operators' keys (GET /tenants)."""
     app = APIGatewayRestResolver(enable_validation=True)
 
-    def tenant() -> str:
+    def identity() -> tuple[str, bool]:
+        """The caller's own tenant, and whether its key is an operator's."""
         context = app.current_event.raw_event.get("requestContext", {}).get("authorizer") or {}
         claims = context.get("claims") or {}
         found = context.get("tenant_id") or claims.get("custom:tenant_id")
         if not isinstance(found, str) or not found:
             raise Unauthorized()
-        return found
+        return found, context.get("role") == OPERATOR
+
+    def tenant() -> str:
+        """The tenant whose data the request reads or writes: the key's own; an operator's
+        key reads the tenant its request names (``?tenant=``), its own when none."""
+        own, operator = identity()
+        if not operator:
+            return own  # a tenant's key names no other tenant: ?tenant= is not read
+        named = (app.current_event.query_string_parameters or {}).get("tenant")
+        return api_keys.check_tenant_id(named) if named else own
 
     def header(name: str) -> str | None:
         for key, value in (app.current_event.headers or {}).items():
@@ -374,6 +399,42 @@ def build_app(
     if workflows is not None:
         _workflow_routes(app, workflows, tenant, once)
 
+    # --- the console's own reads -----------------------------------------------------------
+
+    @app.get("/whoami", summary="Who this key is: its tenant and its role (tenant or operator)")
+    def whoami() -> models.WhoAmIOut:
+        own, operator = identity()
+        return models.WhoAmIOut(
+            tenant_id=own, role=OPERATOR if operator else "tenant", viewing=tenant()
+        )
+
+    @app.get("/tenants", summary="Every tenant with an API key (operators' keys only)")
+    def list_tenants() -> models.TenantsOut:
+        if not identity()[1]:
+            raise Forbidden("only an operator's key lists tenants")
+        return models.TenantsOut(items=tenants() if tenants is not None else [])
+
+    if overview is not None:
+        figures_of = overview
+
+        @app.get(
+            "/overview",
+            summary="The last hour: backlog and in-flight by class, occurrences by state, "
+            "start and enqueue lag per minute, ticker leases, dead letters",
+        )
+        def get_overview() -> models.OverviewOut:
+            return models.OverviewOut.of(figures_of.figures(tenant()))
+
+    # --- the console (public static assets; the page asks for the key) --------------------
+
+    @app.get("/console", include_in_schema=False)
+    def console_page() -> Response[str]:
+        return _asset(console.INDEX)
+
+    @app.get("/console/<name>", include_in_schema=False)
+    def console_asset(name: str) -> Response[str]:
+        return _asset(name)
+
     # --- the document ----------------------------------------------------------------------
 
     @app.get("/openapi.json", include_in_schema=False)
@@ -443,6 +504,10 @@ def build_app(
     def unauthorized(exc: Unauthorized) -> Response[str]:
         return _error(401, "unauthorized", exc.message)
 
+    @app.exception_handler(Forbidden)
+    def forbidden(exc: Forbidden) -> Response[str]:
+        return _error(403, "forbidden", exc.message)
+
     @app.exception_handler(errors.NotFound)
     def not_found(exc: errors.NotFound) -> Response[str]:
         return _error(404, "not_found", exc.message)
@@ -507,7 +572,7 @@ def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> 
     it: its size, its type (a JSON object only) and its nesting, NaN, infinities and numbers
     out of range, so what the resolver and the models then read cannot fail them (a 5xx) or
     be stored changed (a non-finite number as null)."""
-    refused = _refused_body(event)
+    refused = _refused_operator(event) or _refused_body(event)
     if refused is not None:
         return {
             "statusCode": refused.status_code,
@@ -526,6 +591,28 @@ def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> 
             else:
                 headers[key] = [str(v).lower() for v in headers[key]]
     return app.resolve(event, context)
+
+
+def _refused_operator(event: dict[str, Any]) -> Response[str] | None:
+    """An operator's key reads every tenant and writes nothing: any other method is refused
+    here, before a route (or an idempotency record) could act on it."""
+    context = (event.get("requestContext") or {}).get("authorizer") or {}
+    method = str(event.get("httpMethod") or "").upper()
+    if context.get("role") == OPERATOR and method not in READ_METHODS:
+        return _error(403, "forbidden", "an operator's key is read-only")
+    return None
+
+
+def _asset(name: str) -> Response[str]:
+    found = console.asset(name)
+    if found is None:
+        return _error(404, "not_found", "no such route")
+    return Response(
+        status_code=200,
+        content_type=found.content_type,
+        body=found.body,
+        headers=dict(console.SECURITY_HEADERS),
+    )
 
 
 def _refused_body(event: dict[str, Any]) -> Response[str] | None:
@@ -709,6 +796,16 @@ def _workflow_routes(
             items=[models.RunNodeOut.of(n) for n in page.items],
             next_cursor=models.listing_cursor(owner, "nodes", filters, page.cursor),
         )
+
+    @app.get(
+        "/runs/<run_id>/graph",
+        summary="A run's graph to draw: all its nodes up to limit, else limit nodes around "
+        "its failures; each node's state and depth, and the edges between them",
+    )
+    def run_graph(
+        run_id: ID, limit: Annotated[int, Query(ge=1, le=500)] = 200
+    ) -> models.RunGraphOut:
+        return models.RunGraphOut.of(workflows.graph(tenant(), run_id, limit=limit))
 
     @app.post(
         "/runs/<run_id>/cancel",

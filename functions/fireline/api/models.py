@@ -8,6 +8,7 @@ the OpenAPI document and the README.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import itertools
 import json
 import math
@@ -46,8 +47,8 @@ from fireline.domain import (
     workflow,
 )
 from fireline.domain import target as target_rules
+from fireline.services import overview, workflows
 from fireline.services import schedules as service
-from fireline.services import workflows
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_TARGET_BYTES = 4 * 1024
@@ -890,3 +891,102 @@ class ErrorOut(BaseModel):
 
 class QuotaErrorOut(BaseModel):
     error: QuotaErrorBody
+
+
+class WhoAmIOut(BaseModel):
+    tenant_id: str = Field(description="the key's own tenant")
+    role: str = Field(description="tenant, or operator (reads every tenant, writes nothing)")
+    viewing: str = Field(description="the tenant this request read (an operator's ?tenant=)")
+
+
+class TenantsOut(BaseModel):
+    items: list[str]
+
+
+class ClassLoadOut(BaseModel):
+    job_class: str
+    backlog: int = Field(description="the tenant's occurrences queued")
+    in_flight: int = Field(description="the tenant's occurrences running")
+
+
+class LagPointOut(BaseModel):
+    minute: datetime = Field(description="the minute of the fire times")
+    count: int
+    start_p50_ms: float | None
+    start_p99_ms: float | None
+    enqueue_p50_ms: float | None
+    enqueue_p99_ms: float | None
+
+
+class TickerGroupOut(BaseModel):
+    group: int
+    lease: str
+    holder: str | None = Field(description="the holder's id (its first 8 characters); null: none")
+    token: int | None
+    expires_at: datetime | None
+
+
+class OverviewOut(BaseModel):
+    tenant_id: str
+    generated_at: datetime
+    since: datetime
+    classes: list[ClassLoadOut]
+    occurrences: dict[str, int] = Field(description="fired since `since`, by state")
+    lag: list[LagPointOut]
+    tickers: list[TickerGroupOut]
+    dead_letters: int
+    schedules: int
+    capped: bool = Field(description="a read bound was met: counts are lower bounds")
+
+    @classmethod
+    def of(cls, found: overview.Figures) -> OverviewOut:
+        return cls(
+            tenant_id=found.tenant_id,
+            generated_at=found.now,
+            since=found.since,
+            classes=[
+                ClassLoadOut(job_class=c, backlog=b, in_flight=f)
+                for c, (b, f) in found.classes.items()
+            ],
+            occurrences=found.states,
+            lag=[LagPointOut(**dataclasses.asdict(p)) for p in found.lags],
+            tickers=[
+                TickerGroupOut(
+                    group=t.group,
+                    lease=t.lease,
+                    holder=t.holder,
+                    token=t.token,
+                    expires_at=(
+                        None
+                        if t.expires_at_ms is None
+                        else datetime.fromtimestamp(t.expires_at_ms / 1000, UTC)
+                    ),
+                )
+                for t in found.tickers
+            ],
+            dead_letters=found.dead_letters,
+            schedules=found.schedules,
+            capped=found.capped,
+        )
+
+
+class GraphNodeOut(BaseModel):
+    id: str
+    state: str
+    depth: int = Field(description="longest path from a root: the layer it is drawn in")
+
+
+class RunGraphOut(BaseModel):
+    run: RunOut
+    nodes: list[GraphNodeOut]
+    edges: list[tuple[str, str]]
+    complete: bool = Field(description="every node of the run is here")
+
+    @classmethod
+    def of(cls, found: workflows.RunGraph) -> RunGraphOut:
+        return cls(
+            run=RunOut.of(found.run),
+            nodes=[GraphNodeOut(id=n, state=s.value, depth=d) for n, s, d in found.nodes],
+            edges=found.edges,
+            complete=found.complete,
+        )

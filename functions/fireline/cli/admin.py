@@ -54,6 +54,11 @@ def add_admin_command(subparsers: Any) -> None:
     create = _leaf(key_actions, "create", _keys_create, "create an API key (shown once)")
     create.add_argument("--tenant", required=True, help="the tenant the key authenticates")
     create.add_argument("--usage-plan", metavar="ID", help="a usage plan other than the stack's")
+    create.add_argument(
+        "--operator",
+        action="store_true",
+        help="an operator's key: reads every tenant (the console's tenant picker), writes nothing",
+    )
     listing = _leaf(key_actions, "list", _keys_list, "list keys (never the keys themselves)")
     listing.add_argument("--tenant", help="only this tenant's")
     revoke = _leaf(key_actions, "revoke", _keys_revoke, "refuse a key from now on")
@@ -202,12 +207,15 @@ def admin_for(args: argparse.Namespace) -> keys.KeyAdmin:
 
 
 def _keys_create(args: argparse.Namespace) -> int:
-    created = admin_for(args).create(args.tenant, usage_plan_id=args.usage_plan)
+    created = admin_for(args).create(
+        args.tenant, usage_plan_id=args.usage_plan, operator=args.operator
+    )
     shown = {**_key_view(created.record), "api_key": created.api_key}
     if args.json:
         print(json.dumps(shown, indent=2))
     else:
-        print(f"API key of tenant {created.record.tenant_id} (shown once, store it now):")
+        role = "operator key (read-only, every tenant)" if args.operator else "API key"
+        print(f"{role} of tenant {created.record.tenant_id} (shown once, store it now):")
         print(created.api_key)
         print(f"key id {created.record.key_id}")
         if created.signing_ring_created:
@@ -227,10 +235,15 @@ def _keys_list(args: argparse.Namespace) -> int:
     if not views:
         print("no keys")
         return 0
-    table = _table("key id", "tenant", "created", "state", "ends")
+    table = _table("key id", "tenant", "role", "created", "state", "ends")
     for view in views:
         table.add_row(
-            view["key_id"], view["tenant"], view["created"], view["state"], view["ends"] or "-"
+            view["key_id"],
+            view["tenant"],
+            view["role"],
+            view["created"],
+            view["state"],
+            view["ends"] or "-",
         )
     _console().print(table)
     return 0
@@ -289,6 +302,7 @@ def _key_view(record: api_keys.ApiKey) -> dict[str, Any]:
         "created": _when(record.created_ms),
         "state": record.state_at(now).value,
         "ends": _when(record.ends_ms),
+        "role": "operator" if record.operator else "tenant",
     }
 
 

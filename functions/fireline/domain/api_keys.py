@@ -8,6 +8,7 @@ Pure: ids, keys and times come in as arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import re
@@ -36,6 +37,8 @@ class ApiKey:
     ends_ms: int | None = None
     # The tenant's API Gateway usage identifier (usage plans); None: none registered.
     usage_key: str | None = None
+    # An operator's key reads every tenant's data (naming the tenant) and writes nothing.
+    operator: bool = False
 
     def state_at(self, now_ms: int) -> KeyState:
         if self.ends_ms is None:
@@ -48,9 +51,7 @@ class ApiKey:
     def ending(self, at_ms: int) -> ApiKey:
         """This key refused from ``at_ms`` on (or earlier, if it already ends sooner)."""
         end = at_ms if self.ends_ms is None else min(self.ends_ms, at_ms)
-        return ApiKey(
-            self.key_hash, self.key_id, self.tenant_id, self.created_ms, end, self.usage_key
-        )
+        return dataclasses.replace(self, ends_ms=end)
 
 
 def key_hash(api_key: str) -> str:

@@ -225,3 +225,25 @@ def levels(graph: Graph) -> list[list[str]]:
     for node, d in depth.items():
         grouped.setdefault(d, []).append(node)
     return [grouped[d] for d in sorted(grouped)]
+
+
+def around(graph: Graph, focus: Sequence[str], limit: int) -> list[str]:
+    """At most ``limit`` nodes to draw of a large graph: the focus nodes (the failures)
+    first, then their parents and children breadth first, then the graph's nodes in order
+    to fill what is left. With no focus, the roots start the walk."""
+    chosen: dict[str, None] = {}
+    todo = deque(n for n in focus if n in graph.parents)
+    if not todo:
+        todo.extend(graph.roots())
+    while todo and len(chosen) < limit:
+        node = todo.popleft()
+        if node in chosen:
+            continue
+        chosen[node] = None
+        todo.extend(graph.parents[node])
+        todo.extend(graph.children[node])
+    for node in graph.nodes:
+        if len(chosen) >= limit:
+            break
+        chosen.setdefault(node, None)
+    return list(chosen)

@@ -79,3 +79,10 @@ def renewed(current: Lease | None, owner: str, token: int, now_ms: int, terms: L
 
 def renewal_due(lease: Lease, last_renewed_ms: int, now_ms: int, terms: LeaseTerms) -> bool:
     return now_ms - last_renewed_ms >= terms.renew_every_ms or now_ms >= lease.safe_until_ms(terms)
+
+
+def ticker_lease_name(group: int, groups: int) -> str:
+    """The lease of ticker group ``group`` of ``groups``. The group count is in the name:
+    after a change of K, old and new groups cover different shards and must not share a
+    lease (their writes converge anyway)."""
+    return "ticker" if groups == 1 else f"ticker-{group}-of-{groups}"

@@ -34,7 +34,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "Version": "2012-10-17",
             "Statement": [{"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": arn}],
         },
-        "context": {"tenant_id": record.tenant_id, "key_id": record.key_id},
+        # The role decides what the API lets the key do: an operator reads any tenant
+        # (named per request) and writes nothing.
+        "context": {
+            "tenant_id": record.tenant_id,
+            "key_id": record.key_id,
+            "role": "operator" if record.operator else "tenant",
+        },
     }
     if record.usage_key:
         decision["usageIdentifierKey"] = record.usage_key

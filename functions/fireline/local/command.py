@@ -128,6 +128,10 @@ def run(args: argparse.Namespace) -> int:
         "fireline schedules list"
     )
     console.print(f"API reference (Swagger UI, offline): {cloud.api_url}/docs")
+    console.print(
+        f"[bold]console[/bold]: {cloud.api_url}/console (sign in with the API key {key})",
+        soft_wrap=True,
+    )
     if cloud.deployed is not None:
         console.print(f"played locally: {', '.join(sorted(cloud.deployed.set_aside))}")
     if not args.no_examples:
@@ -204,7 +208,8 @@ def screen(cloud: LocalCloud, args: argparse.Namespace) -> Group:
     )
     header = Text.assemble(
         ("Fireline local cloud  ", "bold"),
-        f"API {cloud.api_url}   emulator {cloud.endpoint_url}   log {args.log_file}\n",
+        f"API {cloud.api_url}   console {cloud.api_url}/console   log {args.log_file}\n",
+        f"emulator {cloud.endpoint_url}\n",
         f"{_lags(status)}   ",
         f"ticker lease {status['lease'] or '-'}   API requests {status['api_requests']}\n",
         ("Ctrl-C stops everything.", "dim"),

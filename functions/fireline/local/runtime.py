@@ -595,7 +595,8 @@ class ApiGateway:
 
     api: FunctionHost
     authorizer: FunctionHost | None
-    public_paths: tuple[str, ...] = ("/openapi.json", "/docs")
+    # The template's routes without the authorizer ({name}: one path segment).
+    public_paths: tuple[str, ...] = ("/openapi.json", "/docs", "/console", "/console/{asset}")
     stage: str = "prod"
     cache_seconds: float = 300
     # None: methods need no usage identifier (a stack without a usage plan).
@@ -689,7 +690,7 @@ class ApiGateway:
         path = parts.path or "/"
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         context: dict[str, Any] | None = None
-        if path not in self.public_paths:
+        if not any(_route_matches(route, path) for route in self.public_paths):
             try:
                 context = self.authorize(headers, method, path)
             except TimeoutError:
@@ -766,6 +767,15 @@ class ApiGateway:
         server = _GatewayServer((host, port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True, name="api-gateway").start()
         return server
+
+
+def _route_matches(route: str, path: str) -> bool:
+    """Does API Gateway's resource ``route`` (``{name}`` one segment) take ``path``?"""
+    want, have = route.strip("/").split("/"), path.strip("/").split("/")
+    return len(want) == len(have) and all(
+        w == h or (w.startswith("{") and w.endswith("}") and h != "")
+        for w, h in zip(want, have, strict=True)
+    )
 
 
 # What API Gateway proxies to the API; any other method is refused before it.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fireline import ports
@@ -54,6 +54,10 @@ def occurrence_key_of(body: dict[str, Any]) -> str:
     return key
 
 
+# Beyond any plausible send time (2100-01-01): a larger number is not one.
+LAST_MS = 4_102_444_800_000
+
+
 def intent_of(body: dict[str, Any], key: str) -> occurrence.Occurrence:
     """The row a fire's message stands for, before any delivery has written it.
 
@@ -67,6 +71,7 @@ def intent_of(body: dict[str, Any], key: str) -> occurrence.Occurrence:
         raise errors.ValidationError("is missing", field="tenant_id")
     if not isinstance(job_class, str):
         raise errors.ValidationError("must be a string", field="job_class")
+    sent_ms = body.get("sent_at_ms")
     return occurrence.Occurrence(
         key=key,
         tenant_id=tenant_id,
@@ -74,6 +79,13 @@ def intent_of(body: dict[str, Any], key: str) -> occurrence.Occurrence:
         version=parsed.version,
         fire_time=parsed.fire_time,
         job_class=job_class,
+        # When the ticker sent it (the claim writing the row keeps it as the row's
+        # creation); a message without one is created at its claim.
+        created_at=(
+            datetime.fromtimestamp(sent_ms / 1000, UTC)
+            if isinstance(sent_ms, int) and not isinstance(sent_ms, bool) and 0 < sent_ms < LAST_MS
+            else None
+        ),
     )
 
 

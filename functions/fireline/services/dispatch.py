@@ -120,7 +120,9 @@ def row_for(
 
 
 def outbound(item: model.Schedule, fire_time: datetime, now: datetime) -> Outbound:
-    body = fire_message(item, fire_time)
+    # When the fire was handed to the queue: the row the first delivery writes keeps it
+    # as its creation time, so the ledger shows each fire's enqueue lag.
+    body = {**fire_message(item, fire_time), "sent_at_ms": int(now.timestamp() * 1000)}
     deliver_at = deliver_time(item, fire_time)
     message = ports.OutboundMessage(body=body, delay_seconds=delay_until(deliver_at, now))
     return Outbound(item.job_class, body["occurrence_key"], message, deliver_at)

@@ -103,10 +103,16 @@ class KeyAdmin:
     # --- API keys ------------------------------------------------------------------------
 
     def create(
-        self, tenant_id: str, *, usage_plan_id: str | None = None, api_key: str | None = None
+        self,
+        tenant_id: str,
+        *,
+        usage_plan_id: str | None = None,
+        api_key: str | None = None,
+        operator: bool = False,
     ) -> CreatedKey:
         """A new API key for ``tenant_id``. ``api_key`` sets its value (the local cloud's
-        fixed keys); by default it is 32 random bytes."""
+        fixed keys); by default it is 32 random bytes. An ``operator`` key reads every
+        tenant (read-only); its own tenant still carries its usage plan."""
         api_keys.check_tenant_id(tenant_id)
         value = api_key or api_keys.KEY_PREFIX + secrets.token_urlsafe(32)
         if len(value) < 16:
@@ -122,6 +128,7 @@ class KeyAdmin:
             tenant_id=tenant_id,
             created_ms=now,
             usage_key=usage_key,
+            operator=operator,
         )
         self._keys.add(record)
         return CreatedKey(value, record, ring_created)
@@ -144,7 +151,7 @@ class KeyAdmin:
             raise errors.NotFound(f"no API key {key_id!r}")
         if not old.accepted_at(self._now_ms()):
             raise errors.ValidationError(f"{key_id} is revoked already", field="key_id")
-        created = self.create(old.tenant_id, usage_plan_id=usage_plan_id)
+        created = self.create(old.tenant_id, usage_plan_id=usage_plan_id, operator=old.operator)
         ended = self._keys.end(key_id, at_ms=self._now_ms() + grace_seconds * 1000)
         return created, ended
 

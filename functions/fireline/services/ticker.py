@@ -93,9 +93,7 @@ class TickerConfig:
 
     @property
     def lease_name(self) -> str:
-        # The group count is in the name: after a change of K, old and new groups cover
-        # different shards and must not share a lease (their writes converge anyway).
-        return "ticker" if self.groups == 1 else f"ticker-{self.group}-of-{self.groups}"
+        return lease.ticker_lease_name(self.group, self.groups)
 
     @property
     def my_shards(self) -> list[int]:

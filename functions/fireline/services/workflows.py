@@ -660,6 +660,17 @@ class NodeView:
     exit_reason: str | None  # of the node's latest attempt; None before it has run
 
 
+@dataclass(frozen=True)
+class RunGraph:
+    """What a picture of a run draws: some of its nodes (all of a small run), each with its
+    state and its depth (longest path from a root), and the edges between them."""
+
+    run: workflow.Run
+    nodes: list[tuple[str, NodeState, int]]
+    edges: list[tuple[str, str]]
+    complete: bool  # every node of the run is here
+
+
 RUN_STATES = tuple(s.value for s in workflow.RunState)
 
 
@@ -944,6 +955,34 @@ class WorkflowService:
             row = rows.get(ran[node.node_id]) if node.node_id in ran else None
             views.append(NodeView(node, row.exit_reason if row else None))
         return ports.Page(views, page.cursor)
+
+    def graph(self, tenant_id: str, run_id: str, *, limit: int) -> RunGraph:
+        """A run's graph to draw: all of it up to ``limit`` nodes; past that, ``limit``
+        nodes around its failures (or from its roots), with their states.
+
+        Reads: the run, its definition (cached), then all its node rows (a run of at most
+        ``limit`` nodes), or its first ``limit`` failed nodes and a BatchGetItem of the
+        nodes chosen around them."""
+        found = self.run(tenant_id, run_id)
+        graph = self.definitions.get(tenant_id, found.workflow_id, found.version).graph
+        if len(graph.nodes) <= limit:
+            rows = {n.node_id: n for n in self.store.all_nodes(run_id)}
+            chosen = list(graph.nodes)
+        else:
+            failed = self.store.nodes_in_state(run_id, NodeState.FAILED, limit=limit)
+            chosen = dag.around(graph, [n.node_id for n in failed.items], limit)
+            rows = self.store.get_nodes(run_id, chosen)
+        depth = {n: d for d, level in enumerate(dag.levels(graph)) for n in level}
+        kept = set(chosen)
+        return RunGraph(
+            run=found,
+            # A row not written yet (a start in progress) is a waiting node.
+            nodes=[
+                (n, rows[n].state if n in rows else NodeState.WAITING, depth[n]) for n in chosen
+            ],
+            edges=[(p, c) for c in chosen for p in graph.parents[c] if p in kept],
+            complete=len(chosen) == len(graph.nodes),
+        )
 
     def cancel(self, tenant_id: str, run_id: str) -> workflow.Run:
         current = self.run(tenant_id, run_id)
