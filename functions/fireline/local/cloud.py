@@ -119,6 +119,10 @@ class LocalCloud:
             # moto's state machine interpreter calls the services it integrates with (SQS
             # here) on localhost:$MOTO_PORT: point it at this server.
             os.environ["MOTO_PORT"] = str(port)
+            # moto keeps its resources per process, not per server: a local cloud started
+            # before in this process (a test module's) left its stack there. Start empty.
+            reset = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+            urllib.request.urlopen(reset, timeout=10).close()
             # Run state machine definitions (long jobs) instead of only recording them.
             request = urllib.request.Request(
                 f"{self.endpoint_url}/moto-api/config",
