@@ -63,6 +63,9 @@ def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
 def admin(
     deployment: dict[str, Any], capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, Any]:
+    # What ran before (the authorizer logs its refusals as JSON lines) is not the
+    # command's output: only what the command prints is read.
+    capsys.readouterr()
     code = main.main(["admin", *args, *deployment["flags"], "--json"])
     out = capsys.readouterr()
     return code, (json.loads(out.out) if out.out.strip() else out.err)
