@@ -247,6 +247,16 @@ class OccurrenceStore(Protocol):
 
 
 @dataclass(frozen=True)
+class QueueLoad:
+    """A class queue's messages as SQS counts them (approximately): ready to be taken,
+    delayed (fires sent ahead of their time), and taken but not yet deleted (in flight)."""
+
+    ready: int
+    delayed: int
+    in_flight: int
+
+
+@dataclass(frozen=True)
 class OutboundMessage:
     body: dict[str, Any]
     delay_seconds: int = 0
@@ -277,6 +287,10 @@ class WorkQueue(Protocol):
 
     def dead_letters(self, job_class: str, *, max_messages: int = 10) -> list[ReceivedMessage]:
         """Messages the queue's redrive moved to its dead-letter queue."""
+        ...
+
+    def load(self, job_class: str) -> QueueLoad:
+        """The class queue's messages, every tenant's: one request, approximate counts."""
         ...
 
 

@@ -471,7 +471,10 @@ def api() -> APIGatewayRestResolver:
         idempotency_store(),
         workflows=workflow_service() if s.workflows_table else None,
         overview=overview.Overview(
-            schedule_service(), leases=lease_store(), ticker_groups=s.ticker_groups
+            schedule_service(),
+            leases=lease_store(),
+            ticker_groups=s.ticker_groups,
+            queues=work_queue(),
         ),
         tenants=tenant_ids if s.api_keys_table else None,
     )

@@ -119,7 +119,9 @@ def test_signing_in_shows_the_overview_and_the_examples(cloud: LocalCloud, page:
     # THEN the overview shows its figures, its lag plotted
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
     expect(page.locator("#tenant-name")).to_have_text("tenant-a")
-    expect(page.get_by_role("heading", name="Queues by class")).to_be_visible()
+    expect(page.get_by_role("heading", name="This tenant's work by class")).to_be_visible()
+    # (the deployment's queues, every tenant's, are an operator's to see)
+    expect(page.get_by_role("heading", name="Deployment queues", exact=False)).to_have_count(0)
     expect(page.get_by_role("img", name="Lag per minute", exact=False)).to_be_visible()
     expect(page.get_by_role("heading", name="Ticker groups and lease holders")).to_be_visible()
     shot(page, "overview")
@@ -347,6 +349,9 @@ def test_an_operator_reads_every_tenant_and_writes_nothing(cloud: LocalCloud, pa
     sign_in(page, cloud, OPERATOR_KEY)
     picker = page.get_by_label("Tenant")
     expect(picker).to_be_visible()
+    # (its overview shows the deployment's class queues, every tenant's messages)
+    queues = page.get_by_role("heading", name="Deployment queues (every tenant)")
+    expect(queues).to_be_visible()
     picker.select_option("tenant-a")
     page.get_by_role("link", name="Schedules").click()
 

@@ -120,6 +120,23 @@ def test_given_a_delay_then_the_message_is_hidden_until_the_clock_passes_it(
     assert [m.body["n"] for m in work_queue.receive(QUEUE)] == [1]
 
 
+def test_given_ready_delayed_and_taken_messages_then_the_load_counts_each(
+    work_queue: ports.WorkQueue, clock: FakeClock
+) -> None:
+    # GIVEN three messages ready, two delayed, and one of the ready ones taken
+    work_queue.send_batch(QUEUE, [message(n) for n in range(3)])
+    work_queue.send_batch(QUEUE, [message(n, delay=60) for n in range(3, 5)])
+    (taken,) = work_queue.receive(QUEUE, max_messages=1, visibility_timeout=30)
+    # WHEN / THEN the queue's load counts each kind, and the other classes are empty
+    assert work_queue.load(QUEUE) == ports.QueueLoad(ready=2, delayed=2, in_flight=1)
+    assert work_queue.load("long") == ports.QueueLoad(ready=0, delayed=0, in_flight=0)
+    # WHEN the taken one is deleted and the delay has passed
+    work_queue.delete(QUEUE, taken.receipt)
+    clock.advance(61)
+    # THEN every message left is ready
+    assert work_queue.load(QUEUE) == ports.QueueLoad(ready=4, delayed=0, in_flight=0)
+
+
 # --- visibility ---------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fireline import ports
 from fireline.adapters import memory
 from fireline.api import app as api_app
 from fireline.domain import dag, lease, retry
@@ -35,7 +36,9 @@ class Api:
         self.app = api_app.build_app(
             self.service,
             workflows=self.flow.service,
-            overview=overview.Overview(self.service, leases=self.leases, ticker_groups=1),
+            overview=overview.Overview(
+                self.service, leases=self.leases, ticker_groups=1, queues=self.flow.queue
+            ),
             tenants=lambda: ["operators", "tenant-a", "tenant-b"],
         )
 
@@ -191,6 +194,34 @@ def test_the_overview_counts_the_tenants_last_hour_and_plots_its_lag(api: Api) -
         }
     ]
     assert found["dead_letters"] == 0 and found["schedules"] == 1 and found["capped"] is False
+    # AND a tenant's key does not see the class queues, which hold every tenant's work
+    assert found["queues"] is None
+
+
+def test_an_operators_overview_counts_the_deployments_queues_of_every_tenant(api: Api) -> None:
+    # GIVEN four fires on the default queue, of two tenants: one taken by a worker
+    for tenant in ("tenant-a", "tenant-a", "tenant-b", "tenant-b"):
+        api.service.trigger(tenant, api.schedule(tenant))
+    assert len(api.flow.queue.receive("default", max_messages=1)) == 1
+    # AND one fire sent ahead of its time (a delayed message) on the short queue
+    api.flow.queue.send_batch(
+        "short", [ports.OutboundMessage(body={"ahead": True}, delay_seconds=60)]
+    )
+
+    # WHEN an operator reads the overview (of tenant A)
+    status, found, _ = api.call("GET", "/overview", context=OPERATOR, query={"tenant": "tenant-a"})
+
+    # THEN it sees each class queue's messages, every tenant's
+    assert status == 200, found
+    assert {
+        q["job_class"]: (q["ready"], q["delayed"], q["in_flight"]) for q in found["queues"]
+    } == {
+        "default": (3, 0, 1),
+        "short": (0, 1, 0),
+        "long": (0, 0, 0),
+    }
+    # AND the rest of its figures are tenant A's own
+    assert found["tenant_id"] == "tenant-a" and found["schedules"] == 2
 
 
 def test_percentiles_are_nearest_rank() -> None:

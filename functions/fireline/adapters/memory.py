@@ -737,6 +737,17 @@ class MemoryWorkQueue:
         with self._lock:
             return len(self._queues[job_class].messages)
 
+    def load(self, job_class: str) -> ports.QueueLoad:
+        self._check_class(job_class)
+        now = self._clock.now()
+        with self._lock:
+            messages = self._queues[job_class].messages.values()
+            waiting = [m for m in messages if m.visible_at > now]
+            taken = sum(1 for m in waiting if m.receive_count > 0)
+            return ports.QueueLoad(
+                ready=len(messages) - len(waiting), delayed=len(waiting) - taken, in_flight=taken
+            )
+
     def _check_class(self, job_class: str) -> None:
         if job_class not in self._configs:
             raise errors.ValidationError(f"no queue for class {job_class!r}", field="job_class")

@@ -125,6 +125,21 @@ class SqsWorkQueue:
                 raise errors.NotFound("the receipt is stale") from exc
             raise
 
+    def load(self, job_class: str) -> ports.QueueLoad:
+        attributes = self._client.get_queue_attributes(
+            QueueUrl=self._url(job_class),
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesDelayed",
+                "ApproximateNumberOfMessagesNotVisible",
+            ],
+        )["Attributes"]
+        return ports.QueueLoad(
+            ready=int(attributes.get("ApproximateNumberOfMessages", "0")),
+            delayed=int(attributes.get("ApproximateNumberOfMessagesDelayed", "0")),
+            in_flight=int(attributes.get("ApproximateNumberOfMessagesNotVisible", "0")),
+        )
+
     def dead_letters(
         self, job_class: str, *, max_messages: int = 10
     ) -> list[ports.ReceivedMessage]:

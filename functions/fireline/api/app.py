@@ -423,7 +423,8 @@ def build_app(
             "start and enqueue lag per minute, ticker leases, dead letters",
         )
         def get_overview() -> models.OverviewOut:
-            return models.OverviewOut.of(figures_of.figures(tenant()))
+            # An operator's key also sees the class queues, which hold every tenant's work.
+            return models.OverviewOut.of(figures_of.figures(tenant(), deployment=identity()[1]))
 
     # --- the console (public static assets; the page asks for the key) --------------------
 

@@ -926,6 +926,13 @@ class TickerGroupOut(BaseModel):
     expires_at: datetime | None
 
 
+class QueueLoadOut(BaseModel):
+    job_class: str
+    ready: int = Field(description="waiting to be taken")
+    delayed: int = Field(description="sent ahead of their fire time")
+    in_flight: int = Field(description="taken by a worker, not yet deleted")
+
+
 class OverviewOut(BaseModel):
     tenant_id: str
     generated_at: datetime
@@ -937,6 +944,11 @@ class OverviewOut(BaseModel):
     dead_letters: int
     schedules: int
     capped: bool = Field(description="a read bound was met: counts are lower bounds")
+    queues: list[QueueLoadOut] | None = Field(
+        default=None,
+        description="the deployment's class queues, every tenant's messages (SQS's "
+        "approximate counts); operators' keys only",
+    )
 
     @classmethod
     def of(cls, found: overview.Figures) -> OverviewOut:
@@ -967,6 +979,14 @@ class OverviewOut(BaseModel):
             dead_letters=found.dead_letters,
             schedules=found.schedules,
             capped=found.capped,
+            queues=(
+                [
+                    QueueLoadOut(job_class=c, **dataclasses.asdict(load))
+                    for c, load in found.queues.items()
+                ]
+                if found.queues is not None
+                else None
+            ),
         )
 
 

@@ -8,6 +8,9 @@ with the message's send time), so this is 0 for a fire sent ahead. Both are buck
 minute of the fire time, p50 and p99 each. Ticker groups are the deployment's: each
 group's lease and who holds it.
 
+An operator's key (``deployment=True``) also sees the class queues themselves, every
+tenant's messages: one GetQueueAttributes a class.
+
 Reads are bounded: at most MAX_SCHEDULES schedules and MAX_JOBS jobs, each schedule's
 last hour at most MAX_ROWS rows, and MAX_DEAD dead letters counted (the figures say when
 a bound was met, so a capped count is never shown as exact).
@@ -64,6 +67,7 @@ class Figures:
     dead_letters: int
     schedules: int
     capped: bool  # a read bound was met: the counts are at least these
+    queues: dict[str, ports.QueueLoad] | None = None  # the deployment's; operators' only
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -111,12 +115,16 @@ class Overview:
         *,
         leases: ports.LeaseStore | None = None,
         ticker_groups: int = 1,
+        queues: ports.WorkQueue | None = None,
     ) -> None:
         self.service = service
         self.leases = leases
         self.ticker_groups = ticker_groups
+        self.queues = queues
 
-    def figures(self, tenant_id: str) -> Figures:
+    def figures(self, tenant_id: str, *, deployment: bool = False) -> Figures:
+        """The tenant's figures; with ``deployment`` (an operator's key) the class queues'
+        counts too, which are every tenant's."""
         now = self.service.clock.now()
         since = now - WINDOW
         rows, schedules, capped = self._rows(tenant_id, since)
@@ -144,6 +152,11 @@ class Overview:
             dead_letters=dead,
             schedules=schedules,
             capped=capped or dead_capped,
+            queues=(
+                {c: self.queues.load(c) for c in model.JOB_CLASSES}
+                if deployment and self.queues is not None
+                else None
+            ),
         )
 
     def _rows(
