@@ -347,7 +347,7 @@ def test_an_operator_reads_every_tenant_and_writes_nothing(cloud: LocalCloud, pa
 
     # WHEN an operator signs in and picks tenant A
     sign_in(page, cloud, OPERATOR_KEY)
-    picker = page.get_by_label("Tenant")
+    picker = page.get_by_label("Tenant", exact=True)
     expect(picker).to_be_visible()
     # (its overview shows the deployment's class queues, every tenant's messages)
     queues = page.get_by_role("heading", name="Deployment queues (every tenant)")

@@ -1258,9 +1258,12 @@ def test_each_function_reaches_only_its_tables_and_queues(
 
     assert set(_grants(role, "dynamodb")) == tables
     assert set(_grants(role, "sqs")) == queues
-    # SendMessage* is the SAM template's grant: SendMessage and SendMessageBatch, no receive.
-    sqs_actions = {action for actions in _grants(role, "sqs").values() for action in actions}
-    assert sqs_actions == ({"sqs:SendMessage*"} if queues else set())
+    # SendMessage* is the SAM template's grant: SendMessage and SendMessageBatch, no receive;
+    # the API also reads the class queues' counts (an operator's overview), nothing else.
+    reads = {"sqs:GetQueueAttributes"} if function == "ApiFunction" else set()
+    for queue, actions in _grants(role, "sqs").items():
+        class_queue = queue in {"DefaultQueue", "ShortQueue", "LongQueue"}
+        assert set(actions) == {"sqs:SendMessage*"} | (reads if class_queue else set()), queue
 
 
 @pytest.mark.parametrize(
