@@ -17,6 +17,7 @@ from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import workflow
 from helpers.flows import Flow, node
+from helpers.system import run_wide_dag_on_moto
 
 OCCURRENCE_WRITES = frozenset({"put_new", "transition", "claim", "settle", "annotate_running"})
 
@@ -124,3 +125,9 @@ def test_a_100000_node_workflow_completes_on_the_memory_adapters() -> None:
         f"{store.writes['run'] / nodes:.4f} run writes; "
         f"SQS send requests per node {queue.requests['SendMessageBatch'] / nodes:.2f}"
     )
+
+
+def test_a_2000_node_workflow_on_moto_counts_its_writes_per_node() -> None:
+    """The README's figures of a workflow on moto: item writes and requests per node."""
+    per_node, requests = run_wide_dag_on_moto(2000)
+    assert per_node > 0 and requests
