@@ -357,6 +357,17 @@ def test_removal_policy_and_vpc_reach_the_retained_resources_and_the_target_call
     assert {"SchedulesTable", "DefinitionsBucket", "FunctionLogGroup"} <= retained
     assert {resources[name]["DeletionPolicy"] for name in retained} == {"Delete"}
     assert resources["LeasesTable"]["DeletionPolicy"] == "Delete"
+    # AND the retained tables' deletion protection is off: CloudFormation's DeleteTable
+    # would be refused by it, and the stack's deletion fail
+    protected = {
+        name
+        for name, r in sam_resources.items()
+        if r["Type"] == "AWS::DynamoDB::Table" and r["Properties"].get("DeletionProtectionEnabled")
+    }
+    assert protected and protected <= retained
+    assert {resources[name]["Properties"]["DeletionProtectionEnabled"] for name in protected} == {
+        False
+    }
     # AND the functions that call targets join the VPC's private subnets with a new
     # security group; no other function does
     joined = {

@@ -127,7 +127,8 @@ class Fireline(Construct):
     tenant targets (default and short workers, long runner) in ``vpc_subnets`` of it
     (private subnets with egress by default) with ``security_groups`` (one allowing all
     outbound traffic is created if none is given). ``removal_policy`` applies to what the
-    template retains on delete (tables with history, the definitions bucket, the log group).
+    template retains on delete (tables with history, the definitions bucket, the log group);
+    ``DESTROY`` also turns those tables' deletion protection off.
     ``bundle_dependencies=False`` packages the code without its requirements: enough to
     synthesize and to deploy into the local cloud, not to run on AWS.
     """
@@ -245,8 +246,15 @@ class Fireline(Construct):
             )
         if removal_policy is not None:
             for logical_id, resource in translated["Resources"].items():
-                if resource.get("DeletionPolicy") == "Retain":
-                    self.template.get_resource(logical_id).apply_removal_policy(removal_policy)
+                if resource.get("DeletionPolicy") != "Retain":
+                    continue
+                kept = self.template.get_resource(logical_id)
+                kept.apply_removal_policy(removal_policy)
+                # A protected table refuses CloudFormation's DeleteTable too: a stack
+                # that destroys its tables must not protect them, or its deletion fails.
+                protected = resource["Properties"].get("DeletionProtectionEnabled")
+                if removal_policy is cdk.RemovalPolicy.DESTROY and protected:
+                    kept.add_property_override("DeletionProtectionEnabled", False)
         acknowledgements.acknowledge(self, self.template, translated, set(self.parameter_values))
 
     def resource(self, logical_id: str) -> cdk.CfnResource:
