@@ -29,11 +29,12 @@ from moto.awslambda_simple.models import lambda_simple_backends
 from moto.sts.models import sts_backends
 
 from fireline import wiring
-from fireline.domain import aws_target, model, occurrence, retry, schedule
+from fireline.domain import aws_target, errors, model, occurrence, retry, schedule, workflow
 from fireline.services import roles, targets
 from fireline.services.schedules import JobDraft
 from fireline.services.worker import Result
 from helpers.aws import ACCOUNT_ID, REGION
+from helpers.memory_system import missing_workflows
 from helpers.system import System, client_as, moto_system
 
 TENANT_ACCOUNT = "111122223333"
@@ -291,6 +292,26 @@ def test_firelines_own_functions_and_queues_are_refused_at_registration(system: 
         assert (status, body["error"]["field"]) == (400, field), body
     # AND nothing was written
     assert system.schedules.list("tenant-a", limit=10).items == []
+
+
+def test_a_workflow_node_naming_a_fireline_resource_is_refused_at_registration(
+    system: System,
+) -> None:
+    # GIVEN the deployment's workflow service, with the rules wiring gives it
+    flows = missing_workflows()
+    flows.aws_targets = wiring.aws_target_policy()
+    for target, field in own_targets(system):
+        # WHEN a tenant registers a workflow one of whose nodes names Fireline's own
+        # queue or function (with a role), after a node it may run
+        nodes = [
+            workflow.NodeSpec("fine", {"type": "python", "handler": "noop"}),
+            workflow.NodeSpec("own", target),
+        ]
+        with pytest.raises(errors.ValidationError) as refused:
+            flows.register("tenant-a", "wf", nodes, [("fine", "own")])
+        # THEN it is refused naming that node's field, and no version exists
+        assert refused.value.field == f"nodes[1].{field}"
+    assert not flows.exists("tenant-a", "wf")
 
 
 def test_a_stored_target_naming_a_fireline_queue_is_refused_at_run_time(system: System) -> None:
