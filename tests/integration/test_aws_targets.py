@@ -327,6 +327,27 @@ def test_a_stored_target_naming_a_fireline_queue_is_refused_at_run_time(system: 
     assert "Messages" not in system.sqs_client.receive_message(QueueUrl=dead_letters)
 
 
+def test_a_role_of_firelines_own_account_is_refused_at_registration_and_run_time(
+    system: System,
+) -> None:
+    # GIVEN a role in Fireline's own account, of the kind that trusts the account itself
+    # (the target caller role could assume it whatever ExternalId it sends)
+    own_role = f"arn:aws:iam::{ACCOUNT_ID}:role/admin"
+    target = {"type": "sqs", "queue_url": tenant_queue(), "role_arn": own_role}
+    # WHEN a tenant registers a job naming it
+    status, body = system.call(
+        "POST", "/jobs", {"delay_seconds": 0, "target": target}, tenant="tenant-a"
+    )
+    # THEN 400 naming the role, and nothing is written
+    assert (status, body["error"]["field"]) == (400, "target.role_arn"), body
+    assert system.schedules.list("tenant-a", limit=10).items == []
+    # AND a stored job naming it is refused before any AssumeRole
+    result, row = stored_job(system, target)
+    assert result is Result.DEAD
+    assert row.exit_reason == f"error: not allowed: {aws_target.OWN_ACCOUNT_ROLE}"
+    assert sessions(ACCOUNT_ID) == [] and system.roles.assumed == 0
+
+
 # --- what a tenant reads of a failure --------------------------------------------------------
 
 

@@ -11,8 +11,10 @@ from fireline.services import roles
 
 ACCOUNT = "123456789012"
 TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-jobs"
+OWN_ROLE = f"arn:aws:iam::{ACCOUNT}:role/admin"
 POLICY = aws_target.AwsTargetPolicy.parse(
-    f"acme=arn:aws:sqs:*:{ACCOUNT}:acme-*, *=arn:aws:lambda:us-east-1:{ACCOUNT}:function:shared",
+    f"acme=arn:aws:sqs:*:{ACCOUNT}:acme-*, *=arn:aws:lambda:us-east-1:{ACCOUNT}:function:shared,"
+    f"acme=arn:aws:iam::{ACCOUNT}:role/acme-*",
     account=ACCOUNT,
     stack_name="fireline",
     own_resources=[f"https://sqs.us-east-1.amazonaws.com/{ACCOUNT}/queue-from-env"],
@@ -45,6 +47,10 @@ def fn(name: str, account: str = ACCOUNT, **extra: Any) -> dict[str, Any]:
         ("acme", sqs("fireline-DefaultDeadLetterQueue-XYZ"), "target.queue_url"),
         # a role that is no role
         ("acme", sqs("x", role_arn="arn:aws:iam::111122223333:user/bob"), "target.role_arn"),
+        # a role of the deployment's own account (it may trust the account with no
+        # ExternalId), unless the allowlist names it for the tenant
+        ("acme", sqs("x", account="111122223333", role_arn=OWN_ROLE), "target.role_arn"),
+        ("beta", fn("f", role_arn=f"arn:aws:iam::{ACCOUNT}:role/acme-jobs"), "target.role_arn"),
     ],
 )
 def test_refused_targets_name_the_field_at_fault(
@@ -63,11 +69,22 @@ def test_refused_targets_name_the_field_at_fault(
         ("beta", sqs("anything", account="111122223333", role_arn=TENANT_ROLE)),
         # a like-named resource in another account is not Fireline's
         ("beta", fn("fireline-x", account="111122223333", role_arn=TENANT_ROLE)),
+        # a role of the deployment's account the allowlist names for the tenant
+        ("acme", sqs("x", role_arn=f"arn:aws:iam::{ACCOUNT}:role/acme-jobs")),
     ],
 )
 def test_allowed_targets_pass(tenant: str, target: dict[str, Any]) -> None:
     aws_target.check(target, tenant_id=tenant, policy=POLICY)
     assert aws_target.refusal(target, tenant_id=tenant, policy=POLICY) is None
+
+
+def test_an_attempt_naming_a_role_of_the_deployments_account_reads_why() -> None:
+    target = sqs("x", account="111122223333", role_arn=OWN_ROLE)
+    assert aws_target.refusal(target, tenant_id="acme", policy=POLICY) == (
+        f"not allowed: {aws_target.OWN_ACCOUNT_ROLE}"
+    )
+    # a policy that does not know its account (tools, tests) cannot tell
+    assert aws_target.refusal(target, tenant_id="acme", policy=aws_target.ROLES_ONLY) is None
 
 
 def test_an_allowlist_entry_that_is_not_tenant_equals_arn_is_refused_naming_the_setting() -> None:

@@ -34,6 +34,14 @@ FUNCTION_ARN = re.compile(
 _QUEUE_PATH = re.compile(r"/(?P<account>\d{12})/(?P<name>[A-Za-z0-9_-]{1,80}(\.fifo)?)")
 _SQS_HOST = re.compile(r"sqs\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?")
 
+# Why a role of the deployment's own account is refused (see own_account_role).
+OWN_ACCOUNT_ROLE = "a role of this deployment's own account, which no operator allowlist covers"
+
+
+class OwnAccountRole(errors.ValidationError):
+    """the role is one of the deployment's own account"""
+
+
 # The target types this module governs, and the field naming each one's resource.
 RESOURCE_FIELDS = {"lambda": "function_arn", "sqs": "queue_url"}
 
@@ -162,6 +170,11 @@ def check(
                 "is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)",
                 field=f"{field}.role_arn",
             )
+        if own_account_role(role, tenant_id=tenant_id, policy=policy):
+            raise OwnAccountRole(
+                f"is {OWN_ACCOUNT_ROLE}: name a role in your own account",
+                field=f"{field}.role_arn",
+            )
         return
     if not policy.allows(tenant_id, resource):
         raise errors.ValidationError(
@@ -171,6 +184,22 @@ def check(
         )
 
 
+def own_account_role(role_arn: str, *, tenant_id: str, policy: AwsTargetPolicy) -> bool:
+    """Whether ``role_arn`` is a role of the deployment's own account that the operator's
+    allowlist does not let ``tenant_id`` name.
+
+    The target caller role may assume roles in any account, its own included, and a role
+    that trusts its account (``arn:aws:iam::<account>:root``) without an ExternalId
+    condition lets it in whatever ExternalId it sends: a tenant naming such a role would
+    call the account's functions and queues with that role's rights. A role in another
+    account is the tenant's; one in this account is some other team's, unless the operator
+    says otherwise (a role ARN pattern in TargetAllowlist)."""
+    account = role_arn.split(":")[4]
+    if not policy.account or account != policy.account:
+        return False
+    return not policy.allows(tenant_id, Resource(role_arn, account, role_arn.rsplit("/", 1)[-1]))
+
+
 def refusal(target: Mapping[str, Any], *, tenant_id: str, policy: AwsTargetPolicy) -> str | None:
     """Why an attempt may not call ``target`` (a category a tenant may read), or None.
 
@@ -178,6 +207,8 @@ def refusal(target: Mapping[str, Any], *, tenant_id: str, policy: AwsTargetPolic
     operator changed the allowlist, or written around the API, is refused here."""
     try:
         check(target, tenant_id=tenant_id, policy=policy)
+    except OwnAccountRole:
+        return f"not allowed: {OWN_ACCOUNT_ROLE}"
     except errors.ValidationError as exc:
         if (exc.field or "").endswith(".role_arn"):
             return "not allowed: no role_arn, and no operator allowlist covers the target"
