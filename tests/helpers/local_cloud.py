@@ -59,8 +59,11 @@ def state_of(cloud: LocalCloud, path: str) -> str | None:
     return body.get("state") if status == 200 and isinstance(body, dict) else None
 
 
-def a_schedule_fires_and_its_job_succeeds(cloud: LocalCloud, timeout: float = 60) -> None:
-    """The smoke test of a deployment: every piece from the API to a worker, once."""
+def a_schedule_fires_and_its_job_succeeds(cloud: LocalCloud, timeout: float = 180) -> None:
+    """The smoke test of a deployment: every piece from the API to a worker, once.
+
+    The wait is generous: on a loaded machine (the suite runs on every core) a cold
+    ticker, worker and API process each start slowly; a success ends the wait at once."""
     # GIVEN a schedule registered over HTTP with an API key, due two seconds from now (as
     # the API's clock reads it: a time computed here could be past by the time a cold
     # API function reads the request)
