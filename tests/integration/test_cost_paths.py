@@ -1,0 +1,75 @@
+"""What each path a job takes costs in AWS requests and DynamoDB units, pinned.
+
+Each path runs end to end on moto as deployed (tests/helpers/cost_paths.py), small: one
+steady-state pickup of a few schedules metered on its own (the ticker's pickup, and the
+worker's run of every fire it picked up), a few one-off jobs from their creation through
+the API to their end, a small workflow run. The counts are deterministic (a fake clock,
+seeded ids), so they are pinned: a change that adds a request or a unit to a path fails
+here, and a change that saves one updates EXPECTED, the one table below. `make bench`
+prices the same paths at scale (tests/bench/bench_cost.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from helpers import cost_paths
+from helpers.system import System
+
+# Per fire (per node for workflow_node; a one-off job's creation is in its figures):
+# requests by service.Operation as billed, DynamoDB write units on the base tables,
+# index write units and read units. Rounded to 4 decimals.
+EXPECTED: dict[str, dict[str, Any]] = {}
+
+SYSTEM_PATHS: dict[str, Callable[[System], cost_paths.Measured]] = {
+    # 3 schedules every minute: the pickup 6 minutes on, 6 fires each
+    "minutely": lambda system: cost_paths.recurring(
+        system, "rate(1 minute)", 3, pickup_at=360, tenant="tenant-minutely"
+    ),
+    # 1 schedule every second: a pickup a minute, 60 fires
+    "every_second": lambda system: cost_paths.recurring(
+        system, "cron(* * * * * *)", 1, warm_ticks=11, pickup_at=61, tenant="tenant-second"
+    ),
+    # 5 one-off jobs, created through the API
+    "one_off": lambda system: cost_paths.one_off(system, 5, tenant="tenant-one-off"),
+    # the minutely path in a tenant with the deployed concurrency limit
+    "tenant_limited": lambda system: cost_paths.recurring(
+        system,
+        "rate(1 minute)",
+        3,
+        pickup_at=360,
+        tenant="tenant-limited",
+        tenant_limit=cost_paths.DEPLOYED_TENANT_LIMIT,
+    ),
+}
+
+
+def figures(measured: cost_paths.Measured) -> dict[str, Any]:
+    usage = measured.usage
+    found = {
+        "requests": {op: round(n, 4) for op, n in usage.billed.items()},
+        "write_units": round(usage.write_units, 4),
+        "index_write_units": round(usage.index_write_units, 4),
+        "read_units": round(usage.read_units, 4),
+    }
+    print(f"\n{found}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(SYSTEM_PATHS))
+def test_requests_and_units_per_fire_are_pinned(path: str) -> None:
+    # GIVEN a path run end to end on a deployment of its own, metered
+    with cost_paths.deployed_system() as system:
+        found = figures(SYSTEM_PATHS[path](system))
+    # THEN its requests and units per fire are the pinned ones
+    assert found == EXPECTED[path]
+
+
+def test_requests_and_units_per_workflow_node_are_pinned() -> None:
+    # GIVEN a wide DAG of 12 nodes run to success, the controller and workers metered
+    found = figures(cost_paths.workflow_nodes(12))
+    # THEN its requests and units per node are the pinned ones
+    assert found == EXPECTED["workflow_node"]
