@@ -28,7 +28,7 @@ WORKFLOW_NODES = 100
 
 def test_cost_per_path() -> None:
     minute = cost_paths.idle_ticker_minute()
-    report.record("cost.fixed_per_minute", minute.figures())
+    report.record("cost.fixed_per_minute", {**minute.figures(), "per": "minute"})
     paths = {}
     with cost_paths.deployed_system() as system:
         paths["minutely"] = (

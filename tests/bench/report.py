@@ -46,7 +46,8 @@ def record(key: str, figures: Any) -> None:
 
 def markdown(report: dict[str, Any]) -> str:
     """The report as Markdown: the cost per job of each path (``cost.*`` keys with a
-    ``usd_per_million``) side by side, each one's dollars by service, then every key."""
+    ``usd_per_million``, per fire) side by side, each one's dollars by service, then every
+    key's figures."""
     lines = ["# Benchmark report", ""]
     machine = report.get("machine", {})
     if machine:
@@ -58,7 +59,10 @@ def markdown(report: dict[str, Any]) -> str:
     costs = {
         key: value
         for key, value in sorted(report.items())
-        if key.startswith("cost.") and isinstance(value, dict) and "usd_per_million" in value
+        if key.startswith("cost.")
+        and isinstance(value, dict)
+        and "usd_per_million" in value
+        and value.get("per", "fire") == "fire"  # not the deployment's cost of a minute
     }
     if costs:
         lines += [
