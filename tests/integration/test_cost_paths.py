@@ -22,7 +22,84 @@ from helpers.system import System
 # Per fire (per node for workflow_node; a one-off job's creation is in its figures):
 # requests by service.Operation as billed, DynamoDB write units on the base tables,
 # index write units and read units. Rounded to 4 decimals.
-EXPECTED: dict[str, dict[str, Any]] = {}
+EXPECTED: dict[str, dict[str, Any]] = {
+    "minutely": {
+        "requests": {
+            "dynamodb.BatchGetItem": 0.1111,
+            "dynamodb.GetItem": 3.0,
+            "dynamodb.Query": 1.8889,
+            "dynamodb.UpdateItem": 2.1667,
+            "sqs.DeleteMessageBatch": 0.1111,
+            "sqs.ReceiveMessage": 0.1111,
+            "sqs.SendMessageBatch": 0.1667,
+        },
+        "write_units": 2.1667,
+        "index_write_units": 0.3333,
+        "read_units": 4.6111,
+    },
+    "every_second": {
+        "requests": {
+            "dynamodb.BatchGetItem": 0.0167,
+            "dynamodb.GetItem": 3.0,
+            "dynamodb.Query": 1.2667,
+            "dynamodb.UpdateItem": 2.0167,
+            "sqs.DeleteMessageBatch": 0.1,
+            "sqs.ReceiveMessage": 0.1,
+            "sqs.SendMessageBatch": 0.1,
+        },
+        "write_units": 2.0167,
+        "index_write_units": 0.0333,
+        "read_units": 4.15,
+    },
+    "one_off": {
+        "requests": {
+            "dynamodb.BatchGetItem": 1.0,
+            "dynamodb.GetItem": 4.0,
+            "dynamodb.Query": 5.2,
+            "dynamodb.TransactWriteItems": 2.0,
+            "dynamodb.UpdateItem": 3.0,
+            "sqs.DeleteMessageBatch": 0.2,
+            "sqs.ReceiveMessage": 0.2,
+            "sqs.SendMessageBatch": 1.0,
+        },
+        "write_units": 11.0,
+        "index_write_units": 2.0,
+        "read_units": 8.1,
+    },
+    "tenant_limited": {
+        "requests": {
+            "dynamodb.BatchGetItem": 0.1111,
+            "dynamodb.DeleteItem": 2.0,
+            "dynamodb.GetItem": 3.0,
+            "dynamodb.PutItem": 2.0,
+            "dynamodb.Query": 1.8889,
+            "dynamodb.UpdateItem": 2.1667,
+            "sqs.DeleteMessageBatch": 0.1111,
+            "sqs.ReceiveMessage": 0.1111,
+            "sqs.SendMessageBatch": 0.1667,
+        },
+        "write_units": 6.1667,
+        "index_write_units": 0.3333,
+        "read_units": 4.6111,
+    },
+    "workflow_node": {
+        "requests": {
+            "dynamodb.BatchGetItem": 3.0833,
+            "dynamodb.BatchWriteItem": 0.0833,
+            "dynamodb.GetItem": 4.25,
+            "dynamodb.PutItem": 1.1667,
+            "dynamodb.Query": 1.75,
+            "dynamodb.TransactWriteItems": 0.6667,
+            "dynamodb.UpdateItem": 3.4167,
+            "sqs.DeleteMessageBatch": 0.25,
+            "sqs.ReceiveMessage": 0.25,
+            "sqs.SendMessageBatch": 1.6667,
+        },
+        "write_units": 10.4167,
+        "index_write_units": 5.1667,
+        "read_units": 10.4583,
+    },
+}
 
 SYSTEM_PATHS: dict[str, Callable[[System], cost_paths.Measured]] = {
     # 3 schedules every minute: the pickup 6 minutes on, 6 fires each
