@@ -7,10 +7,9 @@ copy of it. (The local
 cloud deploys the whole template through CloudFormation; tests that only need the data
 plane take this faster path.)
 
-``RequestLog`` hooks a botocore client and counts what AWS would bill: requests per
-operation, DynamoDB write units under DynamoDB's rules (1 unit per started KB of the
-larger of the item before and after, plus one unit per index item written or deleted),
-and the items a Query read (ScannedCount).
+``RequestLog`` is the product's request meter (fireline.cost.meter) hooked to moto's
+clients: requests per operation, DynamoDB write, index and read units under DynamoDB's
+rules, SQS requests per 64 KB chunk, and the items a Query read (ScannedCount).
 """
 
 from __future__ import annotations
@@ -19,18 +18,19 @@ import contextlib
 import functools
 import itertools
 import json
-import math
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import boto3
 from cfnlint.decode import cfn_yaml
+
+from fireline.cost import meter
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
@@ -51,7 +51,7 @@ _parsed_template = functools.cache(load_template)
 class Stack:
     tables: dict[str, str]  # logical id -> table name
     queues: dict[str, str]  # logical id -> queue URL
-    indexes: dict[str, list[tuple[str, list[str]]]]  # table name -> [(index, key attrs)]
+    indexes: dict[str, list[meter.Index]]  # table name -> its indexes
     environment: dict[str, str]
     buckets: dict[str, str] = field(default_factory=dict)  # logical id -> bucket name
 
@@ -65,7 +65,7 @@ class Stack:
         ddb = boto3.client("dynamodb", region_name=REGION)
         sqs = boto3.client("sqs", region_name=REGION)
         tables: dict[str, str] = {}
-        indexes: dict[str, list[tuple[str, list[str]]]] = {}
+        indexes: dict[str, list[meter.Index]] = {}
         for logical, resource in resources.items():
             if resource["Type"] != "AWS::DynamoDB::Table":
                 continue
@@ -85,7 +85,11 @@ class Stack:
                 ddb.update_time_to_live(TableName=name, TimeToLiveSpecification=ttl)
             tables[logical] = name
             indexes[name] = [
-                (gsi["IndexName"], [k["AttributeName"] for k in gsi["KeySchema"]])
+                meter.Index(
+                    gsi["IndexName"],
+                    [k["AttributeName"] for k in gsi["KeySchema"]],
+                    gsi["Projection"]["ProjectionType"],
+                )
                 for gsi in props.get("GlobalSecondaryIndexes", [])
             ]
 
@@ -251,155 +255,85 @@ def sqs_follows(clock: Any) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def emulator_cpu() -> Iterator[Callable[[], float]]:
+    """The CPU seconds moto spends answering requests in this process (AWS's side of each
+    call, not the product's), as a running total: the meter leaves them out of the CPU
+    it charges to a function."""
+    from moto.core.botocore_stubber import BotocoreStubber
+
+    spent = [0.0]
+    depth = threading.local()
+    original = BotocoreStubber.__call__
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # moto's own calls to other services (a state machine invoking a function) are
+        # inside the outer call's time already.
+        outer = getattr(depth, "n", 0) == 0
+        depth.n = getattr(depth, "n", 0) + 1
+        start = time.process_time()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            depth.n -= 1
+            if outer:
+                spent[0] += time.process_time() - start
+
+    with mock.patch.object(BotocoreStubber, "__call__", timed):
+        yield lambda: spent[0]
+
+
 # --- the request log ---------------------------------------------------------------------
 
-
-def attribute_size(value: dict[str, Any]) -> int:
-    """DynamoDB's size of one attribute value (wire format), in bytes."""
-    ((kind, inner),) = value.items()
-    if kind == "S":
-        return len(inner.encode())
-    if kind == "N":
-        digits = len(str(Decimal(inner)).lstrip("-").replace(".", "").lstrip("0")) or 1
-        return math.ceil(digits / 2) + 1
-    if kind == "B":
-        return len(inner)
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "M":
-        return 3 + sum(len(k.encode()) + attribute_size(v) + 1 for k, v in inner.items())
-    if kind == "L":
-        return 3 + sum(attribute_size(v) + 1 for v in inner)
-    if kind in ("SS", "NS", "BS"):
-        return sum(attribute_size({kind[0]: v}) for v in inner)
-    raise ValueError(kind)
-
-
-def item_size(item: dict[str, Any] | None) -> int:
-    if not item:
-        return 0
-    return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
+# The product's meter sizes items and counts units; these names stay for the tests.
+attribute_size = meter.attribute_size
+item_size = meter.item_size
+_index_key = meter.index_key
 
 
 @dataclass
-class RequestLog:
-    """Counts requests, DynamoDB write units, index writes and items read by queries."""
+class RequestLog(meter.Meter):
+    """The product's request meter (fireline.cost.meter) on moto: item sizes before and
+    after each write read through a second, unmetered client, and the occurrence keys of
+    the messages sent."""
 
-    indexes: dict[str, list[tuple[str, list[str]]]] = field(default_factory=dict)
-    requests: Counter[str] = field(default_factory=Counter)
-    write_units: float = 0.0
-    index_write_units: float = 0.0
-    scanned: int = 0  # items read by Query/Scan (ScannedCount)
-    writes: Counter[str] = field(default_factory=Counter)  # single-item writes per table
     # Occurrence keys of the messages sent (SendMessageBatch entries), with their delays.
     sent: Counter[str] = field(default_factory=Counter)
     delays: dict[str, int] = field(default_factory=dict)
-    # Every item written per table: single-item writes, BatchWriteItem's processed items
-    # and each Put/Update/Delete of a TransactWriteItems that went through.
-    item_writes: Counter[str] = field(default_factory=Counter)
     _probe: Any = None
     _schemas: dict[str, list[str]] = field(default_factory=dict)
-    _lock: Any = field(default_factory=threading.Lock)
 
     def attach(self, client: Any) -> None:
         service = client.meta.service_model.service_name
-        if service == "dynamodb":
-            # A second client without hooks reads items before and after each write.
+        if service == "dynamodb" and self._probe is None:
             self._probe = boto3.client(service, region_name=REGION)
-        client.meta.events.register(f"before-parameter-build.{service}", self._before_call)
-        client.meta.events.register(f"after-call.{service}", self._after_call)
+            self.reader = self._get
+            self.key_schema = self._schema_of
+        if service == "sqs":
+            client.meta.events.register("before-parameter-build.sqs", self._note_sent)
+        super().attach(client)
 
     def reset(self) -> None:
-        self.requests.clear()
-        self.write_units = self.index_write_units = 0.0
-        self.scanned = 0
-        self.writes.clear()
-        self.item_writes.clear()
+        super().reset()
         self.sent.clear()
         self.delays.clear()
 
-    def count(self, *operations: str) -> int:
-        return sum(self.requests[o] for o in operations)
-
-    def _key(self, table: str, item: dict[str, Any]) -> dict[str, Any]:
-        assert self._probe is not None
+    def _schema_of(self, table: str) -> list[str]:
         if table not in self._schemas:
             described = self._probe.describe_table(TableName=table)["Table"]["KeySchema"]
             self._schemas[table] = [k["AttributeName"] for k in described]
-        return {name: item[name] for name in self._schemas[table]}
+        return self._schemas[table]
 
     def _get(self, table: str, key: dict[str, Any]) -> dict[str, Any] | None:
-        assert self._probe is not None
-        return self._probe.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
+        item = self._probe.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
+        return item  # type: ignore[no-any-return]
 
-    def _before_call(
-        self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any
-    ) -> None:
-        name = model.name
-        with self._lock:
-            self.requests[name] += 1
-        if name in ("PutItem", "UpdateItem", "DeleteItem"):
-            table = params["TableName"]
-            key = params.get("Key") or self._key(table, params["Item"])
-            # The request's own context travels to after-call: safe across threads.
-            context["request_log"] = (table, key, self._get(table, key))
-        elif name == "BatchWriteItem":
-            context["request_log_items"] = Counter(
-                {table: len(items) for table, items in params["RequestItems"].items()}
-            )
-        elif name == "SendMessageBatch":
-            with self._lock:
-                for entry in params["Entries"]:
-                    key = json.loads(entry["MessageBody"]).get("occurrence_key")
-                    if key:
-                        self.sent[key] += 1
-                        self.delays[key] = int(entry.get("DelaySeconds", 0))
-        elif name == "TransactWriteItems":
-            context["request_log_items"] = Counter(
-                item[kind]["TableName"]
-                for item in params["TransactItems"]
-                for kind in ("Put", "Update", "Delete")
-                if kind in item
-            )
-
-    def _after_call(
-        self, model: Any, parsed: dict[str, Any], context: dict[str, Any], **_: Any
-    ) -> None:
-        name = model.name
-        if name in ("Query", "Scan"):
-            with self._lock:
-                self.scanned += int(parsed.get("ScannedCount", 0))
-        if "request_log_items" in context:
-            written: Counter[str] = context.pop("request_log_items")
-            if "Error" in parsed:
-                return  # a cancelled transaction or a refused batch writes nothing
-            for table, unprocessed in parsed.get("UnprocessedItems", {}).items():
-                written[table] -= len(unprocessed)
-            with self._lock:
-                self.item_writes.update(written)
+    def _note_sent(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        if model.name != "SendMessageBatch":
             return
-        if "request_log" not in context:
-            return
-        table, key, before = context.pop("request_log")
-        failed = "Error" in parsed
-        after = before if failed else self._get(table, key)
-        # A refused conditional write still costs the units of the item it read.
-        units = max(1, math.ceil(max(item_size(before), item_size(after)) / 1024))
-        index_units = 0
-        if not failed:
-            for _, attrs in self.indexes.get(table, []):
-                old = _index_key(before, attrs)
-                new = _index_key(after, attrs)
-                if old != new:  # KEYS_ONLY: an unchanged index key writes nothing there
-                    index_units += (old is not None) + (new is not None)
         with self._lock:
-            self.write_units += units
-            self.index_write_units += index_units
-            self.writes[table] += 0 if failed else 1
-            self.item_writes[table] += 0 if failed else 1
-
-
-def _index_key(item: dict[str, Any] | None, attrs: list[str]) -> tuple[str, ...] | None:
-    if not item or not all(a in item for a in attrs):
-        return None
-    return tuple(json.dumps(item[a], sort_keys=True) for a in attrs)
+            for entry in params["Entries"]:
+                key = json.loads(entry["MessageBody"]).get("occurrence_key")
+                if key:
+                    self.sent[key] += 1
+                    self.delays[key] = int(entry.get("DelaySeconds", 0))

@@ -33,7 +33,7 @@ from fireline.services import (
     worker,
 )
 
-from .aws import REGION, RequestLog, Stack, serialized_item_writes, sqs_follows
+from .aws import REGION, RequestLog, Stack, emulator_cpu, serialized_item_writes, sqs_follows
 from .flows import Flow, node, signing_key, wide_dag
 from .transactions import item_scoped_transactions
 
@@ -224,9 +224,14 @@ def moto_system(
     if lambda_without_docker:
         # Invoke answers from moto's own stub (per account) instead of a container.
         sfn_config["lambda"] = {"use_docker": False}
-    with mock_aws(config=sfn_config), serialized_item_writes(), sqs_follows(clock):
+    with (
+        mock_aws(config=sfn_config),
+        serialized_item_writes(),
+        sqs_follows(clock),
+        emulator_cpu() as moto_cpu,
+    ):
         stack = Stack.create()
-        log = RequestLog(indexes=stack.indexes)
+        log = RequestLog(indexes=stack.indexes, outside_cpu=moto_cpu)
         ddb = boto3.client("dynamodb", region_name=REGION)
         sqs_client = boto3.client("sqs", region_name=REGION)
         log.attach(ddb)

@@ -1,0 +1,189 @@
+"""Metered requests and units turned into dollars per million jobs.
+
+Per job, by line: DynamoDB write units (base tables and indexes) and read units, billed
+requests of SQS, S3, Secrets Manager, Step Functions' state transitions, Lambda's
+invocations and duration, and CloudWatch Logs' ingestion.
+
+Lambda's duration is modelled, not measured: 5 ms of waiting per AWS call, plus the CPU
+seconds measured here scaled to the function's share of a vCPU (a full one at 1,769 MB,
+proportionally less below). Logs are the bytes the product wrote, plus the platform's
+START, END and REPORT lines of each invocation.
+
+The alternatives are priced from the same file: EventBridge Scheduler invoking a Lambda
+per fire, and the same with Powertools idempotency in its own table (2 writes a run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fireline.cost import prices
+
+SECONDS_PER_AWS_CALL = 0.005
+FULL_VCPU_MB = 1769
+MILLION = 1_000_000
+
+_REQUEST_ID = "8f507cfc-1a2b-4697-b07a-ac58fc914c95"
+#: What Lambda itself logs per invocation (X-Ray tracing on, as deployed).
+PLATFORM_LINES = (
+    f"START RequestId: {_REQUEST_ID} Version: $LATEST\n"
+    f"END RequestId: {_REQUEST_ID}\n"
+    f"REPORT RequestId: {_REQUEST_ID}\tDuration: 12.34 ms\tBilled Duration: 13 ms\t"
+    "Memory Size: 512 MB\tMax Memory Used: 98 MB\t\n"
+    "XRAY TraceId: 1-5759e988-bd862e3fe1be46a994272793\tSegmentId: 53995c3f42cd8ad8\t"
+    "Sampled: true\t\n"
+)
+PLATFORM_LOG_BYTES = len(PLATFORM_LINES.encode())
+
+
+@dataclass(frozen=True)
+class Function:
+    memory_mb: int
+    architecture: str = "arm64"
+
+
+#: The deployed functions' memory (infra/template.yaml's defaults) and architecture.
+FUNCTIONS = {
+    "ticker": Function(1769),
+    "worker": Function(512),
+    "api": Function(256),
+    "workflow": Function(1024),
+    "long": Function(1024),
+    "target": Function(512),  # an alternative's own function
+}
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one job uses, on average."""
+
+    billed: Mapping[str, float]  # billed requests by "service.Operation"
+    write_units: float = 0.0  # DynamoDB base tables
+    index_write_units: float = 0.0
+    read_units: float = 0.0
+    invocations: Mapping[str, float] = field(default_factory=dict)  # per function
+    aws_calls: Mapping[str, float] = field(default_factory=dict)  # per function
+    cpu_seconds: Mapping[str, float] = field(default_factory=dict)  # per function
+    log_bytes: float = 0.0  # the product's own lines
+    state_transitions: float = 0.0
+    scheduler_invocations: float = 0.0
+
+    @classmethod
+    def of(cls, meter: Any, jobs: int, **extra: float) -> Usage:
+        """A meter's counts per job (``meter``: a fireline.cost.meter.Meter). Work metered
+        under a name that is not a function (an event source mapping's receives) is in
+        the requests, not in Lambda's lines."""
+        per = 1.0 / jobs
+        return cls(
+            billed={op: n * per for op, n in sorted(meter.billed.items())},
+            write_units=meter.write_units * per,
+            index_write_units=meter.index_write_units * per,
+            read_units=meter.read_units * per,
+            invocations={f: n * per for f, n in meter.invocations.items() if f in FUNCTIONS},
+            aws_calls={f: n * per for f, n in meter.function_calls.items() if f in FUNCTIONS},
+            cpu_seconds={f: n * per for f, n in meter.cpu_seconds.items() if f in FUNCTIONS},
+            log_bytes=sum(meter.log_bytes.values()) * per,
+            **extra,
+        )
+
+    def plus(self, other: Usage, scale: float = 1.0) -> Usage:
+        """This job's usage with ``other`` times ``scale`` added (a fixed cost per minute
+        spread over the jobs of a minute)."""
+
+        def add(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+            return {k: a.get(k, 0.0) + b.get(k, 0.0) * scale for k in sorted({*a, *b})}
+
+        return Usage(
+            billed=add(self.billed, other.billed),
+            write_units=self.write_units + other.write_units * scale,
+            index_write_units=self.index_write_units + other.index_write_units * scale,
+            read_units=self.read_units + other.read_units * scale,
+            invocations=add(self.invocations, other.invocations),
+            aws_calls=add(self.aws_calls, other.aws_calls),
+            cpu_seconds=add(self.cpu_seconds, other.cpu_seconds),
+            log_bytes=self.log_bytes + other.log_bytes * scale,
+            state_transitions=self.state_transitions + other.state_transitions * scale,
+            scheduler_invocations=self.scheduler_invocations + other.scheduler_invocations * scale,
+        )
+
+    def lambda_gb_seconds(self) -> dict[str, float]:
+        """GB-seconds per function: 5 ms per AWS call plus CPU at the function's share of
+        a vCPU."""
+        gb_seconds: dict[str, float] = {}
+        for name in set(self.invocations) | set(self.aws_calls) | set(self.cpu_seconds):
+            function = FUNCTIONS[name]
+            share = min(1.0, function.memory_mb / FULL_VCPU_MB)
+            seconds = self.aws_calls.get(name, 0.0) * SECONDS_PER_AWS_CALL
+            seconds += self.cpu_seconds.get(name, 0.0) / share
+            gb_seconds[name] = seconds * function.memory_mb / 1024
+        return gb_seconds
+
+    def all_log_bytes(self) -> float:
+        return self.log_bytes + sum(self.invocations.values()) * PLATFORM_LOG_BYTES
+
+
+def dollars(usage: Usage) -> dict[str, float]:
+    """Dollars per job, by line."""
+    p = prices
+    billed = usage.billed
+
+    def requests(service: str, operations: frozenset[str] | None = None) -> float:
+        return sum(
+            n
+            for op, n in billed.items()
+            if op.split(".")[0] == service
+            and (operations is None or op.split(".", 1)[1] in operations)
+        )
+
+    s3_puts = requests("s3", p.S3_PUT_CLASS)
+    duration = sum(
+        gb_s * p.LAMBDA_GB_SECOND[FUNCTIONS[name].architecture].usd
+        for name, gb_s in usage.lambda_gb_seconds().items()
+    )
+    lines = {
+        "dynamodb.writes": usage.write_units * p.DYNAMODB_WRITE_REQUEST_UNIT.usd,
+        "dynamodb.index_writes": usage.index_write_units * p.DYNAMODB_WRITE_REQUEST_UNIT.usd,
+        "dynamodb.reads": usage.read_units * p.DYNAMODB_READ_REQUEST_UNIT.usd,
+        "sqs": requests("sqs") * p.SQS_REQUEST.usd,
+        "s3": s3_puts * p.S3_PUT_REQUEST.usd + (requests("s3") - s3_puts) * p.S3_GET_REQUEST.usd,
+        "secretsmanager": requests("secretsmanager") * p.SECRETS_MANAGER_API_CALL.usd,
+        "stepfunctions": usage.state_transitions * p.STEP_FUNCTIONS_STATE_TRANSITION.usd,
+        "scheduler": usage.scheduler_invocations * p.EVENTBRIDGE_SCHEDULER_INVOCATION.usd,
+        "lambda.requests": sum(usage.invocations.values()) * p.LAMBDA_REQUEST.usd,
+        "lambda.duration": duration,
+        "logs": usage.all_log_bytes() * p.CLOUDWATCH_LOGS_INGESTION.usd,
+    }
+    return {line: usd for line, usd in lines.items() if usd}
+
+
+def per_million(usage: Usage) -> dict[str, Any]:
+    """$ per million jobs, all in, with its lines."""
+    lines = {line: round(usd * MILLION, 4) for line, usd in dollars(usage).items()}
+    return {"usd_per_million": round(sum(lines.values()), 4), "usd_by_service": lines}
+
+
+def alternatives(*, target_cpu_seconds: float = 0.0) -> dict[str, dict[str, Any]]:
+    """EventBridge Scheduler invoking a 512 MB Lambda per fire, without and with
+    Powertools idempotency (a conditional put, then an update: 2 writes and 2 calls a run,
+    in its own table without indexes). ``target_cpu_seconds``: the function's own CPU a
+    run, the same for both (the job's work is not counted on either side)."""
+    plain = Usage(
+        billed={},
+        invocations={"target": 1.0},
+        cpu_seconds={"target": target_cpu_seconds},
+        scheduler_invocations=1.0,
+    )
+    idempotent = Usage(
+        billed={"dynamodb.PutItem": 1.0, "dynamodb.UpdateItem": 1.0},
+        write_units=2.0,
+        invocations={"target": 1.0},
+        aws_calls={"target": 2.0},
+        cpu_seconds={"target": target_cpu_seconds},
+        scheduler_invocations=1.0,
+    )
+    return {
+        "eventbridge_scheduler_lambda": per_million(plain),
+        "eventbridge_scheduler_lambda_idempotency": per_million(idempotent),
+    }

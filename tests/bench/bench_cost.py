@@ -1,0 +1,77 @@
+"""What a job costs on AWS, path by path, at us-east-1 list prices (fireline/cost/prices.py).
+
+Each path runs end to end on moto as deployed (tests/helpers/cost_paths.py): the real
+ticker and worker, the template's tables and queues, quota counting on, the product's
+log lines counted as the deployed JSON lines. Per job, a path's steady-state pickup is
+metered on its own (what the ticker writes and sends for the fires it picks up, and the
+worker's run of each), and the deployment's fixed cost of a minute (one leased ticker
+invocation: a Query per shard a tick, the lease's renewals) is spread over the jobs of
+a minute at the scale named. Both scale linearly, so the metered sizes below are what a
+bench run affords; the rates are the scales the figures are for.
+
+Figures go to .bench/report.json under cost.* (tests/bench/report.py); never fails on
+time.
+"""
+
+from __future__ import annotations
+
+from bench import report
+from fireline.cost import model, prices
+from helpers import cost_paths
+
+# (metered schedules, fires a minute the fixed cost is spread over)
+MINUTELY = (30, 500.0)  # 500 every-minute schedules
+EVERY_SECOND = (2, 50 * 60.0)  # 50 every-second schedules
+ONE_OFF = (60, 500.0)  # one-off jobs at 500 a minute
+WORKFLOW_NODES = 100
+
+
+def test_cost_per_path() -> None:
+    minute = cost_paths.idle_ticker_minute()
+    report.record("cost.fixed_per_minute", {**minute.figures(), "per": "minute"})
+    paths = {}
+    with cost_paths.deployed_system() as system:
+        paths["minutely"] = (
+            cost_paths.recurring(system, "rate(1 minute)", MINUTELY[0], pickup_at=360),
+            MINUTELY[1],
+        )
+    with cost_paths.deployed_system() as system:
+        paths["every_second"] = (
+            cost_paths.recurring(
+                system, "cron(* * * * * *)", EVERY_SECOND[0], warm_ticks=11, pickup_at=61
+            ),
+            EVERY_SECOND[1],
+        )
+    with cost_paths.deployed_system() as system:
+        paths["one_off"] = (cost_paths.one_off(system, ONE_OFF[0]), ONE_OFF[1])
+    with cost_paths.deployed_system() as system:
+        paths["tenant_limited"] = (
+            cost_paths.recurring(
+                system,
+                "rate(1 minute)",
+                MINUTELY[0],
+                pickup_at=360,
+                tenant_limit=cost_paths.DEPLOYED_TENANT_LIMIT,
+            ),
+            MINUTELY[1],
+        )
+    for name, (measured, per_minute) in paths.items():
+        figures = measured.plus_fixed(minute, per_minute).figures()
+        figures["marginal_usd_per_million"] = measured.figures()["usd_per_million"]
+        figures["fires_per_minute"] = per_minute
+        report.record(f"cost.{name}", figures)
+    # Workflow nodes: the controller and the workers, no ticker.
+    report.record("cost.workflow_node", cost_paths.workflow_nodes(WORKFLOW_NODES).figures())
+
+    # The same guarantees bought from EventBridge Scheduler: its function's own CPU a run
+    # taken as the worker's measured CPU per fire (the job's work is on neither side).
+    worker_cpu = paths["minutely"][0].usage.cpu_seconds.get("worker", 0.0)
+    for name, figures in model.alternatives(target_cpu_seconds=worker_cpu).items():
+        report.record(f"cost.alternatives.{name}", figures)
+    report.record(
+        "cost.prices",
+        {
+            name: {"usd": p.usd, "unit": p.unit, "read_on": p.read_on, "source": p.source}
+            for name, p in prices.all_prices().items()
+        },
+    )

@@ -1,0 +1,361 @@
+"""Each path a job takes, run end to end on moto as deployed, and metered.
+
+The real ticker (one invocation a simulated minute, leased, ticking every second) and
+the real worker (a batch of up to ten messages an invocation, as the event source
+mapping delivers them and deletes the batch) run on the template's tables and queues,
+with the deployment's quota counting on. The meter (fireline.cost.meter) counts every
+request and DynamoDB unit, the CPU each function spends outside moto, and the bytes the
+product logs as the deployed JSON lines; ``Measured`` turns them into figures per job
+and dollars per million.
+
+The benchmark runs the paths at scale; tests/integration/test_cost_paths.py runs them
+small and pins their counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
+
+from fireline.adapters import dynamodb, quotas_dynamodb
+from fireline.api import app as api_app
+from fireline.cost import meter, model
+from fireline.domain import quota, workflow
+from fireline.services import schedules
+from fireline.services import worker as worker_service
+
+from .flows import node, wide_dag
+from .system import System, flow_on, moto_system
+from .transactions import item_scoped_transactions
+
+TARGET = {"type": "python", "handler": "noop"}
+TENANT = "tenant-a"
+# The template's TenantConcurrencyLimit and the default class's MaximumConcurrency.
+DEPLOYED_TENANT_LIMIT = quota.DEFAULT_LIMIT
+DEPLOYED_CLASS_CONCURRENCY = 50
+# The event source mapping hands the worker batches of up to ten, and deletes a batch's
+# successes in one request: neither is a Lambda's call.
+EVENT_SOURCE = "event_source_mapping"
+#: The deployed ticker's invocation: EventBridge every minute, a 60 s timeout.
+TICKER_INVOCATION_MS = 60_000
+
+
+@dataclass
+class Measured:
+    """One path's metered run: its jobs and what the meter counted for them."""
+
+    jobs: int
+    usage: model.Usage
+    calls: dict[str, float]  # API calls per job by "service.Operation"
+
+    def plus_fixed(self, minute: Measured, jobs_per_minute: float) -> Measured:
+        """This path with the deployment's fixed cost of a minute spread over
+        ``jobs_per_minute``."""
+        calls = {
+            op: self.calls.get(op, 0.0) + minute.calls.get(op, 0.0) / jobs_per_minute
+            for op in sorted({*self.calls, *minute.calls})
+        }
+        return Measured(self.jobs, self.usage.plus(minute.usage, 1 / jobs_per_minute), calls)
+
+    @classmethod
+    def of(cls, log: meter.Meter, jobs: int, **extra: float) -> Measured:
+        assert jobs > 0, "the path ran no job"
+        calls = {op: n / jobs for op, n in sorted(log.calls.items())}
+        return cls(jobs, model.Usage.of(log, jobs, **extra), calls)
+
+    def figures(self) -> dict[str, Any]:
+        u = self.usage
+        return {
+            "jobs": self.jobs,
+            **model.per_million(u),
+            "write_units_per_fire": round(u.write_units, 4),
+            "index_write_units_per_fire": round(u.index_write_units, 4),
+            "read_units_per_fire": round(u.read_units, 4),
+            "log_bytes_per_fire": round(u.all_log_bytes(), 1),
+            "product_log_bytes_per_fire": round(u.log_bytes, 1),
+            "requests_per_fire": {op: round(n, 4) for op, n in u.billed.items()},
+            "lambda_invocations_per_fire": {f: round(n, 4) for f, n in u.invocations.items()},
+            "cpu_ms_per_fire": {f: round(s * 1000, 4) for f, s in u.cpu_seconds.items()},
+        }
+
+
+# --- the deployment, metered ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def deployed_system() -> Iterator[System]:
+    """A moto system wired as deployed: quota counting on (the slots table keeps the
+    counts), and the product's log lines counted as the deployed JSON lines."""
+    with moto_system() as system, logs_counted(system.log):
+        counts = quotas_dynamodb.DynamoQuotaStore(system.ddb, system.stack.tables["SlotsTable"])
+        system.schedules = dynamodb.DynamoScheduleStore(
+            system.ddb, system.stack.tables["SchedulesTable"], quotas=counts
+        )
+        system.service = schedules.ScheduleService(
+            schedules=system.schedules,
+            occurrences=system.occurrences,
+            queue=system.queue,
+            clock=system.clock,
+            quotas=dict(quota.DEFAULT_QUOTAS),
+            ids=seeded_ids(TENANT),
+        )
+        system._api = api_app.build_app(system.service, system.idempotency)
+        yield system
+
+
+def seeded_ids(seed: str) -> Callable[[str], str]:
+    """Ids of the deployed shape from a seeded stream: the shards they hash to, and so
+    the ticker's pages and batches, are the same on every run."""
+    stream = random.Random(seed)
+    return lambda prefix: f"{prefix}_{stream.getrandbits(80):020x}"
+
+
+@contextlib.contextmanager
+def logs_counted(log: meter.Meter) -> Iterator[None]:
+    """Count the bytes the product logs at the deployed level (INFO), formatted as the
+    deployed Powertools logger writes them inside a handler (its Lambda context keys)."""
+    formatter = LambdaPowertoolsFormatter()
+    formatter.append_keys(
+        service="fireline",
+        cold_start=False,
+        function_name="fireline-WorkerFunction-AbCdEf123456",
+        function_memory_size="512",
+        function_arn=(
+            "arn:aws:lambda:us-east-1:123456789012:function:fireline-WorkerFunction-AbCdEf123456"
+        ),
+        function_request_id="8f507cfc-1a2b-4697-b07a-ac58fc914c95",
+        xray_trace_id="1-5759e988-bd862e3fe1be46a994272793",
+    )
+    handler = log.log_handler(formatter)
+    product = logging.getLogger("fireline")
+    level = product.level
+    product.addHandler(handler)
+    product.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        product.removeHandler(handler)
+        product.setLevel(level)
+
+
+def deployed_worker(system: System, *, tenant_limit: int) -> worker_service.Worker:
+    """The default class's worker as wiring builds it (jobs' quota given back)."""
+    return worker_service.Worker(
+        schedules=system.schedules,
+        occurrences=system.occurrences,
+        queue=system.queue,
+        slots=system.slots,
+        clock=system.clock,
+        runner=system.runner(),
+        config=worker_service.WorkerConfig(
+            job_class="default",
+            tenant_limit=tenant_limit,
+            class_max_concurrency=DEPLOYED_CLASS_CONCURRENCY if tenant_limit else 0,
+            jobs_counted=True,
+        ),
+        metrics=system.metrics,
+    )
+
+
+def deliver(system: System, worker: worker_service.Worker) -> int:
+    """What the event source mapping does with what is visible now: batches of up to ten
+    to a worker invocation each, the batch's successes deleted in one request. Its empty
+    polls are a fixed cost per queue, not per job: only the receives that found work are
+    counted. The jobs that succeeded."""
+    log = system.log
+    url = system.stack.queues["DefaultQueue"]
+    succeeded = 0
+    while True:
+        with log.unmetered():
+            batch = system.queue.receive("default", max_messages=10)
+        if not batch:
+            return succeeded
+        payload = sum(len(json.dumps(m.body)) for m in batch)
+        log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
+        done = []
+        with log.within("worker"):
+            for message in batch:
+                try:
+                    result = worker.handle(message.body, remaining_ms=lambda: 60_000)
+                except worker_service.Busy:
+                    continue  # reported as a batch item failure: SQS redelivers it
+                succeeded += result is worker_service.Result.SUCCEEDED
+                done.append(message)
+        if done:
+            with log.within(EVENT_SOURCE, invocations=0):
+                system.sqs_client.delete_message_batch(
+                    QueueUrl=url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(done)
+                    ],
+                )
+
+
+def run_minutes(system: System, worker: worker_service.Worker, minutes: int) -> int:
+    """``minutes`` ticker invocations, one a minute, the worker keeping up after every
+    tick; the jobs that succeeded."""
+    succeeded = 0
+    log = system.log
+
+    def after_tick() -> None:
+        nonlocal succeeded
+        succeeded += deliver(system, worker)
+
+    for minute in range(minutes):
+        end = system.clock.monotonic() + TICKER_INVOCATION_MS / 1000
+        tk = system.ticker(owner=f"invocation-{minute}")
+        tk.after_tick = after_tick
+        with log.within("ticker"):
+            tk.run(lambda end=end: int((end - system.clock.monotonic()) * 1000))
+        system.clock.advance(max(0.0, end - system.clock.monotonic()))
+        succeeded += deliver(system, worker)
+    return succeeded
+
+
+def pickup_cycle(
+    system: System, worker: worker_service.Worker, *, warm_ticks: int, pickup_at: int
+) -> int:
+    """One steady-state pickup, metered: what the ticker writes and sends for the fires
+    it picks up in one tick, and what the worker does to run them all. Warm-up ticks
+    (once a second, left out, their messages dropped) first bring the schedules to where
+    every later pickup finds them, a horizon ahead; the metered tick is the next pickup,
+    ``pickup_at`` seconds after the first tick. The ticker's idle reads (one Query per
+    shard a tick, found or not) are a cost per deployment, not per fire, and left out."""
+    started = system.clock.monotonic()
+    with system.log.unmetered():
+        tk = system.ticker(use_lease=False)
+        for _ in range(warm_ticks):
+            tk.tick()
+            system.clock.advance(1)
+        system.sqs_client.purge_queue(QueueUrl=system.stack.queues["DefaultQueue"])
+    system.clock.advance(pickup_at - (system.clock.monotonic() - started))
+    system.log.reset()
+    with system.log.within("ticker", invocations=1 / 55):
+        report = tk.tick()
+    assert report.advanced, "the metered tick picked nothing up"
+    system.clock.advance(900)
+    return deliver(system, worker)
+
+
+# --- the paths -------------------------------------------------------------------------------
+
+
+def recurring(
+    system: System,
+    spec: str,
+    schedules_count: int,
+    *,
+    pickup_at: int,
+    warm_ticks: int = 1,
+    tenant: str = TENANT,
+    tenant_limit: int = 0,
+) -> Measured:
+    """``schedules_count`` schedules of ``spec`` in ``tenant``: their pickup at
+    ``pickup_at`` seconds, metered on its own (``pickup_cycle``). The schedules are
+    deleted after (not metered), so the system can serve the next path."""
+    system.service.ids = seeded_ids(tenant)
+    with system.log.unmetered():
+        system.slots.set_limit(tenant, tenant_limit or None)
+        created = [
+            system.service.create(tenant, schedules.ScheduleDraft(spec=spec, target=TARGET))
+            for _ in range(schedules_count)
+        ]
+    worker = deployed_worker(system, tenant_limit=tenant_limit)
+    succeeded = pickup_cycle(system, worker, warm_ticks=warm_ticks, pickup_at=pickup_at)
+    measured = Measured.of(system.log, succeeded)
+    with system.log.unmetered():
+        for schedule in created:
+            system.service.delete(tenant, schedule.schedule_id)
+    return measured
+
+
+def one_off(
+    system: System, jobs: int, *, delay_seconds: int = 120, tenant: str = TENANT
+) -> Measured:
+    """``jobs`` one-off jobs created through the API (one request each, as a tenant
+    sends them) and run, picked up by one tick: their creation is metered with the rest
+    (the API function's)."""
+    system.service.ids = seeded_ids(tenant)
+    worker = deployed_worker(system, tenant_limit=0)
+    system.log.reset()
+    for _ in range(jobs):
+        with system.log.within("api"):
+            status, _ = system.call(
+                "POST",
+                "/jobs",
+                {"delay_seconds": delay_seconds, "target": TARGET},
+                tenant=tenant,
+            )
+        assert status == 201
+    with system.log.within("ticker", invocations=1 / 55):
+        system.ticker(use_lease=False).tick()
+    system.clock.advance(900)
+    succeeded = deliver(system, worker)
+    assert succeeded == jobs, (succeeded, jobs)
+    return Measured.of(system.log, succeeded)
+
+
+def idle_ticker_minute() -> Measured:
+    """One leased ticker invocation with nothing due: what the deployment pays each
+    minute whatever it runs (a Query per shard a tick, the lease's renewals, the
+    invocation), as the usage of one "job" to spread over a minute's jobs."""
+    with deployed_system() as system:
+        system.service.create(TENANT, schedules.ScheduleDraft(spec="rate(1 day)", target=TARGET))
+        worker = deployed_worker(system, tenant_limit=0)
+        with system.log.unmetered():
+            run_minutes(system, worker, 1)  # its pickup: a day ahead, nothing more due
+        system.log.reset()
+        run_minutes(system, worker, 1)
+        return Measured.of(system.log, 1)
+
+
+def workflow_nodes(size: int) -> Measured:
+    """A wide DAG of ``size`` short nodes run to success: per node, the controller's and
+    the workers' requests (a batch of ten messages an invocation)."""
+    with moto_system() as system, item_scoped_transactions(), logs_counted(system.log):
+        flow = flow_on(system)
+        names, edges = wide_dag(size)
+        flow.register([node(n, job_class="short") for n in names], edges)
+        log = system.log
+        log.reset()
+        controller = flow.controller.handle
+
+        def metered_controller(body: dict[str, Any]) -> Any:
+            with log.within("workflow", invocations=0.1):
+                return controller(body)
+
+        for worker in flow.workers.values():
+            handle = worker.handle
+
+            def metered(*args: Any, _handle: Any = handle, **kwargs: Any) -> Any:
+                with log.within("worker", invocations=0.1):
+                    return _handle(*args, **kwargs)
+
+            worker.handle = metered  # type: ignore[method-assign]
+        with log.within("api"):
+            run = flow.start()
+        handled = 0
+        for _ in range(100_000):
+            # The harness's polls and per-message deletes are left out; the event source
+            # mappings' receives and batch deletes (one each per ten) are counted below.
+            with log.unmetered():
+                step = flow.step(metered_controller)
+                done = not step and flow.run_state(run) is workflow.RunState.SUCCEEDED
+            if done:
+                break
+            handled += step
+            if not step:
+                system.clock.advance(5.0)
+        for _ in range(-(-handled // 10)):
+            log.charge("sqs.ReceiveMessage")
+            log.charge("sqs.DeleteMessageBatch")
+        assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+        assert len(flow.ledger.effects) == size
+        return Measured.of(log, size)

@@ -1,0 +1,152 @@
+"""What each path a job takes costs in AWS requests and DynamoDB units, pinned.
+
+Each path runs end to end on moto as deployed (tests/helpers/cost_paths.py), small: one
+steady-state pickup of a few schedules metered on its own (the ticker's pickup, and the
+worker's run of every fire it picked up), a few one-off jobs from their creation through
+the API to their end, a small workflow run. The counts are deterministic (a fake clock,
+seeded ids), so they are pinned: a change that adds a request or a unit to a path fails
+here, and a change that saves one updates EXPECTED, the one table below. `make bench`
+prices the same paths at scale (tests/bench/bench_cost.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from helpers import cost_paths
+from helpers.system import System
+
+# Per fire (per node for workflow_node; a one-off job's creation is in its figures):
+# requests by service.Operation as billed, DynamoDB write units on the base tables,
+# index write units and read units. Rounded to 4 decimals.
+EXPECTED: dict[str, dict[str, Any]] = {
+    "minutely": {
+        "requests": {
+            "dynamodb.BatchGetItem": 0.1111,
+            "dynamodb.GetItem": 3.0,
+            "dynamodb.Query": 1.8889,
+            "dynamodb.UpdateItem": 2.1667,
+            "sqs.DeleteMessageBatch": 0.1111,
+            "sqs.ReceiveMessage": 0.1111,
+            "sqs.SendMessageBatch": 0.1667,
+        },
+        "write_units": 2.1667,
+        "index_write_units": 0.3333,
+        "read_units": 4.6111,
+    },
+    "every_second": {
+        "requests": {
+            "dynamodb.BatchGetItem": 0.0167,
+            "dynamodb.GetItem": 3.0,
+            "dynamodb.Query": 1.2667,
+            "dynamodb.UpdateItem": 2.0167,
+            "sqs.DeleteMessageBatch": 0.1,
+            "sqs.ReceiveMessage": 0.1,
+            "sqs.SendMessageBatch": 0.1,
+        },
+        "write_units": 2.0167,
+        "index_write_units": 0.0333,
+        "read_units": 4.15,
+    },
+    "one_off": {
+        "requests": {
+            "dynamodb.BatchGetItem": 1.0,
+            "dynamodb.GetItem": 4.0,
+            "dynamodb.Query": 5.2,
+            "dynamodb.TransactWriteItems": 2.0,
+            "dynamodb.UpdateItem": 3.0,
+            "sqs.DeleteMessageBatch": 0.2,
+            "sqs.ReceiveMessage": 0.2,
+            "sqs.SendMessageBatch": 1.0,
+        },
+        "write_units": 11.0,
+        "index_write_units": 2.0,
+        "read_units": 8.1,
+    },
+    "tenant_limited": {
+        "requests": {
+            "dynamodb.BatchGetItem": 0.1111,
+            "dynamodb.DeleteItem": 2.0,
+            "dynamodb.GetItem": 3.0,
+            "dynamodb.PutItem": 2.0,
+            "dynamodb.Query": 1.8889,
+            "dynamodb.UpdateItem": 2.1667,
+            "sqs.DeleteMessageBatch": 0.1111,
+            "sqs.ReceiveMessage": 0.1111,
+            "sqs.SendMessageBatch": 0.1667,
+        },
+        "write_units": 6.1667,
+        "index_write_units": 0.3333,
+        "read_units": 4.6111,
+    },
+    "workflow_node": {
+        "requests": {
+            "dynamodb.BatchGetItem": 3.0833,
+            "dynamodb.BatchWriteItem": 0.0833,
+            "dynamodb.GetItem": 4.25,
+            "dynamodb.PutItem": 1.1667,
+            "dynamodb.Query": 1.75,
+            "dynamodb.TransactWriteItems": 0.6667,
+            "dynamodb.UpdateItem": 3.4167,
+            "sqs.DeleteMessageBatch": 0.25,
+            "sqs.ReceiveMessage": 0.25,
+            "sqs.SendMessageBatch": 1.6667,
+        },
+        "write_units": 10.4167,
+        "index_write_units": 5.1667,
+        "read_units": 10.4583,
+    },
+}
+
+SYSTEM_PATHS: dict[str, Callable[[System], cost_paths.Measured]] = {
+    # 3 schedules every minute: the pickup 6 minutes on, 6 fires each
+    "minutely": lambda system: cost_paths.recurring(
+        system, "rate(1 minute)", 3, pickup_at=360, tenant="tenant-minutely"
+    ),
+    # 1 schedule every second: a pickup a minute, 60 fires
+    "every_second": lambda system: cost_paths.recurring(
+        system, "cron(* * * * * *)", 1, warm_ticks=11, pickup_at=61, tenant="tenant-second"
+    ),
+    # 5 one-off jobs, created through the API
+    "one_off": lambda system: cost_paths.one_off(system, 5, tenant="tenant-one-off"),
+    # the minutely path in a tenant with the deployed concurrency limit
+    "tenant_limited": lambda system: cost_paths.recurring(
+        system,
+        "rate(1 minute)",
+        3,
+        pickup_at=360,
+        tenant="tenant-limited",
+        tenant_limit=cost_paths.DEPLOYED_TENANT_LIMIT,
+    ),
+}
+
+
+def figures(measured: cost_paths.Measured) -> dict[str, Any]:
+    usage = measured.usage
+    found = {
+        "requests": {op: round(n, 4) for op, n in usage.billed.items()},
+        "write_units": round(usage.write_units, 4),
+        "index_write_units": round(usage.index_write_units, 4),
+        "read_units": round(usage.read_units, 4),
+    }
+    print(f"\n{found}")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(SYSTEM_PATHS))
+def test_requests_and_units_per_fire_are_pinned(path: str) -> None:
+    # GIVEN a path run end to end on a deployment of its own, metered
+    with cost_paths.deployed_system() as system:
+        found = figures(SYSTEM_PATHS[path](system))
+    # THEN its requests and units per fire are the pinned ones
+    assert found == EXPECTED[path]
+
+
+def test_requests_and_units_per_workflow_node_are_pinned() -> None:
+    # GIVEN a wide DAG of 12 nodes run to success, the controller and workers metered
+    found = figures(cost_paths.workflow_nodes(12))
+    # THEN its requests and units per node are the pinned ones
+    assert found == EXPECTED["workflow_node"]

@@ -1,0 +1,295 @@
+"""The request meter counts what AWS bills, to the unit: DynamoDB's rounding, transactions
+at twice the units, index writes on a key's change, eventually consistent reads at half,
+SQS requests per 64 KB chunk; and the model prices them from the one price file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from fireline.cost import meter, model, prices
+
+REGION = "us-east-1"
+TABLE = "items"
+
+
+@pytest.fixture
+def aws() -> Iterator[tuple[meter.Meter, Any, Any]]:
+    """A table keyed by pk with a KEYS_ONLY index on `due`, a queue, and a meter reading
+    items through a second, unmetered client."""
+    with mock_aws():
+        probe = boto3.client("dynamodb", region_name=REGION)
+        probe.create_table(
+            TableName=TABLE,
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "due", "AttributeType": "S"},
+            ],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "due",
+                    "KeySchema": [{"AttributeName": "due", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                }
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        log = meter.Meter(
+            indexes={TABLE: [meter.Index("due", ["due"])]},
+            reader=lambda table, key: probe.get_item(
+                TableName=table, Key=key, ConsistentRead=True
+            ).get("Item"),
+            key_schema=lambda table: ["pk"],
+        )
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        sqs = boto3.client("sqs", region_name=REGION)
+        log.attach(ddb)
+        log.attach(sqs)
+        yield log, ddb, sqs
+
+
+def item(pk: str, size: int, **extra: str) -> dict[str, Any]:
+    """An item of exactly ``size`` bytes (names and values counted as DynamoDB does)."""
+    base = {"pk": {"S": pk}, **{k: {"S": v} for k, v in extra.items()}}
+    filler = size - meter.item_size(base) - len("data")
+    assert filler >= 0
+    found = {**base, "data": {"S": "x" * filler}}
+    assert meter.item_size(found) == size
+    return found
+
+
+def set_n(ddb: Any, pk: str, value: int) -> None:
+    """A small update of one attribute, no index key among it."""
+    ddb.update_item(
+        TableName=TABLE,
+        Key={"pk": {"S": pk}},
+        UpdateExpression="SET n = :n",
+        ExpressionAttributeValues={":n": {"N": str(value)}},
+    )
+
+
+def test_sizes_follow_dynamodbs_rules() -> None:
+    # A name's bytes plus its value's: strings by UTF-8 bytes, numbers by digit pairs plus one
+    assert meter.item_size({"ab": {"S": "héllo"}}) == 2 + 6
+    assert meter.attribute_size({"N": "123.45"}) == 4
+    assert meter.attribute_size({"N": "-7"}) == 2
+    assert meter.attribute_size({"BOOL": True}) == 1
+    # Maps and lists: 3 bytes plus 1 per element, beside the elements themselves
+    assert meter.attribute_size({"M": {"a": {"S": "xy"}}}) == 3 + 1 + 2 + 1
+    assert meter.attribute_size({"L": [{"S": "xy"}, {"N": "1"}]}) == 3 + (2 + 1) + (2 + 1)
+
+
+def test_a_write_costs_one_unit_per_started_kilobyte_of_the_larger_item(
+    aws: tuple[meter.Meter, Any, Any],
+) -> None:
+    log, ddb, _ = aws
+    # GIVEN items of exactly 1 KB and of 1 KB and a byte
+    ddb.put_item(TableName=TABLE, Item=item("a", 1024))
+    assert log.write_units == 1
+    ddb.put_item(TableName=TABLE, Item=item("b", 1025))
+    assert log.write_units == 1 + 2
+    # WHEN one grows from 1,025 bytes to 2,100 (the larger of before and after counts)
+    log.reset()
+    ddb.put_item(TableName=TABLE, Item=item("b", 2100))
+    # THEN 3 units; and its delete costs what it weighed: 3 again
+    assert log.write_units == 3
+    ddb.delete_item(TableName=TABLE, Key={"pk": {"S": "b"}})
+    assert log.write_units == 6
+    # AND a small update of a 1 KB item costs 1; deleting an absent item costs 1 all the same
+    log.reset()
+    set_n(ddb, "a", 1)
+    ddb.delete_item(TableName=TABLE, Key={"pk": {"S": "absent"}})
+    assert (log.write_units, log.index_write_units) == (2 + 1, 0)
+    assert log.billed == {"dynamodb.UpdateItem": 1, "dynamodb.DeleteItem": 1}
+
+
+def test_a_refused_conditional_write_is_charged_and_writes_nothing(
+    aws: tuple[meter.Meter, Any, Any],
+) -> None:
+    log, ddb, _ = aws
+    ddb.put_item(TableName=TABLE, Item=item("a", 2500, due="t1"))
+    log.reset()
+    # WHEN a conditional put on the 2.5 KB item is refused
+    with pytest.raises(ddb.exceptions.ConditionalCheckFailedException):
+        ddb.put_item(
+            TableName=TABLE,
+            Item=item("a", 100, due="t2"),
+            ConditionExpression="attribute_not_exists(pk)",
+        )
+    # THEN it costs the units of the item it checked, and writes neither item nor index
+    assert log.write_units == 3
+    assert log.index_write_units == 0
+    assert log.conditional_failures == 1
+    assert log.item_writes[TABLE] == 0
+
+
+def test_a_transaction_costs_twice_each_item_condition_checks_included(
+    aws: tuple[meter.Meter, Any, Any],
+) -> None:
+    log, ddb, _ = aws
+    ddb.put_item(TableName=TABLE, Item=item("big", 1500))
+    ddb.put_item(TableName=TABLE, Item=item("count", 50))
+    log.reset()
+    # WHEN one transaction puts a small item, updates a 1.5 KB one and checks a third
+    ddb.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": TABLE, "Item": item("new", 200)}},
+            {
+                "Update": {
+                    "TableName": TABLE,
+                    "Key": {"pk": {"S": "big"}},
+                    "UpdateExpression": "SET n = :n",
+                    "ExpressionAttributeValues": {":n": {"N": "1"}},
+                }
+            },
+            {
+                "ConditionCheck": {
+                    "TableName": TABLE,
+                    "Key": {"pk": {"S": "count"}},
+                    "ConditionExpression": "attribute_exists(pk)",
+                }
+            },
+        ]
+    )
+    # THEN 2 x (1 + 2 + 1) units, one request, two items written
+    assert log.write_units == 8
+    assert log.billed["dynamodb.TransactWriteItems"] == 1
+    assert log.item_writes[TABLE] == 2
+
+
+def test_an_index_is_written_when_an_items_key_there_changes(
+    aws: tuple[meter.Meter, Any, Any],
+) -> None:
+    log, ddb, _ = aws
+
+    def set_due(value: str | None) -> None:
+        if value is None:
+            expression, values = "REMOVE due", {}
+        else:
+            expression, values = "SET due = :d", {":d": {"S": value}}
+        ddb.update_item(
+            TableName=TABLE,
+            Key={"pk": {"S": "a"}},
+            UpdateExpression=expression,
+            **({"ExpressionAttributeValues": values} if values else {}),
+        )
+
+    # GIVEN an item put with an index key: one index item written
+    ddb.put_item(TableName=TABLE, Item=item("a", 300, due="t1"))
+    assert log.index_write_units == 1
+    # WHEN its key there changes: a delete and a put in the index
+    log.reset()
+    set_due("t2")
+    assert log.index_write_units == 2
+    # AND an update that leaves the key alone writes nothing there (KEYS_ONLY)
+    log.reset()
+    set_n(ddb, "a", 2)
+    assert log.index_write_units == 0
+    # AND losing the key deletes the index item; gaining it back puts one
+    set_due(None)
+    assert log.index_write_units == 1
+    set_due("t3")
+    assert log.index_write_units == 2
+    assert log.write_units == 3  # each of the three updates: 1 unit on the table
+
+
+def test_reads_cost_per_started_4kb_and_half_when_eventually_consistent(
+    aws: tuple[meter.Meter, Any, Any],
+) -> None:
+    log, ddb, _ = aws
+    ddb.put_item(TableName=TABLE, Item=item("five", 5000))
+    ddb.put_item(TableName=TABLE, Item=item("small", 100))
+    log.reset()
+    key = {"pk": {"S": "five"}}
+    # A 5 KB item: 2 units strongly consistent, 1 eventually consistent
+    ddb.get_item(TableName=TABLE, Key=key, ConsistentRead=True)
+    assert log.read_units == 2
+    ddb.get_item(TableName=TABLE, Key=key)
+    assert log.read_units == 3
+    # An absent item still costs the minimum: 1 strongly consistent, 0.5 otherwise
+    ddb.get_item(TableName=TABLE, Key={"pk": {"S": "absent"}}, ConsistentRead=True)
+    ddb.get_item(TableName=TABLE, Key={"pk": {"S": "absent"}})
+    assert log.read_units == 4.5
+    # A batch: each item on its own (5 KB: 2, small: 1, absent: 1), consistent as asked
+    log.reset()
+    ddb.batch_get_item(
+        RequestItems={
+            TABLE: {
+                "Keys": [key, {"pk": {"S": "small"}}, {"pk": {"S": "absent"}}],
+                "ConsistentRead": True,
+            }
+        }
+    )
+    assert log.read_units == 4
+    # A scan reads 5,100-odd bytes in all: 2 units consistent, 1 not
+    log.reset()
+    ddb.scan(TableName=TABLE, ConsistentRead=True)
+    ddb.scan(TableName=TABLE)
+    assert log.read_units == 3
+    assert log.scanned == 4
+
+
+def test_sqs_bills_each_started_64kb_of_a_payload_as_one_request(
+    aws: tuple[meter.Meter, Any, Any],
+) -> None:
+    log, _, sqs = aws
+    url = sqs.create_queue(QueueName="work")["QueueUrl"]
+    log.reset()
+    # WHEN ten 10 KB messages go in one batch (100 KB), then one small message alone
+    sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": str(i), "MessageBody": "x" * 10 * 1024} for i in range(10)],
+    )
+    sqs.send_message(QueueUrl=url, MessageBody="small")
+    # THEN 2 requests billed for the batch, 1 for the message
+    assert log.billed["sqs.SendMessageBatch"] == 2
+    assert log.billed["sqs.SendMessage"] == 1
+    assert log.calls["sqs.SendMessageBatch"] == 1
+    # AND receiving ten of them (100 KB) is 2 requests; an empty receive is 1
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert sum(len(m["Body"]) for m in received) >= 65 * 1024
+    assert log.billed["sqs.ReceiveMessage"] == 2
+
+
+def test_the_model_prices_units_and_requests_from_the_price_file() -> None:
+    # GIVEN a job of 2 write units, 1 index write, 1 read, one SQS request, a tenth of a
+    # 512 MB invocation making 3 calls with 1 ms of CPU, and 100 bytes logged
+    usage = model.Usage(
+        billed={"sqs.SendMessageBatch": 1.0},
+        write_units=2.0,
+        index_write_units=1.0,
+        read_units=1.0,
+        invocations={"worker": 0.1},
+        aws_calls={"worker": 3.0},
+        cpu_seconds={"worker": 0.001},
+        log_bytes=100.0,
+    )
+    lines = model.per_million(usage)["usd_by_service"]
+    # THEN each line is its count times its price, per million
+    assert lines["dynamodb.writes"] == pytest.approx(1.25)
+    assert lines["dynamodb.index_writes"] == pytest.approx(0.625)
+    assert lines["dynamodb.reads"] == pytest.approx(0.125)
+    assert lines["sqs"] == pytest.approx(0.40)
+    assert lines["lambda.requests"] == pytest.approx(0.02)
+    # 15 ms waiting plus 1 ms of a vCPU at 512/1769 of one, at 0.5 GB on arm64
+    gb_s = (0.015 + 0.001 * 1769 / 512) * 0.5
+    assert lines["lambda.duration"] == pytest.approx(
+        gb_s * prices.LAMBDA_GB_SECOND_ARM.usd * 1e6, abs=1e-4
+    )
+    logged = 100 + 0.1 * model.PLATFORM_LOG_BYTES
+    assert lines["logs"] == pytest.approx(logged * 0.5 / 1024**3 * 1e6, abs=1e-4)
+
+
+def test_eventbridge_scheduler_alternatives_add_idempotencys_two_writes() -> None:
+    found = model.alternatives()
+    plain = found["eventbridge_scheduler_lambda"]["usd_by_service"]
+    kept = found["eventbridge_scheduler_lambda_idempotency"]["usd_by_service"]
+    assert plain["scheduler"] == pytest.approx(1.00)
+    assert plain["lambda.requests"] == pytest.approx(0.20)
+    assert kept["dynamodb.writes"] == pytest.approx(1.25)
+    assert "dynamodb.writes" not in plain
