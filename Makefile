@@ -57,7 +57,14 @@ localstack-test: install
 	FIRELINE_ENDPOINT_URL=$${FIRELINE_ENDPOINT_URL:-http://localhost:4566} \
 		$(BIN)/python -m pytest -q -m localstack tests/integration/test_localstack.py
 
-bench: install
+# The benchmarks' own extra (APScheduler 3 and SQLAlchemy for the peer comparison), added
+# to the environment make install built, never to make test's.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: install $(BENCH_STAMP)
 	$(BIN)/python -m pytest -q -s tests/bench -o python_files="bench_*.py"
 
 # The DynamoDB contract tests on dynalite too, an independent DynamoDB implementation

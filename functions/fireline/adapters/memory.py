@@ -478,14 +478,20 @@ class MemoryOccurrenceStore:
         with self._lock:
             current = self._items.get(key)
             if current is None and intent is not None and intent.key == key:
-                self.put_new(
-                    replace(
-                        intent,
-                        state=occurrence.State.QUEUED,
-                        created_at=intent.created_at or now,
-                    )
+                # No row yet: the claim writes it, running, in one put (as DynamoDB's
+                # conditional put on an absent key does), from the queued row it stands for.
+                claimed = replace(
+                    intent,
+                    state=occurrence.State.RUNNING,
+                    attempts=intent.attempts + 1,
+                    created_at=intent.created_at or now,
+                    started_at=now,
+                    finished_at=None,
+                    exit_reason=None,
+                    in_progress_until=until,
                 )
-                current = self._items[key]
+                self.put_new(claimed)
+                return True, claimed
             if current is None:
                 return False, None
             abandoned = (

@@ -20,7 +20,6 @@ FIRE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # A trigger-now fires at the instant it was asked, to the millisecond (a scheduled fire is
 # always on a whole second), so each trigger has a key of its own.
 TRIGGER_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-_MILLIS = re.compile(r"\.[0-9]{3}Z$")
 _VERSION = re.compile(r"[1-9][0-9]*")
 
 
@@ -83,8 +82,16 @@ def format_fire_time(fire_time: datetime, *, exact: bool = False) -> str:
 
 
 def _parse_fire_time(text: str) -> datetime:
-    form = TRIGGER_TIME_FORMAT if _MILLIS.search(text) else FIRE_TIME_FORMAT
-    return datetime.strptime(text, form).replace(tzinfo=UTC)
+    """Read through fromisoformat, many times cheaper than strptime: the worker parses
+    every message's key. It reads more spellings than the key's two forms (a space for
+    the T, other offsets, other fractions); parse_key refuses whatever is not written
+    back exactly as it came."""
+    if not text.endswith("Z"):
+        raise ValueError(f"{text!r} does not end in Z")
+    parsed = datetime.fromisoformat(text[:-1])
+    if parsed.tzinfo is not None:
+        raise ValueError(f"{text!r} has an offset besides its Z")
+    return parsed.replace(tzinfo=UTC)
 
 
 def key_time(fire_time: datetime, *, exact: bool = False) -> datetime:
