@@ -22,6 +22,7 @@ from typing import Any
 from fireline.cost import prices
 
 SECONDS_PER_AWS_CALL = 0.005
+MIN_BILLED_SECONDS = 0.001  # Lambda bills each invocation by the millisecond, at least one
 FULL_VCPU_MB = 1769
 MILLION = 1_000_000
 
@@ -117,6 +118,7 @@ class Usage:
             share = min(1.0, function.memory_mb / FULL_VCPU_MB)
             seconds = self.aws_calls.get(name, 0.0) * SECONDS_PER_AWS_CALL
             seconds += self.cpu_seconds.get(name, 0.0) / share
+            seconds = max(seconds, self.invocations.get(name, 0.0) * MIN_BILLED_SECONDS)
             gb_seconds[name] = seconds * function.memory_mb / 1024
         return gb_seconds
 
@@ -168,7 +170,8 @@ def alternatives(*, target_cpu_seconds: float = 0.0) -> dict[str, dict[str, Any]
     """EventBridge Scheduler invoking a 512 MB Lambda per fire, without and with
     Powertools idempotency (a conditional put, then an update: 2 writes and 2 calls a run,
     in its own table without indexes). ``target_cpu_seconds``: the function's own CPU a
-    run, the same for both (the job's work is not counted on either side)."""
+    run, the same for both (the job's work is not counted on either side); without it,
+    each run is billed its calls or its minimum millisecond."""
     plain = Usage(
         billed={},
         invocations={"target": 1.0},
