@@ -59,7 +59,13 @@ class ScheduleStore(Protocol):
         the limit it raises QuotaExceeded and writes nothing (nor does AlreadyExists)."""
         ...
 
-    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None: ...
+    def get(
+        self, tenant_id: str, schedule_id: str, *, consistent: bool = True
+    ) -> model.Schedule | None:
+        """``consistent=False``: an eventually consistent read (half the price) that may
+        miss a write of the last second; only for a caller whose every decision on it is
+        checked again (see the worker)."""
+        ...
 
     def get_many(self, keys: Sequence[tuple[str, str]]) -> builtins.list[model.Schedule]:
         """The schedules of (tenant_id, schedule_id) keys that exist, in no particular order."""
@@ -145,7 +151,10 @@ class OccurrenceStore(Protocol):
         """
         ...
 
-    def get(self, key: str) -> occurrence.Occurrence | None: ...
+    def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:
+        """``consistent=False``: an eventually consistent read (half the price) that may
+        show an older state of the row; only where a conditional write follows."""
+        ...
 
     def get_many(self, keys: Sequence[str]) -> dict[str, occurrence.Occurrence]:
         """The rows of ``keys`` that exist, by key, read consistently."""

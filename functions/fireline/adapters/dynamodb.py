@@ -392,12 +392,14 @@ class DynamoScheduleStore:
         }
         return not quotas.transact([unmark, quotas.refund(tenant_id, refund)])
 
-    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
+    def get(
+        self, tenant_id: str, schedule_id: str, *, consistent: bool = True
+    ) -> model.Schedule | None:
         with _translated():
             response = self._client.get_item(
                 TableName=self._table,
                 Key=self._key(tenant_id, schedule_id),
-                ConsistentRead=True,
+                ConsistentRead=consistent,
             )
         record = response.get("Item")
         return schedule_from_item(_decode(record)) if record else None
@@ -691,7 +693,7 @@ class DynamoOccurrenceStore:
             raise
         return True
 
-    def get(self, key: str) -> occurrence.Occurrence | None:
+    def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:
         parsed = occurrence.parse_key(key)
         with _translated():
             response = self._client.get_item(
@@ -702,7 +704,7 @@ class DynamoOccurrenceStore:
                         "occurrence_sk": occurrence_sort_key(parsed.fire_time, parsed.version),
                     }
                 ),
-                ConsistentRead=True,
+                ConsistentRead=consistent,
             )
         record = response.get("Item")
         return occurrence_from_item(_decode(record)) if record else None

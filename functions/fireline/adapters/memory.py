@@ -246,7 +246,9 @@ class MemoryScheduleStore:
             quotas.refund(tenant_id, refund)
             return True
 
-    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
+    def get(
+        self, tenant_id: str, schedule_id: str, *, consistent: bool = True
+    ) -> model.Schedule | None:
         with self._lock:
             return self._items.get((tenant_id, schedule_id))
 
@@ -388,7 +390,7 @@ class MemoryOccurrenceStore:
             )
             return True
 
-    def get(self, key: str) -> occurrence.Occurrence | None:
+    def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:
         with self._lock:
             return self._items.get(key)
 

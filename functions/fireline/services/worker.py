@@ -75,6 +75,8 @@ class Busy(Exception):
 _AT_LIMIT = "tenant limit"
 _AT_CLASS_SHARE = "tenant share of the class"
 
+_PAST_CAP = "error: the last attempt ended without an outcome"
+
 # Results after which the occurrence has its outcome (or already had it).
 _SETTLING = frozenset({Result.SUCCEEDED, Result.DEAD, Result.SKIPPED, Result.SETTLED})
 
@@ -192,7 +194,7 @@ class Worker:
     ) -> Result:
         if body.get("type") == "outcome":
             return self._long_outcome(body)
-        row = self.occurrences.get(key)
+        row = self._read_row(key)
         stored = row is not None
         if row is None:
             # The ticker sends fires without writing their rows: this delivery's claim
@@ -256,12 +258,36 @@ class Worker:
             self._end_run(item, key, took_run)
         return self._after(body, row, outcome)
 
+    def _read_row(self, key: str) -> occurrence.Occurrence | None:
+        """The occurrence's row, read eventually consistently (half the price of a
+        consistent read). A stale read shows an older state of the row, and everything
+        decided on it is checked again by a conditional write: the claim (on the state),
+        a skip's move or a deferral's put; its attempt count again after the claim. Only
+        the answers that end the delivery without a write must be current: a settled
+        row stays settled (terminal states are never left), except a dead one, which a
+        redrive reopens, and a running one may have ended since. Those two are read again
+        consistently."""
+        row = self.occurrences.get(key, consistent=False)
+        if row is not None and row.state in (occurrence.State.DEAD, occurrence.State.RUNNING):
+            row = self.occurrences.get(key)
+        return row
+
     def _job_for(self, row: occurrence.Occurrence) -> tuple[model.Schedule | None, str | None]:
         """What the occurrence runs: its schedule (or workflow node), or why not now."""
         if workflow.parse_node_schedule_id(row.schedule_id) is not None:
             if self.nodes is None:
                 return None, "no workflow controller in this worker"
             return self.nodes.job_for(row)
+        # Eventually consistent: a change this read misses is caught after the claim
+        # (a change settles the open rows before it returns, racing the claim on the row,
+        # and a row the claim creates has the schedule read again, consistently: see
+        # _unwanted_after_claim). A schedule of the row's version has that version's
+        # target and payload, however stale the read. What the read alone would decide,
+        # a skip, is decided on a consistent read: a stale one may show an older version
+        # and skip the fire of an update that returned a moment ago.
+        item = self.schedules.get(row.tenant_id, row.schedule_id, consistent=False)
+        if claims.unwanted(item, row) is None:
+            return item, None
         item = self.schedules.get(row.tenant_id, row.schedule_id)
         return item, claims.unwanted(item, row)
 
@@ -292,6 +318,19 @@ class Worker:
                 return Result.SETTLED  # its execution is in flight: this was a repeat
             raise Busy(f"{key} is being started elsewhere")
         assert current is not None
+        if current.attempts > item.retry.max_attempts:
+            # A stale read before the claim (see _read_row): past the cap, dead unrun.
+            self.occurrences.settle(
+                key,
+                state=occurrence.State.DEAD,
+                now=now,
+                exit_reason=_PAST_CAP,
+                attempt=current.attempts,
+            )
+            self._release_slot(item.tenant_id, key, slot)
+            self._end_run(item, key, took_run)
+            self.metrics.add_metric("DeadLettered", "Count", 1)
+            return Result.DEAD
         why = self._unwanted_after_claim(current, fresh=fresh)
         if why is not None:
             self.occurrences.settle(
@@ -362,7 +401,7 @@ class Worker:
         dead = row.moved(
             occurrence.State.DEAD,
             finished_at=now,
-            exit_reason="error: the last attempt ended without an outcome",
+            exit_reason=_PAST_CAP,
             in_progress_until=None,
         )
         if not self.occurrences.transition(dead, expected_state=row.state):
@@ -538,6 +577,14 @@ class Worker:
         fresh: bool,
     ) -> dict[str, Any]:
         """Run the target; the outcome as the idempotency record's result."""
+        if claimed.attempts > item.retry.max_attempts:
+            # The row read before the claim was stale (an older attempt count): this
+            # claim is past the cap, so it is recorded dead without running.
+            return {
+                "state": occurrence.State.DEAD.value,
+                "exit_reason": _PAST_CAP,
+                "attempt": claimed.attempts,
+            }
         why = self._unwanted_after_claim(claimed, fresh=fresh)
         if why is not None:
             # A change returned between our first read and the claim: not run, recorded
@@ -626,7 +673,10 @@ class Worker:
         state = occurrence.State(outcome["state"])
         extra = {"action": "worker.outcome", "key": row.key, "state": state.value}
         if state is occurrence.State.SUCCEEDED:
-            logger.info("succeeded", extra=extra)
+            # Not an INFO line per fire (about 500 bytes with the Lambda context: most of a
+            # fire's log bill): the row is the history and the Succeeded metric the count.
+            # Failures, retries, dead letters and skips stay logged in full.
+            logger.debug("succeeded", extra=extra)
             self.metrics.add_metric("Succeeded", "Count", 1)
             return Result.SUCCEEDED
         if state is occurrence.State.FAILED:
