@@ -368,9 +368,18 @@ class SlotStore(Protocol):
         ...
 
     def take(
-        self, tenant_id: str, number: int, holder: str, *, now_ms: int, expires_at_ms: int
+        self,
+        tenant_id: str,
+        number: int,
+        holder: str,
+        *,
+        now_ms: int,
+        expires_at_ms: int,
+        replacing: str | None = None,
     ) -> bool:
-        """Hold slot ``number`` if it is free or expired (conditional put); False if not."""
+        """Hold slot ``number`` if it is free or expired (conditional put); False if not.
+        ``replacing``: also if that holder still has it (its run is known to be over:
+        the slot is handed on without having been given back)."""
         ...
 
     def give_back(self, tenant_id: str, number: int, holder: str) -> None:

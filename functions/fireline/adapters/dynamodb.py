@@ -1177,8 +1177,24 @@ class DynamoSlotStore:
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def take(
-        self, tenant_id: str, number: int, holder: str, *, now_ms: int, expires_at_ms: int
+        self,
+        tenant_id: str,
+        number: int,
+        holder: str,
+        *,
+        now_ms: int,
+        expires_at_ms: int,
+        replacing: str | None = None,
     ) -> bool:
+        condition = "attribute_not_exists(#slot) OR #exp <= :now"
+        names = {"#slot": "slot", "#exp": "expires_at_ms"}
+        values: dict[str, Any] = {":now": {"N": str(now_ms)}}
+        if replacing is not None:
+            # A slot whose holder's run is over, handed on without a give-back: of two
+            # workers that saw the same finished holder, one takes it.
+            condition += " OR #holder = :replacing"
+            names["#holder"] = "holder"
+            values[":replacing"] = {"S": replacing}
         try:
             with _translated():
                 self._client.put_item(
@@ -1195,9 +1211,9 @@ class DynamoSlotStore:
                     ),
                     # Two workers racing for one slot: one takes it. An expired slot (its
                     # holder died) is free again, so a crash never leaks a slot for good.
-                    ConditionExpression="attribute_not_exists(#slot) OR #exp <= :now",
-                    ExpressionAttributeNames={"#slot": "slot", "#exp": "expires_at_ms"},
-                    ExpressionAttributeValues={":now": {"N": str(now_ms)}},
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

@@ -873,11 +873,19 @@ class MemorySlotStore:
             return list(self._slots[tenant_id].values()), self._limits.get(tenant_id)
 
     def take(
-        self, tenant_id: str, number: int, holder: str, *, now_ms: int, expires_at_ms: int
+        self,
+        tenant_id: str,
+        number: int,
+        holder: str,
+        *,
+        now_ms: int,
+        expires_at_ms: int,
+        replacing: str | None = None,
     ) -> bool:
         with self._lock:
             current = self._slots[tenant_id].get(number)
-            if current is not None and not current.free(now_ms):
+            held_on = current is not None and not current.free(now_ms)
+            if held_on and (current is None or current.holder != replacing):
                 return False
             self._slots[tenant_id][number] = quota.Slot(number, holder, expires_at_ms)
             return True

@@ -76,6 +76,8 @@ _AT_LIMIT = "tenant limit"
 _AT_CLASS_SHARE = "tenant share of the class"
 
 _PAST_CAP = "error: the last attempt ended without an outcome"
+# Outcomes whose row no run ever leaves: the run's tenant slots are handed on, not given back.
+_HANDED_ON = frozenset(s.value for s in occurrence.TERMINAL)
 
 # Results after which the occurrence has its outcome (or already had it).
 _SETTLING = frozenset({Result.SUCCEEDED, Result.DEAD, Result.SKIPPED, Result.SETTLED})
@@ -249,12 +251,16 @@ class Worker:
             return self._defer(body, row, slot, stored=stored)
         if self.long_jobs is not None:
             return self._start_long(item, row, slot, deadline, now, took_run, fresh=not stored)
+        outcome: dict[str, Any] | None = None
         try:
             outcome = self._run_once(
                 body, item, row, deadline, remaining_ms, lambda_context, fresh=not stored
             )
         finally:
-            self._release_slot(item.tenant_id, key, slot)
+            if outcome is None or outcome["state"] not in _HANDED_ON:
+                # A run that ended otherwise (a failure to retry, dead, an error) gives its
+                # slots back; a finished one leaves them to be handed on (see _take_one).
+                self._release_slot(item.tenant_id, key, slot)
             self._end_run(item, key, took_run)
         return self._after(body, row, outcome)
 
@@ -477,33 +483,71 @@ class Worker:
             # that died): this one must not run beside it nor free the slot it holds.
             return _AT_LIMIT
         share = self.config.class_limit
-        band: list[int] = []
-        if share:
-            band = quota.free_in_band(held, quota.class_band(self._class_index, share), now_ms)
-            if not band:
-                return _AT_CLASS_SHARE
         expires = now_ms + int(held_for.total_seconds() * 1000)
+        in_class: int | None = None
+        if share:
+            # The class's share first: it is the tighter bound, so a run past it is told
+            # so before it writes the tenant slot it would have to give back.
+            numbers = quota.class_band(self._class_index, share)
+            in_band = [s for s in held if s.number in set(numbers)]
+            band = quota.free_in_band(held, numbers, now_ms)
+            in_class = self._take_one(tenant_id, key, band, in_band, now_ms, expires)
+            if in_class is None:
+                return _AT_CLASS_SHARE
+        mine = [s for s in held if s.number < limit]
         number = self._take_one(
-            tenant_id, key, quota.free_slots(held, limit, now_ms), now_ms, expires
+            tenant_id, key, quota.free_slots(held, limit, now_ms), mine, now_ms, expires
         )
         if number is None:
+            if in_class is not None:
+                self.slots.give_back(tenant_id, in_class, key)
             return _AT_LIMIT
-        if not share:
-            return (number,)
-        in_class = self._take_one(tenant_id, key, band, now_ms, expires)
-        if in_class is None:
-            self.slots.give_back(tenant_id, number, key)
-            return _AT_CLASS_SHARE
-        return (number, in_class)
+        return (number,) if in_class is None else (number, in_class)
 
     def _take_one(
-        self, tenant_id: str, key: str, free: list[int], now_ms: int, expires: int
+        self,
+        tenant_id: str,
+        key: str,
+        free: list[int],
+        held: list[quota.Slot],
+        now_ms: int,
+        expires: int,
     ) -> int | None:
+        """A slot number of ``free`` (none held, or expired), else one of ``held`` whose
+        holder's run is over, handed on. A run that finishes does not give its slot back
+        (that would be a write per job): the slot stays with the finished holder, and
+        the next run that needs it takes it over, conditional on that holder, in the
+        same one write a take of a free slot costs. The limit stays exact: a slot is
+        handed on only when its holder's row is terminal (succeeded, skipped or
+        cancelled), which no run ever leaves; a run that ends any other way (a failure
+        to retry, dead, a crash) gives its slot back, or lets it expire."""
         self.rng.shuffle(free)
         for number in free[:3]:  # a few tries; losing every race means it is busy: defer
             if self.slots.take(tenant_id, number, key, now_ms=now_ms, expires_at_ms=expires):
                 return number
+        live = [s for s in held if not s.free(now_ms) and s.holder != key]
+        self.rng.shuffle(live)
+        for slot in live[:3]:
+            if self._finished(slot.holder) and self.slots.take(
+                tenant_id,
+                slot.number,
+                key,
+                now_ms=now_ms,
+                expires_at_ms=expires,
+                replacing=slot.holder,
+            ):
+                return slot.number
         return None
+
+    def _finished(self, holder: str) -> bool:
+        """Is the run holding a slot over for good? Read eventually consistently: a stale
+        row shows an older state, never a terminal one that has not happened (terminal
+        states are never left), so a stale answer only keeps a slot held a while."""
+        try:
+            row = self.occurrences.get(holder, consistent=False)
+        except errors.ValidationError:
+            return False  # not an occurrence key: left to its expiry
+        return row is not None and row.state in occurrence.TERMINAL
 
     @property
     def _class_index(self) -> int:
