@@ -363,8 +363,12 @@ class LongJobRunner(Protocol):
 class SlotStore(Protocol):
     """Per-tenant concurrency slots (see fireline.domain.quota)."""
 
-    def held(self, tenant_id: str) -> tuple[builtins.list[quota.Slot], int | None]:
-        """The tenant's slots (expired ones included) and its limit override, if any."""
+    def held(
+        self, tenant_id: str, *, consistent: bool = True
+    ) -> tuple[builtins.list[quota.Slot], int | None]:
+        """The tenant's slots (expired ones included) and its limit override, if any.
+        ``consistent=False``: half the price, and may miss the last second's takes and
+        give-backs (a take is conditional, so a stale list costs a refused take at most)."""
         ...
 
     def take(

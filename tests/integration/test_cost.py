@@ -9,12 +9,14 @@ the worker (the claim and the completion) and one more per slot a tenant limit t
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from fireline.services.schedules import ScheduleDraft
 from helpers.system import System
@@ -100,10 +102,17 @@ def test_requests_and_write_units_per_fire_end_to_end(
     worker.config = replace(worker.config, class_max_concurrency=class_share)
     reads: Counter[str] = Counter()
 
-    def count_read(params: dict[str, Any], **_: Any) -> None:
-        reads["consistent" if params.get("ConsistentRead") else "eventual"] += 1
+    def count_read(params: dict[str, Any], model: Any, **_: Any) -> None:
+        how = "consistent" if params.get("ConsistentRead") else "eventual"
+        reads[f"{model.name} {how}"] += 1
 
-    system.ddb.meta.events.register("before-parameter-build.dynamodb.GetItem", count_read)
+    for operation in ("GetItem", "Query"):
+        system.ddb.meta.events.register(f"before-parameter-build.dynamodb.{operation}", count_read)
+    logged = LoggedBytes()
+    product = logging.getLogger("fireline")
+    level = product.level
+    product.addHandler(logged)
+    product.setLevel(logging.INFO)  # the deployed LOG_LEVEL
     system.log.reset()
     created = succeeded = batches = 0
 
@@ -126,6 +135,8 @@ def test_requests_and_write_units_per_fire_end_to_end(
     # ...and then every fire materialized ahead (up to the 900 s horizon) comes due and runs
     system.clock.advance(900)
     deliver()
+    product.removeHandler(logged)
+    product.setLevel(level)
     log = system.log
     tables = system.stack.tables
     advances = log.writes[tables["SchedulesTable"]]
@@ -138,11 +149,12 @@ def test_requests_and_write_units_per_fire_end_to_end(
         "DynamoDB write units (base tables)": log.write_units / succeeded,
         "DynamoDB index write units (due index)": log.index_write_units / succeeded,
         "slot writes (take, hand-on, give-back)": slot_writes / succeeded,
-        "worker GetItem, eventually consistent": reads["eventual"] / succeeded,
-        "worker GetItem, consistent": reads["consistent"] / succeeded,
-        "slot Query (consistent)": (log.requests["Query"] - 16 * ticks) / succeeded,
+        "worker GetItem, eventually consistent": reads["GetItem eventual"] / succeeded,
+        "worker GetItem, consistent": reads["GetItem consistent"] / succeeded,
+        "slot Query (eventually consistent)": (log.requests["Query"] - 16 * ticks) / succeeded,
         "SQS requests (send, receive, delete batch)": sqs / succeeded,
         "Lambda invocations (ticker + worker)": invocations / succeeded,
+        "product log bytes (INFO and up, JSON lines)": logged.bytes / succeeded,
     }
     with capsys.disabled():
         label = f"tenant limit {tenant_limit}, class share {class_share}"
@@ -162,7 +174,22 @@ def test_requests_and_write_units_per_fire_end_to_end(
     assert log.index_write_units == 2 * advances
     assert advances <= 10 * 2
     # AND one consistent read per fire (the schedule after the claim that wrote the row);
-    # the row and the schedule before the claim, and a slot's holder, are read eventually
-    # consistently (see the worker)
-    assert reads["consistent"] == succeeded
-    assert reads["eventual"] >= 2 * succeeded
+    # the row and the schedule before the claim, the tenant's slots and a slot's holder
+    # are read eventually consistently (see the worker)
+    assert reads["GetItem consistent"] == succeeded
+    assert reads["GetItem eventual"] >= 2 * succeeded
+    assert reads["Query consistent"] == 0
+    # AND at most 100 bytes of log per fire: a success is a metric, not a line
+    assert logged.bytes <= 100 * succeeded
+
+
+class LoggedBytes(logging.Handler):
+    """The bytes the product logs, as the deployed Powertools JSON lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.setFormatter(LambdaPowertoolsFormatter())
+        self.bytes = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.bytes += len(self.format(record).encode()) + 1

@@ -1145,7 +1145,9 @@ class DynamoSlotStore:
         self._client = client
         self._table = table_name
 
-    def held(self, tenant_id: str) -> tuple[builtins.list[quota.Slot], int | None]:
+    def held(
+        self, tenant_id: str, *, consistent: bool = True
+    ) -> tuple[builtins.list[quota.Slot], int | None]:
         slots: list[quota.Slot] = []
         limit: int | None = None
         kwargs: dict[str, Any] = {
@@ -1157,7 +1159,7 @@ class DynamoSlotStore:
                 ":tid": {"S": tenant_id},
                 ":first": {"N": str(LIMIT_SLOT)},
             },
-            "ConsistentRead": True,
+            "ConsistentRead": consistent,
         }
         while True:
             with _translated():

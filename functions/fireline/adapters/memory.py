@@ -868,7 +868,9 @@ class MemorySlotStore:
         self._limits: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def held(self, tenant_id: str) -> tuple[builtins.list[quota.Slot], int | None]:
+    def held(
+        self, tenant_id: str, *, consistent: bool = True
+    ) -> tuple[builtins.list[quota.Slot], int | None]:
         with self._lock:
             return list(self._slots[tenant_id].values()), self._limits.get(tenant_id)
 

@@ -472,8 +472,13 @@ class Worker:
     ) -> tuple[int, ...] | str:
         """The tenant slots this run holds (none for an unlimited tenant), or why it must
         wait: the tenant runs its limit, or its share of this class, already. Both are
-        counted on one read of the tenant's slots (see quota.CLASS_BAND)."""
-        held, override = self.slots.held(tenant_id)
+        counted on one read of the tenant's slots (see quota.CLASS_BAND).
+
+        The read is eventually consistent: every slot is taken by a conditional put, so a
+        stale list can cost a refused take, or a deferral a current one would have spared
+        (a slot freed in the last second), never a run over the limit. A limit override
+        changed in the last second applies from the next read, as if made a second later."""
+        held, override = self.slots.held(tenant_id, consistent=False)
         limit = self.config.tenant_limit if override is None else override
         if limit == quota.UNLIMITED:
             return ()
