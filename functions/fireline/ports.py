@@ -59,7 +59,13 @@ class ScheduleStore(Protocol):
         the limit it raises QuotaExceeded and writes nothing (nor does AlreadyExists)."""
         ...
 
-    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None: ...
+    def get(
+        self, tenant_id: str, schedule_id: str, *, consistent: bool = True
+    ) -> model.Schedule | None:
+        """``consistent=False``: an eventually consistent read (half the price) that may
+        miss a write of the last second; only for a caller whose every decision on it is
+        checked again (see the worker)."""
+        ...
 
     def get_many(self, keys: Sequence[tuple[str, str]]) -> builtins.list[model.Schedule]:
         """The schedules of (tenant_id, schedule_id) keys that exist, in no particular order."""
@@ -145,7 +151,10 @@ class OccurrenceStore(Protocol):
         """
         ...
 
-    def get(self, key: str) -> occurrence.Occurrence | None: ...
+    def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:
+        """``consistent=False``: an eventually consistent read (half the price) that may
+        show an older state of the row; only where a conditional write follows."""
+        ...
 
     def get_many(self, keys: Sequence[str]) -> dict[str, occurrence.Occurrence]:
         """The rows of ``keys`` that exist, by key, read consistently."""
@@ -354,14 +363,27 @@ class LongJobRunner(Protocol):
 class SlotStore(Protocol):
     """Per-tenant concurrency slots (see fireline.domain.quota)."""
 
-    def held(self, tenant_id: str) -> tuple[builtins.list[quota.Slot], int | None]:
-        """The tenant's slots (expired ones included) and its limit override, if any."""
+    def held(
+        self, tenant_id: str, *, consistent: bool = True
+    ) -> tuple[builtins.list[quota.Slot], int | None]:
+        """The tenant's slots (expired ones included) and its limit override, if any.
+        ``consistent=False``: half the price, and may miss the last second's takes and
+        give-backs (a take is conditional, so a stale list costs a refused take at most)."""
         ...
 
     def take(
-        self, tenant_id: str, number: int, holder: str, *, now_ms: int, expires_at_ms: int
+        self,
+        tenant_id: str,
+        number: int,
+        holder: str,
+        *,
+        now_ms: int,
+        expires_at_ms: int,
+        replacing: str | None = None,
     ) -> bool:
-        """Hold slot ``number`` if it is free or expired (conditional put); False if not."""
+        """Hold slot ``number`` if it is free or expired (conditional put); False if not.
+        ``replacing``: also if that holder still has it (its run is known to be over:
+        the slot is handed on without having been given back)."""
         ...
 
     def give_back(self, tenant_id: str, number: int, holder: str) -> None:

@@ -87,7 +87,7 @@ class Settings:
     dead_letter_urls: dict[str, str]
     shards: int = model.DEFAULT_SHARDS
     ticker_groups: int = 1
-    lookahead_seconds: int = 600
+    lookahead_seconds: int = 300
     horizon_seconds: int = 900
     tenant_limit: int = quota.DEFAULT_LIMIT
     job_class: str = "default"  # the worker's class (JOB_CLASS)
@@ -151,7 +151,7 @@ class Settings:
             },
             shards=number("DUE_SHARDS", model.DEFAULT_SHARDS),
             ticker_groups=number("TICKER_GROUPS", 1),
-            lookahead_seconds=number("LOOKAHEAD_SECONDS", 600),
+            lookahead_seconds=number("LOOKAHEAD_SECONDS", 300),
             horizon_seconds=number("HORIZON_SECONDS", 900),
             tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
             job_class=env.get("JOB_CLASS", "default"),

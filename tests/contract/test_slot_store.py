@@ -67,6 +67,36 @@ def test_given_held_slots_then_each_number_is_taken_on_its_own(
     }
 
 
+def test_given_a_held_slot_then_it_is_handed_on_from_the_holder_named_and_no_other(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN JOB_A holds slot 0 (its run has ended, and it was never given back)
+    assert slot_store.take(TENANT, 0, JOB_A, now_ms=NOW, expires_at_ms=NOW + TTL)
+    # WHEN it is asked for as replacing another holder, then as replacing JOB_A, twice
+    wrong = slot_store.take(
+        TENANT,
+        0,
+        "x#1#2026-03-01T12:00:00Z",
+        now_ms=NOW + 1,
+        expires_at_ms=NOW + TTL,
+        replacing=JOB_B,
+    )
+    handed = slot_store.take(
+        TENANT, 0, JOB_B, now_ms=NOW + 1, expires_at_ms=NOW + 2 * TTL, replacing=JOB_A
+    )
+    again = slot_store.take(
+        TENANT,
+        0,
+        "y#1#2026-03-01T12:00:00Z",
+        now_ms=NOW + 2,
+        expires_at_ms=NOW + 2 * TTL,
+        replacing=JOB_A,
+    )
+    # THEN only the take that named the current holder went through, once
+    assert (wrong, handed, again) == (False, True, False)
+    assert slots(slot_store) == {quota.Slot(0, JOB_B, NOW + 2 * TTL)}
+
+
 def test_given_an_expired_slot_then_it_is_listed_and_another_holder_can_take_it(
     slot_store: ports.SlotStore,
 ) -> None:

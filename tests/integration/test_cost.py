@@ -2,15 +2,21 @@
 
 The figures are printed (they are the point); the assertions hold the design's ratios,
 which are deterministic: no row written by the ticker (the message is the hand-off, the
-worker's claim writes the row), one SQS request per ten fires, and one schedule advance
-(with its two index writes) per several fires of a frequent schedule.
+worker's claim writes the row), one SQS request per ten fires, one schedule advance (with
+its two index writes) per several fires of a frequent schedule, two writes per fire in
+the worker (the claim and the completion) and one more per slot a tenant limit takes.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections import Counter
+from dataclasses import replace
+from typing import Any
 
 import pytest
+from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from fireline.services.schedules import ScheduleDraft
 from helpers.system import System
@@ -21,19 +27,19 @@ TARGET = {"type": "python", "handler": "noop"}
 def test_requests_and_write_units_per_materialized_fire(
     system: System, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # GIVEN 100 schedules every minute and 2 every second
+    # GIVEN 20 schedules every minute and 1 every second
     minutely = [
         system.service.create("tenant-a", ScheduleDraft(spec="rate(1 minute)", target=TARGET))
-        for _ in range(100)
+        for _ in range(20)
     ]
     secondly = [
         system.service.create("tenant-b", ScheduleDraft(spec="cron(* * * * * *)", target=TARGET))
-        for _ in range(2)
+        for _ in range(1)
     ]
     tk = system.ticker(use_lease=False)
     system.log.reset()
-    # WHEN the ticker ticks once a second for five minutes
-    ticks = 300
+    # WHEN the ticker ticks once a second for a minute
+    ticks = 60
     sent = 0
     sent_per_tick: list[int] = []
     rounds = 0
@@ -78,16 +84,35 @@ def test_requests_and_write_units_per_materialized_fire(
     assert log.write_units == pytest.approx(advances, abs=advances * 0.01)
 
 
-@pytest.mark.parametrize("tenant_limit", [50, 0], ids=["tenant-limit", "unlimited"])
+@pytest.mark.parametrize(
+    ("tenant_limit", "class_share"),
+    [(0, 0), (5, 0), (5, 4)],
+    ids=["unlimited", "tenant-limit", "tenant-limit-and-class-share"],
+)
 def test_requests_and_write_units_per_fire_end_to_end(
-    system: System, capsys: pytest.CaptureFixture[str], tenant_limit: int
+    system: System, capsys: pytest.CaptureFixture[str], tenant_limit: int, class_share: int
 ) -> None:
-    # GIVEN 50 schedules every minute, run by the ticker and a worker
-    for _ in range(50):
+    # GIVEN 10 schedules every minute, run by the ticker and a worker (a limit of 5 with
+    # one job running at a time: each slot is handed on many times over)
+    for _ in range(10):
         system.service.create("tenant-a", ScheduleDraft(spec="rate(1 minute)", target=TARGET))
     system.slots.set_limit("tenant-a", tenant_limit)
     tk = system.ticker(use_lease=False)
     worker = system.worker()
+    worker.config = replace(worker.config, class_max_concurrency=class_share)
+    reads: Counter[str] = Counter()
+
+    def count_read(params: dict[str, Any], model: Any, **_: Any) -> None:
+        how = "consistent" if params.get("ConsistentRead") else "eventual"
+        reads[f"{model.name} {how}"] += 1
+
+    for operation in ("GetItem", "Query"):
+        system.ddb.meta.events.register(f"before-parameter-build.dynamodb.{operation}", count_read)
+    logged = LoggedBytes()
+    product = logging.getLogger("fireline")
+    level = product.level
+    product.addHandler(logged)
+    product.setLevel(logging.INFO)  # the deployed LOG_LEVEL
     system.log.reset()
     created = succeeded = batches = 0
 
@@ -101,43 +126,70 @@ def test_requests_and_write_units_per_fire_end_to_end(
                 succeeded += outcome.value == "succeeded"
                 system.queue.delete("default", message.receipt)
 
-    # WHEN the ticker ticks for five minutes while the worker keeps up
-    ticks = 300
+    # WHEN the ticker ticks every 10 s for five minutes while the worker keeps up
+    ticks = 30
     for _ in range(ticks):
         created += tk.tick().dispatched.sent
         deliver()
-        system.clock.advance(1)
+        system.clock.advance(10)
     # ...and then every fire materialized ahead (up to the 900 s horizon) comes due and runs
     system.clock.advance(900)
     deliver()
+    product.removeHandler(logged)
+    product.setLevel(level)
     log = system.log
-    advances = log.writes[system.stack.tables["SchedulesTable"]]
+    tables = system.stack.tables
+    advances = log.writes[tables["SchedulesTable"]]
+    slot_writes = log.writes[tables["SlotsTable"]]
     # The event source mapping deletes a batch in one DeleteMessageBatch and long-polls
     # (its empty receives are a fixed cost per queue, not per fire).
     sqs = log.requests["SendMessageBatch"] + 2 * batches
-    invocations = ticks / 60 + batches  # the ticker: one invocation a minute
+    invocations = ticks / 6 + batches  # the ticker: one invocation a minute
     figures = {
         "DynamoDB write units (base tables)": log.write_units / succeeded,
         "DynamoDB index write units (due index)": log.index_write_units / succeeded,
-        "DynamoDB worker reads (occurrence, schedule, slots)": (
-            log.count("GetItem", "Query", "BatchGetItem") - 16 * ticks
-        )
-        / succeeded,
+        "slot writes (take, hand-on, give-back)": slot_writes / succeeded,
+        "worker GetItem, eventually consistent": reads["GetItem eventual"] / succeeded,
+        "worker GetItem, consistent": reads["GetItem consistent"] / succeeded,
+        "slot Query (eventually consistent)": (log.requests["Query"] - 16 * ticks) / succeeded,
         "SQS requests (send, receive, delete batch)": sqs / succeeded,
         "Lambda invocations (ticker + worker)": invocations / succeeded,
+        "product log bytes (INFO and up, JSON lines)": logged.bytes / succeeded,
     }
     with capsys.disabled():
-        label = "with a tenant limit" if tenant_limit else "tenant unlimited"
+        label = f"tenant limit {tenant_limit}, class share {class_share}"
         print(f"\nend to end, {succeeded} fires run to success ({label}):")
         for name, value in figures.items():
             print(f"  {name:52s} {value:7.3f} per fire")
         print(f"  {'DynamoDB ticker queries (one per shard)':52s} {16:7d} per tick")
         print(f"  {'schedule advances':52s} {advances / succeeded:7.3f} per fire")
     # THEN every fire materialized ran once, to success
-    assert succeeded == created >= 50 * 5
-    # AND the writes are the claim (which writes the row), the completion, the schedule
-    # advances, and with a tenant limit the slot's take and give-back
-    per_fire = 2 + (2 if tenant_limit else 0)
+    assert succeeded == created >= 10 * 5
+    # AND the writes are the claim (which writes the row), the completion and the schedule
+    # advances; with a tenant limit one slot take per job (a finished run hands its slot
+    # on instead of giving it back), and one more for the class's share
+    per_fire = 2 + (1 if tenant_limit else 0) + (1 if class_share else 0)
     assert log.write_units == pytest.approx(per_fire * succeeded + advances, abs=0.5)
+    assert slot_writes == (per_fire - 2) * succeeded
     assert log.index_write_units == 2 * advances
-    assert advances <= 50 * 2
+    assert advances <= 10 * 2
+    # AND one consistent read per fire (the schedule after the claim that wrote the row);
+    # the row and the schedule before the claim, the tenant's slots and a slot's holder
+    # are read eventually consistently (see the worker)
+    assert reads["GetItem consistent"] == succeeded
+    assert reads["GetItem eventual"] >= 2 * succeeded
+    assert reads["Query consistent"] == 0
+    # AND at most 100 bytes of log per fire: a success is a metric, not a line
+    assert logged.bytes <= 100 * succeeded
+
+
+class LoggedBytes(logging.Handler):
+    """The bytes the product logs, as the deployed Powertools JSON lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.setFormatter(LambdaPowertoolsFormatter())
+        self.bytes = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.bytes += len(self.format(record).encode()) + 1

@@ -431,7 +431,7 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
     assert [
         (parameters[name]["Default"], parameters[name]["MinValue"], parameters[name]["MaxValue"])
         for name in ("LookaheadSeconds", "HorizonSeconds")
-    ] == [(600, 0, 900), (900, 0, 900)]
+    ] == [(300, 0, 900), (900, 0, 900)]
     # One group by default; each group a rule of its own, so the count is bounded.
     groups = parameters["TickerGroups"]
     assert (groups["Default"], groups["AllowedValues"]) == ("1", [str(g) for g in range(1, 9)])

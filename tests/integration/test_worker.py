@@ -15,7 +15,7 @@ import pytest
 
 from fireline import webhooks
 from fireline.domain import errors, occurrence, retry
-from fireline.services import targets
+from fireline.services import claims, targets
 from fireline.services.schedules import JobDraft
 from fireline.services.worker import Busy, Result
 from helpers.flows import SIGNING_KEY
@@ -50,6 +50,9 @@ class Ledger:
                 or context.occurrence_key not in self.effects
             ):
                 self.effects[context.occurrence_key] += 1
+
+
+MINUTE = timedelta(minutes=1)
 
 
 def job(system: System, handler: str, *, tenant: str = "tenant-a", **fields: Any) -> str:
@@ -327,7 +330,34 @@ def test_a_slot_held_by_a_crashed_worker_frees_itself(system: System) -> None:
     system.clock.advance(71)
     (message,) = [m for m in system.receive() if m.body["occurrence_key"] == later]
     assert system.worker().handle(message.body, remaining_ms=remaining) is Result.SUCCEEDED
-    assert [s.holder for s in system.slots.held("tenant-a")[0]] == []
+    # (its slot stays with it, finished, to be handed on to the tenant's next job)
+    assert [s.holder for s in system.slots.held("tenant-a")[0]] == [later]
+
+
+def test_a_finished_runs_slot_is_handed_on_and_a_running_ones_is_not(system: System) -> None:
+    # GIVEN tenant-a (limit 1) whose one slot is held by a job that finished
+    system.slots.set_limit("tenant-a", 1)
+    system.registry.register("n")(lambda c: None)
+    first, second, busy, third = (job(system, "n") for _ in range(4))
+    bodies = {m.body["occurrence_key"]: m.body for m in system.receive()}
+    worker = system.worker()
+    assert worker.handle(bodies[first], remaining_ms=remaining) is Result.SUCCEEDED
+    system.log.reset()
+    # WHEN the next job arrives, it takes the slot over in one write, nothing given back
+    assert worker.handle(bodies[second], remaining_ms=remaining) is Result.SUCCEEDED
+    assert system.log.writes[system.stack.tables["SlotsTable"]] == 1
+    assert system.log.requests["DeleteItem"] == 0
+    assert [s.holder for s in system.slots.held("tenant-a")[0]] == [second]
+    # AND a slot whose holder is running is never handed on: the next job waits
+    now = system.clock.now()
+    intent = claims.intent_of(bodies[busy], busy)
+    assert system.occurrences.claim(busy, now=now, until=now + MINUTE, intent=intent)[0]
+    now_ms = int(now.timestamp() * 1000)
+    assert system.slots.take(
+        "tenant-a", 0, busy, now_ms=now_ms, expires_at_ms=now_ms + 60_000, replacing=second
+    )
+    assert worker.handle(bodies[third], remaining_ms=remaining) is Result.DEFERRED
+    assert [s.holder for s in system.slots.held("tenant-a")[0]] == [busy]
 
 
 # --- an HTTP target --------------------------------------------------------------------------

@@ -181,8 +181,10 @@ class ChangeAfterRead:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
-        found = self._store.get(tenant_id, schedule_id)
+    def get(
+        self, tenant_id: str, schedule_id: str, *, consistent: bool = True
+    ) -> model.Schedule | None:
+        found = self._store.get(tenant_id, schedule_id, consistent=consistent)
         change, self._change = self._change, None
         if change is not None:
             change()

@@ -82,9 +82,15 @@ def test_a_tenant_at_its_share_of_a_class_waits_while_another_tenant_runs() -> N
         gate.opened.set()
         for thread in threads:
             thread.join(60)
-    # AND once A's jobs end, their slots are all given back: the third one runs
-    assert system.slots.held("A") == ([], None)
+    # AND once A's jobs end, their slots are held only by finished runs (handed on, not
+    # given back): the third one runs, on one of them
+    held, _ = system.slots.held("A")
+    assert {s.holder for s in held} == {b["occurrence_key"] for b in running}
+    assert all(system.row(b).state is occurrence.State.SUCCEEDED for b in running)
     assert worker.handle(third, remaining_ms=remaining) is Result.SUCCEEDED
+    held, _ = system.slots.held("A")
+    band = [s for s in held if s.number >= quota.CLASS_BAND]
+    assert third["occurrence_key"] in {s.holder for s in band} and len(band) == 2
 
 
 def test_the_share_is_per_class() -> None:

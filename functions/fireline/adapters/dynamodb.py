@@ -392,12 +392,14 @@ class DynamoScheduleStore:
         }
         return not quotas.transact([unmark, quotas.refund(tenant_id, refund)])
 
-    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
+    def get(
+        self, tenant_id: str, schedule_id: str, *, consistent: bool = True
+    ) -> model.Schedule | None:
         with _translated():
             response = self._client.get_item(
                 TableName=self._table,
                 Key=self._key(tenant_id, schedule_id),
-                ConsistentRead=True,
+                ConsistentRead=consistent,
             )
         record = response.get("Item")
         return schedule_from_item(_decode(record)) if record else None
@@ -691,7 +693,7 @@ class DynamoOccurrenceStore:
             raise
         return True
 
-    def get(self, key: str) -> occurrence.Occurrence | None:
+    def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:
         parsed = occurrence.parse_key(key)
         with _translated():
             response = self._client.get_item(
@@ -702,7 +704,7 @@ class DynamoOccurrenceStore:
                         "occurrence_sk": occurrence_sort_key(parsed.fire_time, parsed.version),
                     }
                 ),
-                ConsistentRead=True,
+                ConsistentRead=consistent,
             )
         record = response.get("Item")
         return occurrence_from_item(_decode(record)) if record else None
@@ -1143,7 +1145,9 @@ class DynamoSlotStore:
         self._client = client
         self._table = table_name
 
-    def held(self, tenant_id: str) -> tuple[builtins.list[quota.Slot], int | None]:
+    def held(
+        self, tenant_id: str, *, consistent: bool = True
+    ) -> tuple[builtins.list[quota.Slot], int | None]:
         slots: list[quota.Slot] = []
         limit: int | None = None
         kwargs: dict[str, Any] = {
@@ -1155,7 +1159,7 @@ class DynamoSlotStore:
                 ":tid": {"S": tenant_id},
                 ":first": {"N": str(LIMIT_SLOT)},
             },
-            "ConsistentRead": True,
+            "ConsistentRead": consistent,
         }
         while True:
             with _translated():
@@ -1175,8 +1179,24 @@ class DynamoSlotStore:
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def take(
-        self, tenant_id: str, number: int, holder: str, *, now_ms: int, expires_at_ms: int
+        self,
+        tenant_id: str,
+        number: int,
+        holder: str,
+        *,
+        now_ms: int,
+        expires_at_ms: int,
+        replacing: str | None = None,
     ) -> bool:
+        condition = "attribute_not_exists(#slot) OR #exp <= :now"
+        names = {"#slot": "slot", "#exp": "expires_at_ms"}
+        values: dict[str, Any] = {":now": {"N": str(now_ms)}}
+        if replacing is not None:
+            # A slot whose holder's run is over, handed on without a give-back: of two
+            # workers that saw the same finished holder, one takes it.
+            condition += " OR #holder = :replacing"
+            names["#holder"] = "holder"
+            values[":replacing"] = {"S": replacing}
         try:
             with _translated():
                 self._client.put_item(
@@ -1193,9 +1213,9 @@ class DynamoSlotStore:
                     ),
                     # Two workers racing for one slot: one takes it. An expired slot (its
                     # holder died) is free again, so a crash never leaks a slot for good.
-                    ConditionExpression="attribute_not_exists(#slot) OR #exp <= :now",
-                    ExpressionAttributeNames={"#slot": "slot", "#exp": "expires_at_ms"},
-                    ExpressionAttributeValues={":now": {"N": str(now_ms)}},
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

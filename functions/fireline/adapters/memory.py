@@ -246,7 +246,9 @@ class MemoryScheduleStore:
             quotas.refund(tenant_id, refund)
             return True
 
-    def get(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
+    def get(
+        self, tenant_id: str, schedule_id: str, *, consistent: bool = True
+    ) -> model.Schedule | None:
         with self._lock:
             return self._items.get((tenant_id, schedule_id))
 
@@ -388,7 +390,7 @@ class MemoryOccurrenceStore:
             )
             return True
 
-    def get(self, key: str) -> occurrence.Occurrence | None:
+    def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:
         with self._lock:
             return self._items.get(key)
 
@@ -872,16 +874,26 @@ class MemorySlotStore:
         self._limits: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def held(self, tenant_id: str) -> tuple[builtins.list[quota.Slot], int | None]:
+    def held(
+        self, tenant_id: str, *, consistent: bool = True
+    ) -> tuple[builtins.list[quota.Slot], int | None]:
         with self._lock:
             return list(self._slots[tenant_id].values()), self._limits.get(tenant_id)
 
     def take(
-        self, tenant_id: str, number: int, holder: str, *, now_ms: int, expires_at_ms: int
+        self,
+        tenant_id: str,
+        number: int,
+        holder: str,
+        *,
+        now_ms: int,
+        expires_at_ms: int,
+        replacing: str | None = None,
     ) -> bool:
         with self._lock:
             current = self._slots[tenant_id].get(number)
-            if current is not None and not current.free(now_ms):
+            held_on = current is not None and not current.free(now_ms)
+            if held_on and (current is None or current.holder != replacing):
                 return False
             self._slots[tenant_id][number] = quota.Slot(number, holder, expires_at_ms)
             return True

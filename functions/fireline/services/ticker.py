@@ -12,13 +12,13 @@ it to someone else (the safety margin), on the monotonic clock so a wall-clock j
 cannot stretch it. Every write checks that trust just before it is issued.
 
 Working ahead. Each pass sweeps the group's shards for schedules due up to now +
-``lookahead_seconds`` (10 minutes), earliest first, and each pickup materializes the
+``lookahead_seconds`` (5 minutes), earliest first, and each pickup materializes the
 schedule's fires up to now + ``horizon_seconds`` (15 minutes; SQS delays at most 900 s),
 delivered with DelaySeconds. So whatever capacity the ticker has left over goes into
 fires minutes ahead, and a burst known in advance (50,000 hourly jobs at the top of the
-hour) is spread over the ten minutes before it rather than the second it is due: no
+hour) is spread over the five minutes before it rather than the second it is due: no
 burst detector, no extra index state. A frequent schedule is picked up once per several
-fires (a minutely one every 5 minutes), which is one index write per several fires.
+fires (a minutely one every 10 minutes), which is one index write per several fires.
 
 Rounds. A pass is a sequence of bounded rounds: a page from each shard (following the
 index's cursor, never re-reading what this pass already handled), one BatchGetItem per
@@ -62,7 +62,9 @@ class TickerConfig:
     groups: int = 1
     group: int = 0
     # A schedule is picked up this long before its next fire, as capacity allows.
-    lookahead_seconds: int = 600
+    # The longer the gap to the horizon, the more fires one advance (a base write and two
+    # index writes) pays for: ten of a minutely schedule at 300, five at 600.
+    lookahead_seconds: int = 300
     # One pickup materializes fires this far ahead of now (SQS delays at most 900 s).
     horizon_seconds: int = 900
     max_fires_per_pickup: int = 60

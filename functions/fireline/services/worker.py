@@ -75,6 +75,10 @@ class Busy(Exception):
 _AT_LIMIT = "tenant limit"
 _AT_CLASS_SHARE = "tenant share of the class"
 
+_PAST_CAP = "error: the last attempt ended without an outcome"
+# Outcomes whose row no run ever leaves: the run's tenant slots are handed on, not given back.
+_HANDED_ON = frozenset(s.value for s in occurrence.TERMINAL)
+
 # Results after which the occurrence has its outcome (or already had it).
 _SETTLING = frozenset({Result.SUCCEEDED, Result.DEAD, Result.SKIPPED, Result.SETTLED})
 
@@ -192,7 +196,7 @@ class Worker:
     ) -> Result:
         if body.get("type") == "outcome":
             return self._long_outcome(body)
-        row = self.occurrences.get(key)
+        row = self._read_row(key)
         stored = row is not None
         if row is None:
             # The ticker sends fires without writing their rows: this delivery's claim
@@ -247,14 +251,32 @@ class Worker:
             return self._defer(body, row, slot, stored=stored)
         if self.long_jobs is not None:
             return self._start_long(item, row, slot, deadline, now, took_run, fresh=not stored)
+        outcome: dict[str, Any] | None = None
         try:
             outcome = self._run_once(
                 body, item, row, deadline, remaining_ms, lambda_context, fresh=not stored
             )
         finally:
-            self._release_slot(item.tenant_id, key, slot)
+            if outcome is None or outcome["state"] not in _HANDED_ON:
+                # A run that ended otherwise (a failure to retry, dead, an error) gives its
+                # slots back; a finished one leaves them to be handed on (see _take_one).
+                self._release_slot(item.tenant_id, key, slot)
             self._end_run(item, key, took_run)
         return self._after(body, row, outcome)
+
+    def _read_row(self, key: str) -> occurrence.Occurrence | None:
+        """The occurrence's row, read eventually consistently (half the price of a
+        consistent read). A stale read shows an older state of the row, and everything
+        decided on it is checked again by a conditional write: the claim (on the state),
+        a skip's move or a deferral's put; its attempt count again after the claim. Only
+        the answers that end the delivery without a write must be current: a settled
+        row stays settled (terminal states are never left), except a dead one, which a
+        redrive reopens, and a running one may have ended since. Those two are read again
+        consistently."""
+        row = self.occurrences.get(key, consistent=False)
+        if row is not None and row.state in (occurrence.State.DEAD, occurrence.State.RUNNING):
+            row = self.occurrences.get(key)
+        return row
 
     def _job_for(self, row: occurrence.Occurrence) -> tuple[model.Schedule | None, str | None]:
         """What the occurrence runs: its schedule (or workflow node), or why not now."""
@@ -262,6 +284,16 @@ class Worker:
             if self.nodes is None:
                 return None, "no workflow controller in this worker"
             return self.nodes.job_for(row)
+        # Eventually consistent: a change this read misses is caught after the claim
+        # (a change settles the open rows before it returns, racing the claim on the row,
+        # and a row the claim creates has the schedule read again, consistently: see
+        # _unwanted_after_claim). A schedule of the row's version has that version's
+        # target and payload, however stale the read. What the read alone would decide,
+        # a skip, is decided on a consistent read: a stale one may show an older version
+        # and skip the fire of an update that returned a moment ago.
+        item = self.schedules.get(row.tenant_id, row.schedule_id, consistent=False)
+        if claims.unwanted(item, row) is None:
+            return item, None
         item = self.schedules.get(row.tenant_id, row.schedule_id)
         return item, claims.unwanted(item, row)
 
@@ -292,6 +324,19 @@ class Worker:
                 return Result.SETTLED  # its execution is in flight: this was a repeat
             raise Busy(f"{key} is being started elsewhere")
         assert current is not None
+        if current.attempts > item.retry.max_attempts:
+            # A stale read before the claim (see _read_row): past the cap, dead unrun.
+            self.occurrences.settle(
+                key,
+                state=occurrence.State.DEAD,
+                now=now,
+                exit_reason=_PAST_CAP,
+                attempt=current.attempts,
+            )
+            self._release_slot(item.tenant_id, key, slot)
+            self._end_run(item, key, took_run)
+            self.metrics.add_metric("DeadLettered", "Count", 1)
+            return Result.DEAD
         why = self._unwanted_after_claim(current, fresh=fresh)
         if why is not None:
             self.occurrences.settle(
@@ -362,7 +407,7 @@ class Worker:
         dead = row.moved(
             occurrence.State.DEAD,
             finished_at=now,
-            exit_reason="error: the last attempt ended without an outcome",
+            exit_reason=_PAST_CAP,
             in_progress_until=None,
         )
         if not self.occurrences.transition(dead, expected_state=row.state):
@@ -427,8 +472,13 @@ class Worker:
     ) -> tuple[int, ...] | str:
         """The tenant slots this run holds (none for an unlimited tenant), or why it must
         wait: the tenant runs its limit, or its share of this class, already. Both are
-        counted on one read of the tenant's slots (see quota.CLASS_BAND)."""
-        held, override = self.slots.held(tenant_id)
+        counted on one read of the tenant's slots (see quota.CLASS_BAND).
+
+        The read is eventually consistent: every slot is taken by a conditional put, so a
+        stale list can cost a refused take, or a deferral a current one would have spared
+        (a slot freed in the last second), never a run over the limit. A limit override
+        changed in the last second applies from the next read, as if made a second later."""
+        held, override = self.slots.held(tenant_id, consistent=False)
         limit = self.config.tenant_limit if override is None else override
         if limit == quota.UNLIMITED:
             return ()
@@ -438,33 +488,71 @@ class Worker:
             # that died): this one must not run beside it nor free the slot it holds.
             return _AT_LIMIT
         share = self.config.class_limit
-        band: list[int] = []
-        if share:
-            band = quota.free_in_band(held, quota.class_band(self._class_index, share), now_ms)
-            if not band:
-                return _AT_CLASS_SHARE
         expires = now_ms + int(held_for.total_seconds() * 1000)
+        in_class: int | None = None
+        if share:
+            # The class's share first: it is the tighter bound, so a run past it is told
+            # so before it writes the tenant slot it would have to give back.
+            numbers = quota.class_band(self._class_index, share)
+            in_band = [s for s in held if s.number in set(numbers)]
+            band = quota.free_in_band(held, numbers, now_ms)
+            in_class = self._take_one(tenant_id, key, band, in_band, now_ms, expires)
+            if in_class is None:
+                return _AT_CLASS_SHARE
+        mine = [s for s in held if s.number < limit]
         number = self._take_one(
-            tenant_id, key, quota.free_slots(held, limit, now_ms), now_ms, expires
+            tenant_id, key, quota.free_slots(held, limit, now_ms), mine, now_ms, expires
         )
         if number is None:
+            if in_class is not None:
+                self.slots.give_back(tenant_id, in_class, key)
             return _AT_LIMIT
-        if not share:
-            return (number,)
-        in_class = self._take_one(tenant_id, key, band, now_ms, expires)
-        if in_class is None:
-            self.slots.give_back(tenant_id, number, key)
-            return _AT_CLASS_SHARE
-        return (number, in_class)
+        return (number,) if in_class is None else (number, in_class)
 
     def _take_one(
-        self, tenant_id: str, key: str, free: list[int], now_ms: int, expires: int
+        self,
+        tenant_id: str,
+        key: str,
+        free: list[int],
+        held: list[quota.Slot],
+        now_ms: int,
+        expires: int,
     ) -> int | None:
+        """A slot number of ``free`` (none held, or expired), else one of ``held`` whose
+        holder's run is over, handed on. A run that finishes does not give its slot back
+        (that would be a write per job): the slot stays with the finished holder, and
+        the next run that needs it takes it over, conditional on that holder, in the
+        same one write a take of a free slot costs. The limit stays exact: a slot is
+        handed on only when its holder's row is terminal (succeeded, skipped or
+        cancelled), which no run ever leaves; a run that ends any other way (a failure
+        to retry, dead, a crash) gives its slot back, or lets it expire."""
         self.rng.shuffle(free)
         for number in free[:3]:  # a few tries; losing every race means it is busy: defer
             if self.slots.take(tenant_id, number, key, now_ms=now_ms, expires_at_ms=expires):
                 return number
+        live = [s for s in held if not s.free(now_ms) and s.holder != key]
+        self.rng.shuffle(live)
+        for slot in live[:3]:
+            if self._finished(slot.holder) and self.slots.take(
+                tenant_id,
+                slot.number,
+                key,
+                now_ms=now_ms,
+                expires_at_ms=expires,
+                replacing=slot.holder,
+            ):
+                return slot.number
         return None
+
+    def _finished(self, holder: str) -> bool:
+        """Is the run holding a slot over for good? Read eventually consistently: a stale
+        row shows an older state, never a terminal one that has not happened (terminal
+        states are never left), so a stale answer only keeps a slot held a while."""
+        try:
+            row = self.occurrences.get(holder, consistent=False)
+        except errors.ValidationError:
+            return False  # not an occurrence key: left to its expiry
+        return row is not None and row.state in occurrence.TERMINAL
 
     @property
     def _class_index(self) -> int:
@@ -538,6 +626,14 @@ class Worker:
         fresh: bool,
     ) -> dict[str, Any]:
         """Run the target; the outcome as the idempotency record's result."""
+        if claimed.attempts > item.retry.max_attempts:
+            # The row read before the claim was stale (an older attempt count): this
+            # claim is past the cap, so it is recorded dead without running.
+            return {
+                "state": occurrence.State.DEAD.value,
+                "exit_reason": _PAST_CAP,
+                "attempt": claimed.attempts,
+            }
         why = self._unwanted_after_claim(claimed, fresh=fresh)
         if why is not None:
             # A change returned between our first read and the claim: not run, recorded
@@ -626,7 +722,10 @@ class Worker:
         state = occurrence.State(outcome["state"])
         extra = {"action": "worker.outcome", "key": row.key, "state": state.value}
         if state is occurrence.State.SUCCEEDED:
-            logger.info("succeeded", extra=extra)
+            # Not an INFO line per fire (about 500 bytes with the Lambda context: most of a
+            # fire's log bill): the row is the history and the Succeeded metric the count.
+            # Failures, retries, dead letters and skips stay logged in full.
+            logger.debug("succeeded", extra=extra)
             self.metrics.add_metric("Succeeded", "Count", 1)
             return Result.SUCCEEDED
         if state is occurrence.State.FAILED:
