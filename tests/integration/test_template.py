@@ -440,7 +440,7 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
     # 0 means no limit.
     assert {key: limit[key] for key in ("Type", "Default", "MinValue", "MaxValue")} == {
         "Type": "Number",
-        "Default": 50,
+        "Default": 25,
         "MinValue": 0,
         "MaxValue": 10000,
     }

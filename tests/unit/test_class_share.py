@@ -109,6 +109,63 @@ def test_the_share_is_per_class() -> None:
     assert short.handle(in_short, remaining_ms=remaining) is Result.SUCCEEDED
 
 
+@pytest.mark.parametrize(
+    ("tenant_limit", "slots"),
+    [(2, 1), (5, 1), (6, 2), (quota.DEFAULT_LIMIT, 1)],
+    ids=["below-share", "at-share", "above-share", "deployed-default"],
+)
+def test_a_limit_within_the_share_is_the_runs_only_slot(tenant_limit: int, slots: int) -> None:
+    # GIVEN a class whose share is 5 (10 invocations), or the deployed default class (50
+    # invocations, share 25) for the deployed default limit
+    system = MemorySystem()
+    size = 50 if tenant_limit == quota.DEFAULT_LIMIT else 10
+    worker = system.worker(tenant_limit=tenant_limit, class_max_concurrency=size)
+    gate = Gate()
+    system.registry.register("gate")(gate)
+    body = system.due_job("A", target={"type": "python", "handler": "gate"})
+    # WHEN a job of the tenant runs
+    thread = threading.Thread(
+        target=worker.handle, args=(body,), kwargs={"remaining_ms": remaining}
+    )
+    thread.start()
+    try:
+        assert gate.entered.acquire(timeout=60)
+        # THEN it holds one slot (one write) when the limit is within the share, which
+        # then bounds the share too, and two (the class band's as well) above it
+        held, _ = system.slots.held("A")
+        assert len(held) == slots
+        assert (len([s for s in held if s.number >= quota.CLASS_BAND]) == 1) is (slots == 2)
+    finally:
+        gate.opened.set()
+        thread.join(60)
+
+
+def test_a_limit_within_the_share_still_caps_the_class() -> None:
+    # GIVEN a tenant limited to 2 in a class of 4 invocations (share 2), running 2 jobs
+    system = MemorySystem()
+    gate = Gate()
+    system.registry.register("gate")(gate)
+    worker = system.worker(tenant_limit=2, class_max_concurrency=4)
+    running = [system.due_job("A", target={"type": "python", "handler": "gate"}) for _ in range(2)]
+    threads = [
+        threading.Thread(target=worker.handle, args=(body,), kwargs={"remaining_ms": remaining})
+        for body in running
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in running:
+            assert gate.entered.acquire(timeout=60)
+        # WHEN its third job arrives THEN it waits: never more than the share in the class
+        third = system.due_job("A")
+        assert worker.handle(third, remaining_ms=remaining) is Result.DEFERRED
+        assert system.row(third).attempts == 0
+    finally:
+        gate.opened.set()
+        for thread in threads:
+            thread.join(60)
+
+
 def test_a_long_jobs_slots_both_come_back_with_its_outcome() -> None:
     # GIVEN a long job started under its tenant's limit and its share of the long class
     system = MemorySystem()

@@ -23,7 +23,9 @@ from datetime import UTC, datetime
 
 from fireline.domain import errors
 
-DEFAULT_LIMIT = 50
+# Half of the default class's invocations (its share, below): a tenant within its share
+# pays one slot write per job, not two (see Worker._take_slot).
+DEFAULT_LIMIT = 25
 UNLIMITED = 0  # an override of 0 lifts the limit for that tenant
 
 

@@ -490,7 +490,10 @@ class Worker:
         share = self.config.class_limit
         expires = now_ms + int(held_for.total_seconds() * 1000)
         in_class: int | None = None
-        if share:
+        # A limit within the class's share bounds the share too (a tenant running at most
+        # `limit` jobs runs at most that many in one class): then the tenant slot is the
+        # run's only write, one unit per job. The deployed default limit is such a limit.
+        if share and share < limit:
             # The class's share first: it is the tighter bound, so a run past it is told
             # so before it writes the tenant slot it would have to give back.
             numbers = quota.class_band(self._class_index, share)
