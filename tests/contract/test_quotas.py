@@ -348,9 +348,9 @@ def test_given_a_create_whose_answer_was_lost_when_retried_then_one_item_and_one
 ) -> None:
     stores = on_moto
     client = stores.client
-    plan = FaultPlan(at={0: "after"}, only={"TransactWriteItems"})
+    plan = FaultPlan(at={0: "after"}, only={"PutItem"})
     plan.attach(client)
-    # WHEN the create takes effect but its answer is lost
+    # WHEN the create takes effect (its unit, then its item) but the item's answer is lost
     with pytest.raises(errors.Unavailable):
         stores.schedules.create(held("a"), charge=charge())
     assert plan.fired["after"] == 1
@@ -378,15 +378,39 @@ def test_given_a_delete_whose_answer_was_lost_when_retried_then_the_unit_came_ba
     assert used(stores) == 1
 
 
-def test_given_a_release_whose_answer_was_lost_when_retried_then_given_back_once(
+def test_given_a_release_whose_answer_was_lost_then_it_is_given_back_once(
     on_moto: Stores,
 ) -> None:
     stores = on_moto
     client = stores.client
     stores.schedules.create(held("job_1", kind=model.Kind.JOB), charge=charge(JOBS))
-    FaultPlan(at={0: "after"}, only={"TransactWriteItems"}).attach(client)
-    with pytest.raises(errors.Unavailable):
-        stores.schedules.release(TENANT, "job_1", JOBS)
-
+    # GIVEN the mark's removal takes effect but its answer is lost
+    plan = FaultPlan(at={0: "after"}, only={"UpdateItem"})
+    plan.attach(client)
+    # WHEN the job is released (the release sends it again, and finds its own write)
+    assert stores.schedules.release(TENANT, "job_1", JOBS) is True
+    assert plan.fired["after"] == 1
+    # THEN the unit came back once, and a repeat gives nothing
     assert stores.schedules.release(TENANT, "job_1", JOBS) is False
     assert used(stores, JOBS) == 0
+
+
+@pytest.mark.parametrize("operation", ["take", "give back"])
+def test_given_a_count_change_whose_answer_was_lost_then_it_counts_once(
+    on_moto: Stores, operation: str
+) -> None:
+    stores = on_moto
+    quotas = stores.quotas
+    assert isinstance(quotas, quotas_dynamodb.DynamoQuotaStore)
+    quotas.take(TENANT, charge(JOBS, limit=2))
+    # GIVEN the count's change takes effect but its answer is lost
+    plan = FaultPlan(at={0: "after"}, only={"UpdateItem"})
+    plan.attach(stores.client)
+    # WHEN it is made (it is sent again, and finds its own token)
+    if operation == "take":
+        quotas.take(TENANT, charge(JOBS, limit=2))
+    else:
+        quotas.give_back(TENANT, JOBS)
+    assert plan.fired["after"] == 1
+    # THEN it counted once
+    assert used(stores, JOBS) == (2 if operation == "take" else 0)

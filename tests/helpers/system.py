@@ -300,6 +300,10 @@ def run_wide_dag_on_moto(size: int) -> tuple[float, dict[str, float]]:
         assert requests["TransactWriteItems"] <= size
         assert requests["BatchWriteItem"] == -(-size // 25)
         assert requests.get("Scan", 0) == 0
+        # AND two occurrence writes per node, both the worker's (its claim writes the row:
+        # the controller writes none), give or take a repeated delivery's
+        occurrences = system.log.item_writes.get(system.stack.tables["OccurrencesTable"], 0)
+        assert 2 * size <= occurrences <= 2.1 * size, occurrences / size
         controller_and_worker = {
             op: round(n / size, 2)
             for op, n in sorted(requests.items())

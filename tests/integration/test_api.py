@@ -577,8 +577,11 @@ def test_job_is_scheduled_until_the_ticker_queues_it(system: System) -> None:
     # WHEN the ticker runs within the lookahead of run_at
     system.clock.advance(10)
     tk.tick()
-    # THEN it is queued: its message is on its way, due at run_at; its row (the
-    # occurrence) is written when a worker claims it
+    # THEN its message is on its way, due at run_at: it is scheduled until then, and
+    # queued from then until a worker claims it (the claim writes its row)
+    status, read = system.call("GET", f"/jobs/{job['id']}")
+    assert (status, read["state"], read["occurrence"]) == (200, "scheduled", None)
+    system.clock.advance(lookahead)
     status, read = system.call("GET", f"/jobs/{job['id']}")
     assert (status, read["state"], read["occurrence"]) == (200, "queued", None)
     key = next(iter(system.log.sent))
@@ -595,10 +598,16 @@ def test_cancelled_job_never_fires(system: System) -> None:
     assert (status, cancelled["state"]) == (200, "cancelled")
     assert system.call("GET", f"/jobs/{job['id']}")[1]["state"] == "cancelled"
     assert system.call("POST", f"/jobs/{job['id']}/cancel")[1]["state"] == "cancelled"
-    # AND once its time has passed the ticker sent nothing for it
+    # AND once its time has passed, the ticker sent nothing more for it, and the message
+    # its create sent runs nothing
     system.clock.advance(120)
     system.ticker(use_lease=False).tick()
-    assert system.receive_all() == []
+    bodies = system.receive_all()
+    assert [b["schedule_id"] for b in bodies] == [job["id"]]
+    ran: list[object] = []
+    system.registry.register("noop")(ran.append)
+    assert system.worker().handle(bodies[0], remaining_ms=lambda: 60_000).value == "settled"
+    assert ran == []
     assert system.call("GET", f"/jobs/{job['id']}")[1]["state"] == "cancelled"
 
 

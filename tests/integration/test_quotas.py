@@ -23,7 +23,7 @@ from moto import mock_aws
 from fireline import ports
 from fireline.adapters import dynamodb, memory, quotas_dynamodb, sqs, workflows_dynamodb
 from fireline.api import app as api_app
-from fireline.domain import errors, model, quota
+from fireline.domain import errors, model, quota, schedule
 from fireline.services import dispatch, schedules, targets, workflows
 from fireline.services import worker as worker_service
 from helpers import flows
@@ -132,8 +132,11 @@ class Quotas:
     def run_due(self, job_id: str, tenant: str = A) -> dict[str, Any]:
         """The job's fire as the ticker sends it, handled by a worker; its message."""
         job = self.schedules.get(tenant, job_id)
-        assert job is not None and job.next_fire is not None
-        body = dispatch.fire_message(job, job.next_fire)
+        assert job is not None
+        # Its one fire (a job due soon was sent by its create and is out of the due index).
+        fire_time = schedule.next_fire(job.timing, schedule.EPOCH)
+        assert fire_time is not None
+        body = dispatch.fire_message(job, fire_time)
         self.worker().handle(body, remaining_ms=lambda: 60_000)
         return body
 
@@ -380,7 +383,7 @@ def test_an_operators_override_is_the_tenants_limit(system: Quotas) -> None:
 # --- what it costs (moto, every request counted) --------------------------------------------
 
 
-def test_a_counted_create_delete_and_job_end_cost_one_request_and_one_extra_item_each(
+def test_a_counted_create_and_job_end_cost_two_plain_writes_and_a_delete_one_transaction(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with mock_aws(), serialized_item_writes():
@@ -404,7 +407,7 @@ def test_a_counted_create_delete_and_job_end_cost_one_request_and_one_extra_item
             try:
                 return action()
             finally:
-                figures[name] = {"requests": +log.requests, "items": dict(log.item_writes)}
+                figures[name] = {"requests": +log.requests, "items": dict(+log.item_writes)}
 
         draft = schedules.ScheduleDraft(spec="rate(1 minute)", target=PYTHON)
         created = measure("create", lambda: service.create(A, draft))
@@ -417,14 +420,23 @@ def test_a_counted_create_delete_and_job_end_cost_one_request_and_one_extra_item
             measure("refused", lambda: service.create(A, draft))
     with capsys.disabled():
         print(f"\nquota costs on moto: {json.dumps(figures, default=str)}")
-    # THEN each counted write is one request (a transaction) writing the item and the count
-    for name in ("create", "delete", "job end"):
-        assert figures[name]["requests"]["TransactWriteItems"] == 1, figures[name]
+    # THEN each counted create and job end is two plain writes, the count's and the item's
+    # (1 unit each where a transaction of the two took 4), and no transaction
+    for name in ("create", "job end"):
+        assert figures[name]["requests"] == {
+            "UpdateItem": 2 if name == "job end" else 1,
+            **({"PutItem": 1} if name == "create" else {}),
+        }, figures[name]
         assert figures[name]["items"] == {
             stack.tables["SchedulesTable"]: 1,
             stack.tables["SlotsTable"]: 1,
         }, figures[name]
-        assert "PutItem" not in figures[name]["requests"]
+    # AND a schedule's delete is one transaction writing the item and the count
+    assert figures["delete"]["requests"]["TransactWriteItems"] == 1, figures["delete"]
+    assert figures["delete"]["items"] == {
+        stack.tables["SchedulesTable"]: 1,
+        stack.tables["SlotsTable"]: 1,
+    }
     # AND a refusal writes nothing and reads the count once to name it
     assert figures["refused"]["items"] == {}
     assert figures["refused"]["requests"]["GetItem"] == 1

@@ -375,11 +375,14 @@ def test_resume_with_fire_once_runs_the_latest_missed_fire_once(system: System) 
 
 
 def test_cancelled_queued_job_message_is_a_no_op(system: System) -> None:
-    # GIVEN a one-off job due in 30 s, materialized and its message sent (delayed)
+    # GIVEN a one-off job due in 30 s, its message sent by its create (delayed)
     view = system.service.create_job("tenant-a", _job(delay_seconds=30))
     system.clock.advance(25)
     system.ticker(use_lease=False).tick()
-    assert system.service.get_job("tenant-a", view.job.schedule_id).state == "queued"
+    assert list(system.log.sent) == [
+        occurrence.occurrence_key(view.job.schedule_id, view.job.version, view.fire_time)
+    ]
+    assert system.service.get_job("tenant-a", view.job.schedule_id).state == "scheduled"
     # WHEN the job is cancelled before the message arrives
     cancelled = system.service.cancel_job("tenant-a", view.job.schedule_id)
     assert cancelled.state == "cancelled"
@@ -395,10 +398,12 @@ def test_cancelled_queued_job_message_is_a_no_op(system: System) -> None:
 
 
 def test_job_cancelled_before_materialization_never_fires(system: System) -> None:
-    view = system.service.create_job("tenant-a", _job(delay_seconds=120))
+    # GIVEN a job due later than its create sends it (it waits in the due index)
+    view = system.service.create_job("tenant-a", _job(delay_seconds=1200))
+    assert in_index(system, view.job.schedule_id)
     system.service.cancel_job("tenant-a", view.job.schedule_id)
     assert not in_index(system, view.job.schedule_id)
-    system.clock.advance(180)
+    system.clock.advance(1260)
     report = system.ticker(use_lease=False).tick()
     assert report.dispatched.sent == 0
     assert system.receive_all() == []

@@ -56,13 +56,12 @@ MINUTE = timedelta(minutes=1)
 
 
 def job(system: System, handler: str, *, tenant: str = "tenant-a", **fields: Any) -> str:
-    """A one-off job due now, materialized by the ticker; its occurrence key."""
+    """A one-off job due now, sent by its create; its occurrence key."""
     view = system.service.create_job(
         tenant, JobDraft(delay_seconds=0, target={"type": "python", "handler": handler}, **fields)
     )
     system.ticker(use_lease=False).tick()
-    assert view.job.next_fire is not None
-    key = occurrence.occurrence_key(view.job.schedule_id, view.job.version, view.job.next_fire)
+    key = occurrence.occurrence_key(view.job.schedule_id, view.job.version, view.fire_time)
     assert system.log.sent[key] >= 1  # its message is on its way (its row comes with the run)
     return key
 

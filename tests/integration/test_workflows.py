@@ -149,7 +149,7 @@ def test_crash_points_on_moto_then_reconcile() -> None:
     with moto_system() as system, item_scoped_transactions():
         # Every write of the diamond's run in turn (a new workflow and run each time).
         crashes = run_with_crash_points(lambda: flow_on(system), DIAMOND)
-        assert crashes >= 15
+        assert crashes >= 12  # every dispatch, send and success write of the diamond
 
 
 # The writes a node costs are the same at any size: 300 nodes here; `make bench` counts

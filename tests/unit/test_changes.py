@@ -126,7 +126,7 @@ def test_cancelling_a_job_whose_fire_was_just_materialized_cancels_that_fire() -
     seen = system.service.get_job("tenant-a", view.job.schedule_id)
     assert seen.occurrence is None
     # ...and the ticker materialized its fire before the cancel's write
-    body = system.materialize(view.job.schedule_id, fire_time=view.job.next_fire)
+    body = system.materialize(view.job.schedule_id, fire_time=view.fire_time)
     cancelled = cancel_from(system, seen)
     # THEN the cancel answers cancelled, and its fire is cancelled, not left queued
     assert cancelled.state == "cancelled"

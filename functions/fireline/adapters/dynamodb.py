@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import builtins
 import json
+import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -317,6 +318,10 @@ def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
     )
 
 
+# A job's release sends its mark's removal this many times while its fate is unknown.
+RELEASE_ATTEMPTS = 3
+
+
 class DynamoScheduleStore:
     def __init__(
         self,
@@ -359,38 +364,55 @@ class DynamoScheduleStore:
             raise
 
     def _create_charged(self, item: model.Schedule, charge: quota.Charge) -> None:
+        """The unit first, then the item (see fireline.adapters.quotas_dynamodb): the count
+        is never below the items holding units, so a tenant is never over its limit."""
         quotas = self._counted()
-        put: TransactWriteItemTypeDef = {
-            "Put": {
-                "TableName": self._table,
-                "Item": _encode(schedule_to_item(replace(item, quota_held=True), self.shards)),
-                # A retried create (the same id, from its Idempotency-Key) finds its first
-                # attempt's item and takes no second unit: the transaction fails whole.
-                "ConditionExpression": "attribute_not_exists(#sid)",
-                "ExpressionAttributeNames": {"#sid": "schedule_id"},
-            }
-        }
-        reasons = quotas.transact([put, quotas.charge(item.tenant_id, charge)])
-        if not reasons:
-            return
-        if reasons[0] == "ConditionalCheckFailed":
-            raise errors.AlreadyExists(f"schedule {item.schedule_id} exists")
-        raise quotas.refused(item.tenant_id, charge)
+        quotas.take(item.tenant_id, charge)
+        try:
+            self.create(replace(item, quota_held=True))
+        except errors.AlreadyExists:
+            # A retried create (the same id, from its Idempotency-Key) found its first
+            # attempt's item: the unit just taken is not a second one.
+            quotas.give_back(item.tenant_id, charge.quota)
+            raise
 
     def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
         quotas = self._counted()
-        unmark: TransactWriteItemTypeDef = {
-            "Update": {
-                "TableName": self._table,
-                "Key": self._key(tenant_id, schedule_id),
-                "UpdateExpression": "REMOVE #held",
-                # The mark goes once: a second release (a redelivery, a retried cancel)
-                # fails here and gives nothing back.
-                "ConditionExpression": "attribute_exists(#held)",
-                "ExpressionAttributeNames": {"#held": "quota_held"},
-            }
-        }
-        return not quotas.transact([unmark, quotas.refund(tenant_id, refund)])
+        token = secrets.token_hex(8)
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                with _translated():
+                    self._client.update_item(
+                        TableName=self._table,
+                        Key=self._key(tenant_id, schedule_id),
+                        UpdateExpression="REMOVE #held SET #released = :token",
+                        # The mark goes once: a second release (a redelivery, a retried
+                        # cancel) fails here and gives nothing back...
+                        ConditionExpression="attribute_exists(#held)",
+                        ExpressionAttributeNames={
+                            "#held": "quota_held",
+                            "#released": "quota_released",
+                        },
+                        ExpressionAttributeValues={":token": {"S": token}},
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    )
+                break
+            except errors.Unavailable:
+                # Its fate unknown (a lost answer): sent again, it finds its own token.
+                if attempt == RELEASE_ATTEMPTS - 1:
+                    raise
+            except ClientError as exc:
+                if _code(exc) != "ConditionalCheckFailedException":
+                    raise
+                # ...unless it is this call's own write, sent again after a lost answer.
+                old = _decode(exc.response.get("Item") or {})  # type: ignore[arg-type]
+                if old.get("quota_released") != token:
+                    return False
+                break
+        # After the mark is gone, never before: a crash in between leaves the count one
+        # too high (a create refused early), never one too low (a tenant over its limit).
+        quotas.give_back(tenant_id, refund)
+        return True
 
     def get(
         self, tenant_id: str, schedule_id: str, *, consistent: bool = True

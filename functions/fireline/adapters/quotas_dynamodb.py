@@ -1,5 +1,5 @@
 """DynamoDB implementation of the QuotaStore port, and the quota half of the stores'
-atomic creates and deletes.
+creates and deletes.
 
 A tenant's quota use lives beside its concurrency limit override, in the slots table:
 item (tenant_id, slot -2) holds a running count per counted quota (``used_schedules``,
@@ -7,20 +7,29 @@ item (tenant_id, slot -2) holds a running count per counted quota (``used_schedu
 today's uploads (``uploads_day``, ``uploads``). The slot store's Query starts at slot -1,
 so its reads never see this item.
 
-A create that takes a unit is one TransactWriteItems: the item's conditional put and this
-item's ``ADD used :1``, conditional on the count being under the limit (the override if
-the operator set one, else the deployment's default, both decided inside the condition).
-Of two creates racing for the last unit, one transaction lands; the other fails whole and
-writes nothing. A delete (or a job's end) gives the unit back in one transaction with the
-write that removes the item (or its ``quota_held`` mark), which is conditional on the mark:
-a retried delete finds no item and gives nothing back twice.
+A create that takes a unit first takes it (:meth:`DynamoQuotaStore.take`: ``ADD used
+:1``, conditional on the count being under the limit, the override if the operator set
+one, else the deployment's default, both decided inside the condition), then writes its
+item, conditional on the id being new. Of two creates racing for the last unit, one
+increment lands; the other is refused and writes nothing. An item write that is refused
+(the id exists: a retried create) gives the unit back (:meth:`give_back`); one whose
+outcome is unknown (a timeout, a lost answer) keeps it. A job's end removes the job's
+mark (conditional on the mark: a repeat finds none) and then gives the unit back.
 
-Cost: the create's transaction writes two items, each at twice a plain write's units:
-4 write units against the plain put's 1, and still one request. The same for a delete.
+So the count is never below the items holding units: every unit is taken before its item
+exists and given back after its mark is gone. A process that dies between its two writes
+(or a create whose item write failed without an answer) leaves the count one too high, a
+unit held by nothing: the tenant may be refused a create early, and is never admitted
+over its limit.
+
+Cost: two plain writes (the count and the item, 1 write unit each) where a transaction of
+the two took 4, and two requests instead of one. A schedule's delete is still one
+transaction of two items (the delete and the decrement, 4 units): deletes are rare.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -49,6 +58,8 @@ ATTEMPTS = 5
 BACKOFF_SECONDS = 0.02
 UPLOADS_DAY = "uploads_day"
 UPLOADS = "uploads"
+# The token of the last count change, which a resend of that change recognises.
+LAST_WRITE = "last_write"
 
 
 def used_attribute(name: quota.Quota) -> str:
@@ -163,6 +174,84 @@ class DynamoQuotaStore:
                 return None
             raise
         return int(_decode(response.get("Attributes", {})).get(UPLOADS, 0))
+
+    # --- what the stores call around their own writes ------------------------------------
+
+    def take(self, tenant_id: str, charge: quota.Charge) -> None:
+        """Take a unit if the tenant is under its limit; QuotaExceeded (naming the limit
+        and use, read once) when not, with nothing written."""
+        condition, values = _under_limit("#used", charge.default)
+        token = secrets.token_hex(8)
+        self._counted_once(
+            tenant_id,
+            token,
+            UpdateExpression="ADD #used :one SET #last = :token",
+            # Two creates racing for the last unit: one increment lands, the other's
+            # condition fails.
+            ConditionExpression=condition,
+            ExpressionAttributeNames={
+                "#used": used_attribute(charge.quota),
+                "#lim": limit_attribute(charge.quota),
+                "#last": LAST_WRITE,
+            },
+            ExpressionAttributeValues={**values, ":one": {"N": "1"}, ":token": {"S": token}},
+            refused=lambda: self.refused(tenant_id, charge),
+        )
+
+    def give_back(self, tenant_id: str, name: quota.Quota) -> None:
+        """Give a unit back. Not conditional on the count: the caller's own conditional
+        write (the mark it removed, the item it could not create) is what makes it happen
+        once for its item."""
+        token = secrets.token_hex(8)
+        self._counted_once(
+            tenant_id,
+            token,
+            UpdateExpression="ADD #used :minus SET #last = :token",
+            ExpressionAttributeNames={"#used": used_attribute(name), "#last": LAST_WRITE},
+            ExpressionAttributeValues={":minus": {"N": "-1"}, ":token": {"S": token}},
+        )
+
+    def _counted_once(
+        self,
+        tenant_id: str,
+        token: str,
+        *,
+        refused: Callable[[], errors.QuotaExceeded] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """One change of a count, applied once however often it is sent. The write
+        records its token in the item; the SDK resends a request whose answer was lost,
+        and this method sends it again after an Unavailable: a resend that finds its own
+        token applied already (one that finds the condition failed for another reason
+        is a refusal). Without it a lost answer would count a unit twice, or refuse a
+        create whose unit was taken, or give a unit back twice."""
+        condition = kwargs.pop("ConditionExpression", None)
+        guard = "(attribute_not_exists(#last) OR #last <> :token)"
+        kwargs["ConditionExpression"] = f"{guard} AND ({condition})" if condition else guard
+        for attempt in range(ATTEMPTS):
+            try:
+                with _translated():
+                    self._client.update_item(
+                        TableName=self._table,
+                        Key=self._key(tenant_id),
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                        **kwargs,
+                    )
+                return
+            except errors.Unavailable:
+                if attempt == ATTEMPTS - 1:
+                    raise
+                self._sleep(BACKOFF_SECONDS * 2**attempt)
+            except ClientError as exc:
+                if _code(exc) != "ConditionalCheckFailedException":
+                    raise
+                old = _decode(exc.response.get("Item") or {})  # type: ignore[arg-type]
+                if old.get(LAST_WRITE) == token:
+                    return  # applied by an earlier send whose answer was lost
+                if refused is None:
+                    raise
+                raise refused() from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # --- what the stores put in their transactions ---------------------------------------
 

@@ -51,6 +51,9 @@ SCHEDULE_STATES = tuple(
 )
 # Milliseconds a trigger tries past the one it was asked in, when others took them.
 TRIGGER_TRIES = 50
+# A job due within this of its creation is sent by the create itself, with the delay that
+# makes it visible at its time (SQS's longest); a later one waits in the due index.
+DIRECT_SEND = timedelta(seconds=900)
 
 
 T = TypeVar("T")
@@ -113,7 +116,17 @@ class PreviewFire:
 @dataclass(frozen=True)
 class JobView:
     job: model.Schedule
-    occurrence: occurrence.Occurrence | None  # None until the ticker materializes it
+    occurrence: occurrence.Occurrence | None  # None until its first delivery's claim
+    # When the view was read: a job whose message waits for its time is "scheduled" until
+    # then, whether the create sent it or the ticker did (None: "queued" once sent).
+    now: datetime | None = None
+
+    @property
+    def fire_time(self) -> datetime:
+        """Its one fire: the time its occurrence key names."""
+        spec = self.job.timing.spec
+        assert isinstance(spec, schedule.AtSpec)
+        return spec.when
 
     @property
     def finished(self) -> bool:
@@ -129,7 +142,9 @@ class JobView:
         if self.job.state is model.ScheduleState.CANCELLED:
             return occurrence.State.CANCELLED.value
         if self.job.state is model.ScheduleState.COMPLETED:
-            # Materialized: its message waits in the queue; the row comes with its run.
+            # Sent: its message waits in the queue; the row comes with its run.
+            if self.now is not None and self.fire_time > self.now:
+                return "scheduled"
             return occurrence.State.QUEUED.value
         return "scheduled"
 
@@ -179,9 +194,10 @@ class ScheduleService:
         item: model.Schedule,
         charge: quota.Charge | None,
         request_key: str | None,
-    ) -> model.Schedule:
-        """Store a new schedule or job (taking its unit of quota in the same write). A
-        retry of a create with an Idempotency-Key finds the first attempt's item."""
+    ) -> tuple[model.Schedule, bool]:
+        """Store a new schedule or job (taking its unit of quota with it): the item, and
+        whether this call created it. A retry of a create with an Idempotency-Key finds
+        the first attempt's item (False)."""
         if charge is not None:
             item = replace(item, quota_held=True)
         try:
@@ -192,8 +208,8 @@ class ScheduleService:
             found = self.schedules.get(item.tenant_id, item.schedule_id)
             if found is None:  # created, then deleted meanwhile
                 raise
-            return found
-        return item
+            return found, False
+        return item, True
 
     def _new_id(self, prefix: str, tenant_id: str, request_key: str | None) -> str:
         if request_key is None:
@@ -208,7 +224,7 @@ class ScheduleService:
         now = self._now()
         schedule_id = self._new_id("sch", tenant_id, request_key)
         item = replace(self._build(tenant_id, schedule_id, draft, now, version=1), created_at=now)
-        return self._create(item, self._charge(quota.Quota.SCHEDULES), request_key)
+        return self._create(item, self._charge(quota.Quota.SCHEDULES), request_key)[0]
 
     def get(self, tenant_id: str, schedule_id: str) -> model.Schedule:
         item = self.schedules.get(tenant_id, schedule_id)
@@ -522,10 +538,38 @@ class ScheduleService:
             created_at=now,
             updated_at=now,
         )
-        stored = self._create(job, self._charge(quota.Quota.ACTIVE_JOBS), request_key)
-        if stored is not job:
-            return self.get_job(tenant_id, stored.schedule_id)
-        return JobView(job, None)
+        direct = run_at - now <= DIRECT_SEND
+        if direct:
+            # Due within SQS's longest delay: sent now, by this request, so the job never
+            # enters the due index (no index write to add it, no advance to take it out).
+            job = replace(job, state=model.ScheduleState.COMPLETED, next_fire=None)
+        stored, created = self._create(job, self._charge(quota.Quota.ACTIVE_JOBS), request_key)
+        if not created:
+            # A retry (same Idempotency-Key) found the first attempt's job. If that one was
+            # to be sent and its request died before the send, its message goes now: a
+            # second copy of a message that did go is harmless (the claim is conditional).
+            view = self.get_job(tenant_id, stored.schedule_id)
+            if view.occurrence is None and view.job.state is model.ScheduleState.COMPLETED:
+                self._send_job(view.job, now)
+            return view
+        if direct:
+            self._send_job(stored, now)
+        return JobView(stored, None, now)
+
+    def _send_job(self, job: model.Schedule, now: datetime) -> None:
+        """Send a job's one fire. Written first, sent second: a message is never ahead of
+        the job its worker reads. If the send fails the job goes into the due index (its
+        version as written), so the ticker sends it; the create still succeeds."""
+        fire_time = schedule.next_fire(job.timing, schedule.EPOCH)
+        assert fire_time is not None
+        try:
+            dispatch.send(
+                self.queue, [dispatch.outbound(job, fire_time, now)], dispatch.DispatchReport()
+            )
+        except errors.Unavailable:
+            due = replace(job, state=model.ScheduleState.ACTIVE, next_fire=fire_time)
+            with contextlib.suppress(errors.ConflictError):  # cancelled meanwhile
+                self.schedules.replace(due, expected_version=job.version)
 
     def get_job(self, tenant_id: str, job_id: str) -> JobView:
         job = self.schedules.get(tenant_id, job_id)
@@ -535,7 +579,7 @@ class ScheduleService:
 
     def _job_view(self, job: model.Schedule) -> JobView:
         rows = self.occurrences.history(job.tenant_id, job.schedule_id, limit=1).items
-        return JobView(job, rows[0] if rows else None)
+        return JobView(job, rows[0] if rows else None, self._now())
 
     def cancel_job(self, tenant_id: str, job_id: str) -> JobView:
         """Cancel a job that has not started. Its message, if sent, becomes a no-op: the

@@ -19,10 +19,10 @@ when its own parents are done, so a slow node delays only its descendants.
 Order of writes, and why a crash between any two of them is safe:
 
 1. a node's move waiting -> dispatched (conditional: of two controllers, one dispatches),
-2. its occurrence row (conditional put on the key),
-3. its message (a repeat is harmless: the worker's claim is conditional).
-A crash after 1 leaves a dispatched node without a row or message: the reconcile (and a
-redelivered event) puts and sends it again.
+2. its message (a repeat is harmless: the worker's claim is conditional, and writes the
+   occurrence row: the controller writes none, as the ticker writes none for a fire).
+A crash after 1 leaves a dispatched node without a message: the reconcile (and a
+redelivered event) sends it again.
 
 A node's success is applied in transactions of up to 99 children plus the node itself:
 the first moves it dispatched -> succeeded, the next ones need its fan-out cursor at their
@@ -495,7 +495,8 @@ class Controller:
                 node = current
             else:
                 continue
-            out = self._occurrence(run, definition, node, now, report)
+            fresh = node.node_id in report.dispatched
+            out = self._occurrence(run, definition, node, now, report, fresh=fresh)
             if out is not None:
                 outbound.append(out)
         dispatch.send(self.queue, outbound, dispatch.DispatchReport())
@@ -507,9 +508,16 @@ class Controller:
         node: workflow.RunNode,
         now: datetime,
         report: Report,
+        *,
+        fresh: bool = False,
     ) -> dispatch.Outbound | None:
-        """Put the node's occurrence row (unless it exists) and return its message; None
-        when the existing row is past queued (its message did its work)."""
+        """The node's message; None when its row is past queued (its message did its
+        work). A node this controller just moved to dispatched (``fresh``) has no row:
+        the message is the hand-off, as a ticker's fire is, and the first delivery's
+        claim writes the row (conditional on the key). The node row says it was
+        dispatched, so a lost message is found by the reconcile (a dispatched node with
+        no row, or a queued one) and sent again. ``fresh`` also skips the read for a
+        caller that read the row itself."""
         assert run.created_at is not None
         spec = definition.specs[node.node_id]
         row = occurrence.new(
@@ -520,9 +528,9 @@ class Controller:
             job_class=spec.job_class,
             created_at=now,
         )
-        if not self.occurrences.put_new(row):
+        if not fresh:
             existing = self.occurrences.get(row.key)
-            if existing is None or existing.state is not occurrence.State.QUEUED:
+            if existing is not None and existing.state is not occurrence.State.QUEUED:
                 return None
             if node.node_id not in report.dispatched:
                 report.resent.append(node.node_id)
@@ -538,9 +546,9 @@ class Controller:
     ) -> None:
         row = self.occurrences.get(workflow.node_occurrence_key(run, node))
         if row is None or row.state is occurrence.State.QUEUED:
-            out = self._occurrence(run, definition, node, self.clock.now(), report)
-            if row is None:
-                report.resent.append(node.node_id)
+            # Its row read just now: the message goes again without a second read.
+            out = self._occurrence(run, definition, node, self.clock.now(), report, fresh=True)
+            report.resent.append(node.node_id)
             if out is not None:
                 dispatch.send(self.queue, [out], dispatch.DispatchReport())
         elif row.state in occurrence.SETTLED:

@@ -1,0 +1,235 @@
+"""What a one-off job and a workflow node cost in DynamoDB writes, counted on moto.
+
+The counts are pinned (requests and items written, per job and per node), so a change that
+adds a write fails here; the unit figures are printed. A write unit is 1 per item write of
+up to 1 KB (2 in a transaction), an index write unit 1 per index item written or deleted.
+
+- A one-off job due within SQS's longest delay is sent by its create: its item never
+  enters the due index and the ticker never advances it. Its quota unit is a conditional
+  increment before the item's put and a decrement after its mark's removal: plain writes.
+- A workflow node's occurrence row is written by the worker's claim, not the controller:
+  the message is the hand-off, as for a ticker's fire.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from fireline.adapters import dynamodb, quotas_dynamodb
+from fireline.domain import quota, workflow
+from fireline.services import schedules
+from fireline.services import worker as worker_service
+from helpers.flows import node, wide_dag
+from helpers.system import System, flow_on, moto_system
+from helpers.transactions import item_scoped_transactions
+
+PYTHON = {"type": "python", "handler": "noop"}
+JOBS = 10
+NODES = 60
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Couldn't determine the remaining time left:UserWarning"
+)
+
+
+class Writes:
+    """Item writes by operation and table (``PutItem SchedulesTable``), transactions' and
+    batches' items included, counted as they are sent."""
+
+    def __init__(self, system: System) -> None:
+        self.by: Counter[str] = Counter()
+        self.names = {name: logical for logical, name in system.stack.tables.items()}
+        system.ddb.meta.events.register("before-parameter-build.dynamodb", self._note)
+
+    def _note(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        name = model.name
+        if name in ("PutItem", "UpdateItem", "DeleteItem"):
+            self.by[f"{name} {self.names[params['TableName']]}"] += 1
+        elif name == "TransactWriteItems":
+            for entry in params["TransactItems"]:
+                ((kind, action),) = entry.items()
+                self.by[f"Transact{kind} {self.names[action['TableName']]}"] += 1
+        elif name == "BatchWriteItem":
+            for table, requests in params["RequestItems"].items():
+                self.by[f"BatchWriteItem {self.names[table]}"] += len(requests)
+
+    def measure(self, system: System, action: Callable[[], object]) -> dict[str, Any]:
+        system.log.reset()
+        self.by.clear()
+        action()
+        return {
+            "writes": dict(self.by),
+            "requests": dict(system.log.requests),
+            "write_units": system.log.write_units,
+            "index_write_units": system.log.index_write_units,
+        }
+
+
+def per(figures: dict[str, Any], count: int) -> dict[str, Any]:
+    return {
+        key: {k: round(v / count, 3) for k, v in value.items()}
+        if isinstance(value, dict)
+        else round(value / count, 3)
+        for key, value in figures.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def counted() -> Iterator[tuple[System, schedules.ScheduleService, Writes]]:
+    """One local cloud for the file, with the deployment's default quotas counted."""
+    with moto_system() as system:
+        tables = system.stack.tables
+        counts = quotas_dynamodb.DynamoQuotaStore(system.ddb, tables["SlotsTable"])
+        system.schedules = dynamodb.DynamoScheduleStore(
+            system.ddb, tables["SchedulesTable"], quotas=counts
+        )
+        service = schedules.ScheduleService(
+            schedules=system.schedules,
+            occurrences=system.occurrences,
+            queue=system.queue,
+            clock=system.clock,
+            quotas=dict(quota.DEFAULT_QUOTAS),
+        )
+        yield system, service, Writes(system)
+
+
+def test_a_one_off_job_due_soon_costs_four_plain_writes_beside_its_run(
+    counted: tuple[System, schedules.ScheduleService, Writes],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    system, service, writes = counted
+    draft = schedules.JobDraft(delay_seconds=60, target=PYTHON)
+    # WHEN ten jobs due in a minute are created
+    created = writes.measure(
+        system, lambda: [service.create_job("tenant-a", draft) for _ in range(JOBS)]
+    )
+    # AND the ticker ticks past their time
+    tk = system.ticker(use_lease=False)
+
+    def tick() -> None:
+        for _ in range(3):
+            tk.tick()
+            system.clock.advance(1)
+
+    ticked = writes.measure(system, tick)
+    system.clock.advance(60)
+    # AND a worker runs them (no tenant limit: the slots are another path's writes)
+    worker = worker_service.Worker(
+        schedules=system.schedules,
+        occurrences=system.occurrences,
+        queue=system.queue,
+        slots=system.slots,
+        clock=system.clock,
+        runner=system.runner(),
+        config=worker_service.WorkerConfig(tenant_limit=0, jobs_counted=True),
+    )
+    results: Counter[str] = Counter()
+
+    def run() -> None:
+        while messages := system.queue.receive("default", max_messages=10):
+            for message in messages:
+                results[worker.handle(message.body, remaining_ms=lambda: 60_000).value] += 1
+                system.queue.delete("default", message.receipt)
+
+    ran = writes.measure(system, run)
+    with capsys.disabled():
+        print(f"\none-off job due in 60 s, per job: create {per(created, JOBS)}")
+        print(f"  ticker {per(ticked, JOBS)}")
+        print(f"  worker (run and end) {per(ran, JOBS)}")
+    # THEN each ran once, and gave its unit back
+    assert results == {"succeeded": JOBS}
+    assert {service.get_job("tenant-a", j).state for j in list_jobs(service)} == {"succeeded"}
+    # AND its create was the count's conditional increment and the job's put, no index
+    # write, and one message (no transaction, no read)
+    assert created["writes"] == {"UpdateItem SlotsTable": JOBS, "PutItem SchedulesTable": JOBS}
+    assert created["index_write_units"] == 0
+    assert created["requests"] == {"UpdateItem": JOBS, "PutItem": JOBS, "SendMessageBatch": JOBS}
+    assert created["write_units"] == 2 * JOBS
+    # AND the ticker wrote nothing for them (it read its shards, found nothing due)
+    assert ticked["writes"] == {}
+    assert set(ticked["requests"]) == {"Query"}
+    # AND the worker's writes beside the run's own two occurrence writes (claim, outcome)
+    # are the end's: the mark's removal and the count's decrement
+    assert ran["writes"] == {
+        "UpdateItem OccurrencesTable": 2 * JOBS,
+        "UpdateItem SchedulesTable": JOBS,
+        "UpdateItem SlotsTable": JOBS,
+    }
+    assert ran["index_write_units"] == 0
+    assert "TransactWriteItems" not in ran["requests"]
+
+
+def list_jobs(service: schedules.ScheduleService) -> list[str]:
+    return [view.job.schedule_id for view in service.list_jobs("tenant-a", limit=JOBS).items]
+
+
+def test_a_one_off_job_due_later_waits_in_the_due_index(
+    counted: tuple[System, schedules.ScheduleService, Writes],
+) -> None:
+    system, service, writes = counted
+    draft = schedules.JobDraft(delay_seconds=1800, target=PYTHON)
+    # WHEN a job due in half an hour is created
+    created = writes.measure(system, lambda: service.create_job("tenant-a", draft))
+    # THEN it is the same two plain writes, with the due index's entry, and no message
+    assert created["writes"] == {"UpdateItem SlotsTable": 1, "PutItem SchedulesTable": 1}
+    assert created["index_write_units"] == 1
+    assert "SendMessageBatch" not in created["requests"]
+    # AND the ticker sends it within its lookahead and takes it out of the index
+    system.clock.advance(1800 - 300)
+    advanced = writes.measure(system, lambda: system.ticker(use_lease=False).tick())
+    assert advanced["writes"] == {"UpdateItem SchedulesTable": 1}
+    assert advanced["index_write_units"] == 1
+    assert advanced["requests"]["SendMessageBatch"] == 1
+
+
+def test_a_workflow_node_costs_no_controller_occurrence_write(
+    counted: tuple[System, schedules.ScheduleService, Writes],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    system, _, writes = counted
+    with item_scoped_transactions():
+        flow = flow_on(system)
+        names, edges = wide_dag(NODES)
+        flow.register([node(n, job_class="short") for n in names], edges)
+        leaves = sum(1 for n in names if not any(parent == n for parent, _ in edges))
+
+        def run() -> None:
+            started = flow.start()
+            flow.drain()
+            assert flow.run_state(started) is workflow.RunState.SUCCEEDED
+
+        figures = writes.measure(system, run)
+        # Rows come in batches and successes in transactions, which a meter without their
+        # accounting leaves out of its units: 1 unit and 1 index unit a row, 2 units a
+        # transaction's item, and 2 index units its node's move.
+        metered = hasattr(system.log, "write_units_by")
+        w = figures["writes"]
+        batch_rows = 0 if metered else w["BatchWriteItem WorkflowsTable"]
+        transacted = 0 if metered else w.get("TransactUpdate WorkflowsTable", 0)
+        units = figures["write_units"] + batch_rows + 2 * transacted
+        index_units = (
+            figures["index_write_units"] + batch_rows + (0 if metered else 2 * (NODES - leaves))
+        )
+        with capsys.disabled():
+            print(
+                f"\n{NODES} nodes, {len(edges)} edges: per node {per(figures, NODES)}; "
+                f"write units {units / NODES:.2f} + index {index_units / NODES:.2f}"
+            )
+    w = figures["writes"]
+    # THEN every node's effect happened once, with per node: its row (in batches), its
+    # dispatch, and its success (one write for a leaf, a transaction of the node and its
+    # children otherwise), and the worker's claim and outcome on its occurrence: the
+    # controller writes no occurrence row
+    assert len(flow.ledger.effects) == NODES
+    assert w["BatchWriteItem WorkflowsTable"] == NODES
+    assert w["UpdateItem WorkflowsTable"] == NODES + leaves
+    assert w["TransactUpdate WorkflowsTable"] == (NODES - leaves) + len(edges)
+    assert "PutItem OccurrencesTable" not in w
+    # (give or take a repeated delivery's write: the drain's idle reconciles resend
+    # messages of nodes not yet claimed)
+    occurrence_writes = system.log.item_writes[system.stack.tables["OccurrencesTable"]]
+    assert 2 * NODES <= occurrence_writes <= 2 * NODES + NODES // 10
