@@ -32,7 +32,9 @@ def test_cost_per_path() -> None:
     paths = {}
     with cost_paths.deployed_system() as system:
         paths["minutely"] = (
-            cost_paths.recurring(system, "rate(1 minute)", MINUTELY[0], pickup_at=360),
+            cost_paths.recurring(
+                system, "rate(1 minute)", MINUTELY[0], pickup_at=cost_paths.MINUTELY_PICKUP_AT
+            ),
             MINUTELY[1],
         )
     with cost_paths.deployed_system() as system:
@@ -50,7 +52,7 @@ def test_cost_per_path() -> None:
                 system,
                 "rate(1 minute)",
                 MINUTELY[0],
-                pickup_at=360,
+                pickup_at=cost_paths.MINUTELY_PICKUP_AT,
                 tenant_limit=cost_paths.DEPLOYED_TENANT_LIMIT,
             ),
             MINUTELY[1],

@@ -29,6 +29,7 @@ from fireline.api import app as api_app
 from fireline.cost import meter, model
 from fireline.domain import quota, workflow
 from fireline.services import schedules
+from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
 
 from .flows import node, wide_dag
@@ -43,6 +44,11 @@ DEPLOYED_CLASS_CONCURRENCY = 50
 # The event source mapping hands the worker batches of up to ten, and deletes a batch's
 # successes in one request: neither is a Lambda's call.
 EVENT_SOURCE = "event_source_mapping"
+#: When a minutely schedule's next pickup comes, seconds after the first tick: the first
+#: tick materializes its fires up to the horizon (900 s), so its next fire (960 s on) comes
+#: within the lookahead of now at 960 - lookahead: then the pickup takes the fires up to the
+#: horizon again, (horizon - lookahead) / 60 of them. The template's defaults.
+MINUTELY_PICKUP_AT = 960 - ticker_service.TickerConfig.lookahead_seconds
 #: The deployed ticker's invocation: EventBridge every minute, a 60 s timeout.
 TICKER_INVOCATION_MS = 60_000
 
