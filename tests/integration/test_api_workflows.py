@@ -17,7 +17,7 @@ from fireline.api import app as api_app
 from fireline.api import models
 from fireline.domain import dag, workflow
 from fireline.domain.occurrence import State
-from fireline.services import schedules, workflows
+from fireline.services import claims, schedules, workflows
 from helpers.system import START, api_event
 
 A, B = "tenant-a", "tenant-b"
@@ -607,7 +607,11 @@ def test_a_runs_nodes_in_every_state_are_listed_with_their_exit_reasons(api: Api
     root = api.store.get_nodes(run_id, [ROOT])[ROOT]
     assert run is not None
     key = workflow.node_occurrence_key(run, root)
-    claimed, _ = api.occurrences.claim(key, now=START, until=START + timedelta(minutes=1))
+    # (the controller sends the root's message without a row: its first claim writes it)
+    intent = claims.intent_of({"tenant_id": run.tenant_id}, key)
+    claimed, _ = api.occurrences.claim(
+        key, now=START, until=START + timedelta(minutes=1), intent=intent
+    )
     assert claimed
     assert api.occurrences.settle(key, state=State.FAILED, now=START, exit_reason="error: boom")
     # WHEN the nodes are listed without a state, one a page

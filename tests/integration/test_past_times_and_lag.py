@@ -77,11 +77,12 @@ def test_a_one_off_time_within_the_grace_runs_at_once_with_its_own_fire_time(
 def test_enqueue_lag_is_the_send_less_the_fire_time_and_zero_when_sent_ahead(
     system: System,
 ) -> None:
-    # GIVEN a job due 7 s ago that no ticker saw yet (the ticker was down), and one due
-    # in five minutes, inside the lookahead
-    status, late = system.call("POST", "/jobs", {"delay_seconds": 0, "target": PYTHON})
+    # GIVEN a one-off schedule due 7 s ago that no ticker saw yet (the ticker was down),
+    # and one due in five minutes, inside the lookahead (schedules: a one-off job due
+    # this soon is sent by its create, not the ticker, so its enqueue lag is nil)
+    status, late = system.call("POST", "/schedules", {"spec": f"at({iso(0)})", "target": PYTHON})
     assert status == 201, late
-    status, ahead = system.call("POST", "/jobs", {"delay_seconds": 300, "target": PYTHON})
+    status, ahead = system.call("POST", "/schedules", {"spec": f"at({iso(300)})", "target": PYTHON})
     assert status == 201, ahead
     system.clock.advance(7)
     # WHEN the ticker sends both
