@@ -3,8 +3,10 @@ once, so the rest is always left to other tenants (see fireline.domain.quota).""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ from cfnlint.decode import decode_str
 from fireline import wiring
 from fireline.domain import occurrence, quota
 from fireline.services import targets
-from fireline.services.worker import Result
+from fireline.services.worker import Result, Worker
 from helpers.memory_system import REMAINING_MS, MemorySystem
 from helpers.supervisors import RecordingSupervisor
 from integration.test_template import TEMPLATE
@@ -46,6 +48,7 @@ class Gate:
     def __init__(self) -> None:
         self.opened = threading.Event()
         self.entered = threading.Semaphore(0)
+        self.bodies: list[dict[str, Any]] = []
 
     def __call__(self, context: targets.JobContext) -> dict[str, Any]:
         self.entered.release()
@@ -53,23 +56,40 @@ class Gate:
         return {"ok": True}
 
 
+@contextlib.contextmanager
+def gated(system: MemorySystem, worker: Worker, tenant_id: str, count: int) -> Iterator[Gate]:
+    """``count`` jobs of ``tenant_id`` running in ``worker``, held running (each in its
+    thread) until the block ends."""
+    gate = Gate()
+    system.registry.register("gate")(gate)
+    bodies = [
+        system.due_job(tenant_id, target={"type": "python", "handler": "gate"})
+        for _ in range(count)
+    ]
+    threads = [
+        threading.Thread(target=worker.handle, args=(body,), kwargs={"remaining_ms": remaining})
+        for body in bodies
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in bodies:
+            assert gate.entered.acquire(timeout=60)
+        gate.bodies = bodies
+        yield gate
+    finally:
+        gate.opened.set()
+        for thread in threads:
+            thread.join(60)
+
+
 def test_a_tenant_at_its_share_of_a_class_waits_while_another_tenant_runs() -> None:
     # GIVEN a default class of 4 invocations (a tenant's share: 2) and tenant A's two
     # jobs running in it
     system = MemorySystem()
-    gate = Gate()
-    system.registry.register("gate")(gate)
     worker = system.worker(tenant_limit=50, class_max_concurrency=4)
-    running = [system.due_job("A", target={"type": "python", "handler": "gate"}) for _ in range(2)]
-    threads = [
-        threading.Thread(target=worker.handle, args=(body,), kwargs={"remaining_ms": remaining})
-        for body in running
-    ]
-    for thread in threads:
-        thread.start()
-    for _ in running:
-        assert gate.entered.acquire(timeout=60)
-    try:
+    with gated(system, worker, "A", 2) as gate:
+        running = gate.bodies
         # WHEN A's third job and B's first arrive
         third = system.due_job("A")
         other = system.due_job("B")
@@ -78,10 +98,6 @@ def test_a_tenant_at_its_share_of_a_class_waits_while_another_tenant_runs() -> N
         assert system.row(third).state is occurrence.State.QUEUED
         assert system.row(third).attempts == 0
         assert worker.handle(other, remaining_ms=remaining) is Result.SUCCEEDED
-    finally:
-        gate.opened.set()
-        for thread in threads:
-            thread.join(60)
     # AND once A's jobs end, their slots are held only by finished runs (handed on, not
     # given back): the third one runs, on one of them
     held, _ = system.slots.held("A")
@@ -120,50 +136,24 @@ def test_a_limit_within_the_share_is_the_runs_only_slot(tenant_limit: int, slots
     system = MemorySystem()
     size = 50 if tenant_limit == quota.DEFAULT_LIMIT else 10
     worker = system.worker(tenant_limit=tenant_limit, class_max_concurrency=size)
-    gate = Gate()
-    system.registry.register("gate")(gate)
-    body = system.due_job("A", target={"type": "python", "handler": "gate"})
     # WHEN a job of the tenant runs
-    thread = threading.Thread(
-        target=worker.handle, args=(body,), kwargs={"remaining_ms": remaining}
-    )
-    thread.start()
-    try:
-        assert gate.entered.acquire(timeout=60)
+    with gated(system, worker, "A", 1):
         # THEN it holds one slot (one write) when the limit is within the share, which
         # then bounds the share too, and two (the class band's as well) above it
         held, _ = system.slots.held("A")
         assert len(held) == slots
         assert (len([s for s in held if s.number >= quota.CLASS_BAND]) == 1) is (slots == 2)
-    finally:
-        gate.opened.set()
-        thread.join(60)
 
 
 def test_a_limit_within_the_share_still_caps_the_class() -> None:
     # GIVEN a tenant limited to 2 in a class of 4 invocations (share 2), running 2 jobs
     system = MemorySystem()
-    gate = Gate()
-    system.registry.register("gate")(gate)
     worker = system.worker(tenant_limit=2, class_max_concurrency=4)
-    running = [system.due_job("A", target={"type": "python", "handler": "gate"}) for _ in range(2)]
-    threads = [
-        threading.Thread(target=worker.handle, args=(body,), kwargs={"remaining_ms": remaining})
-        for body in running
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        for _ in running:
-            assert gate.entered.acquire(timeout=60)
+    with gated(system, worker, "A", 2):
         # WHEN its third job arrives THEN it waits: never more than the share in the class
         third = system.due_job("A")
         assert worker.handle(third, remaining_ms=remaining) is Result.DEFERRED
         assert system.row(third).attempts == 0
-    finally:
-        gate.opened.set()
-        for thread in threads:
-            thread.join(60)
 
 
 def test_a_long_jobs_slots_both_come_back_with_its_outcome() -> None:
