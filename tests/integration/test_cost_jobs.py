@@ -22,7 +22,7 @@ import pytest
 from fireline.adapters import dynamodb, quotas_dynamodb
 from fireline.domain import quota, workflow
 from fireline.services import schedules
-from fireline.services import worker as worker_service
+from helpers import cost_paths
 from helpers.flows import node, wide_dag
 from helpers.system import System, flow_on, moto_system
 from helpers.transactions import item_scoped_transactions
@@ -118,15 +118,7 @@ def test_a_one_off_job_due_soon_costs_four_plain_writes_beside_its_run(
     ticked = writes.measure(system, tick)
     system.clock.advance(60)
     # AND a worker runs them (no tenant limit: the slots are another path's writes)
-    worker = worker_service.Worker(
-        schedules=system.schedules,
-        occurrences=system.occurrences,
-        queue=system.queue,
-        slots=system.slots,
-        clock=system.clock,
-        runner=system.runner(),
-        config=worker_service.WorkerConfig(tenant_limit=0, jobs_counted=True),
-    )
+    worker = cost_paths.deployed_worker(system, tenant_limit=0)
     results: Counter[str] = Counter()
 
     def run() -> None:
