@@ -4,10 +4,12 @@ Each path runs end to end on moto as deployed (tests/helpers/cost_paths.py): the
 ticker and worker, the template's tables and queues, quota counting on, the product's
 log lines counted as the deployed JSON lines. Per job, a path's steady-state pickup is
 metered on its own (what the ticker writes and sends for the fires it picks up, and the
-worker's run of each), and the deployment's fixed cost of a minute (one leased ticker
-invocation: a Query per shard a tick, the lease's renewals) is spread over the jobs of
-a minute at the scale named. Both scale linearly, so the metered sizes below are what a
-bench run affords; the rates are the scales the figures are for.
+worker's run of each): its marginal cost. A ticker group's fixed cost of a minute (one
+leased invocation that ticks for the whole minute, billed for it: a Query per shard a
+tick, the lease's renewals) is measured apart and spread over the jobs of a minute twice:
+at the design load (50 million jobs a day, 580 a second, on the two ticker groups the
+README recommends for it), which is ``usd_per_million``, and at the path's own rate
+alone (a deployment that runs nothing else), which is ``usd_per_million_alone``.
 
 Figures go to .bench/report.json under cost.* (tests/bench/report.py); never fails on
 time.
@@ -19,7 +21,10 @@ from bench import report
 from fireline.cost import model, prices
 from helpers import cost_paths
 
-# (metered schedules, fires a minute the fixed cost is spread over)
+# The design load, and the ticker groups the README recommends for it.
+DESIGN_FIRES_PER_MINUTE = 580 * 60
+DESIGN_TICKER_GROUPS = 2
+# (metered schedules, fires a minute of the path alone)
 MINUTELY = (30, 500.0)  # 500 every-minute schedules
 EVERY_SECOND = (2, 50 * 60.0)  # 50 every-second schedules
 ONE_OFF = (60, 500.0)  # one-off jobs at 500 a minute
@@ -28,7 +33,12 @@ WORKFLOW_NODES = 100
 
 def test_cost_per_path() -> None:
     minute = cost_paths.idle_ticker_minute()
-    report.record("cost.fixed_per_minute", {**minute.figures(), "per": "minute"})
+    fixed = minute.figures()
+    report.record(
+        "cost.fixed_per_minute",
+        {**fixed, "per": "minute", "usd_per_day": round(fixed["usd_per_million"] * 1440 / 1e6, 3)},
+    )
+    idempotent_alternative = model.alternatives()["eventbridge_scheduler_lambda_idempotency"]
     paths = {}
     with cost_paths.deployed_system() as system:
         paths["minutely"] = (
@@ -58,9 +68,22 @@ def test_cost_per_path() -> None:
             MINUTELY[1],
         )
     for name, (measured, per_minute) in paths.items():
-        figures = measured.plus_fixed(minute, per_minute).figures()
-        figures["marginal_usd_per_million"] = measured.figures()["usd_per_million"]
-        figures["fires_per_minute"] = per_minute
+        design = DESIGN_FIRES_PER_MINUTE / DESIGN_TICKER_GROUPS
+        figures = measured.plus_fixed(minute, design).figures()
+        marginal = measured.figures()["usd_per_million"]
+        figures["marginal_usd_per_million"] = marginal
+        figures["design_fires_per_minute"] = DESIGN_FIRES_PER_MINUTE
+        figures["design_ticker_groups"] = DESIGN_TICKER_GROUPS
+        alone = measured.plus_fixed(minute, per_minute).figures()
+        figures["usd_per_million_alone"] = alone["usd_per_million"]
+        figures["fires_per_minute_alone"] = per_minute
+        # Where one ticker group's fixed cost, spread, meets the idempotent alternative's
+        # price per fire (which has none): fewer fires a minute than this, the
+        # alternative costs less.
+        saved = idempotent_alternative["usd_per_million"] - marginal
+        figures["break_even_fires_per_minute"] = (
+            round(fixed["usd_per_million"] / saved) if saved > 0 else None
+        )
         report.record(f"cost.{name}", figures)
     # Workflow nodes: the controller and the workers, no ticker.
     report.record("cost.workflow_node", cost_paths.workflow_nodes(WORKFLOW_NODES).figures())

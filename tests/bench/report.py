@@ -21,7 +21,9 @@ REPORT = Path(__file__).resolve().parents[2] / ".bench" / "report.json"
 SUMMARY = REPORT.with_suffix(".md")
 # The cost summary's columns: (heading, figure under each cost.<path> key).
 COST_COLUMNS = (
-    ("$ per million", "usd_per_million"),
+    ("$ per million at the design load", "usd_per_million"),
+    ("$ per million, marginal", "marginal_usd_per_million"),
+    ("$ per million, the path alone", "usd_per_million_alone"),
     ("write units", "write_units_per_fire"),
     ("index write units", "index_write_units_per_fire"),
     ("read units", "read_units_per_fire"),

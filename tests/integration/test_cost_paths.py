@@ -53,6 +53,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
     "one_off": {
         "requests": {
+            "apigateway.Request": 1.0,
             "dynamodb.GetItem": 3.0,
             "dynamodb.PutItem": 1.0,
             "dynamodb.Query": 4.2,
@@ -82,6 +83,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
     "workflow_node": {
         "requests": {
+            "apigateway.Request": 0.0833,
             "dynamodb.BatchGetItem": 3.0833,
             "dynamodb.BatchWriteItem": 0.0833,
             "dynamodb.GetItem": 4.25,

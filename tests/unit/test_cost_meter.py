@@ -285,6 +285,30 @@ def test_the_model_prices_units_and_requests_from_the_price_file() -> None:
     assert lines["logs"] == pytest.approx(logged * 0.5 / 1024**3 * 1e6, abs=1e-4)
 
 
+def test_an_invocation_that_lasts_its_minute_is_billed_the_minute_and_api_requests_priced() -> None:
+    # GIVEN a ticker invocation of 2 s of calls and CPU that lasts 60 s of wall time (it
+    # ticks until its minute is up), and one request through the REST API
+    def ticker(**extra: Any) -> model.Usage:
+        return model.Usage(
+            invocations={"ticker": 1.0},
+            aws_calls={"ticker": 100.0},
+            cpu_seconds={"ticker": 1.5},
+            **extra,
+        )
+
+    usage = ticker(billed={"apigateway.Request": 1.0}, wall_seconds={"ticker": 60.0})
+    # THEN Lambda bills the wall time, at 1,769 MB, not the 2 s of work
+    assert usage.lambda_gb_seconds()["ticker"] == pytest.approx(60.0 * 1769 / 1024)
+    short = ticker(billed={})
+    assert short.lambda_gb_seconds()["ticker"] == pytest.approx(2.0 * 1769 / 1024)
+    # AND the API request is API Gateway's REST price
+    lines = model.per_million(usage)["usd_by_service"]
+    assert lines["apigateway"] == pytest.approx(3.50)
+    # AND spread over a minute's jobs, the wall time is spread with the rest
+    spread = model.Usage(billed={}).plus(usage, 1 / 600)
+    assert spread.lambda_gb_seconds()["ticker"] == pytest.approx(0.1 * 1769 / 1024)
+
+
 def test_eventbridge_scheduler_alternatives_add_idempotencys_two_writes() -> None:
     found = model.alternatives()
     plain = found["eventbridge_scheduler_lambda"]["usd_by_service"]

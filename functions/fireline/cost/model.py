@@ -6,8 +6,10 @@ invocations and duration, and CloudWatch Logs' ingestion.
 
 Lambda's duration is modelled, not measured: 5 ms of waiting per AWS call, plus the CPU
 seconds measured here scaled to the function's share of a vCPU (a full one at 1,769 MB,
-proportionally less below). Logs are the bytes the product wrote, plus the platform's
-START, END and REPORT lines of each invocation.
+proportionally less below); an invocation known to last a given wall time (the leased
+ticker's, which ticks until its minute is up) is billed at least that. Logs are the bytes
+the product wrote, plus the platform's START, END and REPORT lines of each invocation.
+Requests that come through the API are billed API Gateway's REST request each.
 
 The alternatives are priced from the same file: EventBridge Scheduler invoking a Lambda
 per fire, and the same with Powertools idempotency in its own table (2 writes a run).
@@ -67,12 +69,15 @@ class Usage:
     invocations: Mapping[str, float] = field(default_factory=dict)  # per function
     aws_calls: Mapping[str, float] = field(default_factory=dict)  # per function
     cpu_seconds: Mapping[str, float] = field(default_factory=dict)  # per function
+    # Per function, the wall time its invocations last whatever their work (Lambda bills
+    # the wall clock): the least duration billed.
+    wall_seconds: Mapping[str, float] = field(default_factory=dict)
     log_bytes: float = 0.0  # the product's own lines
     state_transitions: float = 0.0
     scheduler_invocations: float = 0.0
 
     @classmethod
-    def of(cls, meter: Any, jobs: int, **extra: float) -> Usage:
+    def of(cls, meter: Any, jobs: int, **extra: Any) -> Usage:
         """A meter's counts per job (``meter``: a fireline.cost.meter.Meter). Work metered
         under a name that is not a function (an event source mapping's receives) is in
         the requests, not in Lambda's lines."""
@@ -104,6 +109,7 @@ class Usage:
             invocations=add(self.invocations, other.invocations),
             aws_calls=add(self.aws_calls, other.aws_calls),
             cpu_seconds=add(self.cpu_seconds, other.cpu_seconds),
+            wall_seconds=add(self.wall_seconds, other.wall_seconds),
             log_bytes=self.log_bytes + other.log_bytes * scale,
             state_transitions=self.state_transitions + other.state_transitions * scale,
             scheduler_invocations=self.scheduler_invocations + other.scheduler_invocations * scale,
@@ -111,14 +117,19 @@ class Usage:
 
     def lambda_gb_seconds(self) -> dict[str, float]:
         """GB-seconds per function: 5 ms per AWS call plus CPU at the function's share of
-        a vCPU."""
+        a vCPU, or the wall time its invocations last if that is longer."""
         gb_seconds: dict[str, float] = {}
-        for name in set(self.invocations) | set(self.aws_calls) | set(self.cpu_seconds):
+        names = {*self.invocations, *self.aws_calls, *self.cpu_seconds, *self.wall_seconds}
+        for name in sorted(names):
             function = FUNCTIONS[name]
             share = min(1.0, function.memory_mb / FULL_VCPU_MB)
             seconds = self.aws_calls.get(name, 0.0) * SECONDS_PER_AWS_CALL
             seconds += self.cpu_seconds.get(name, 0.0) / share
-            seconds = max(seconds, self.invocations.get(name, 0.0) * MIN_BILLED_SECONDS)
+            seconds = max(
+                seconds,
+                self.invocations.get(name, 0.0) * MIN_BILLED_SECONDS,
+                self.wall_seconds.get(name, 0.0),
+            )
             gb_seconds[name] = seconds * function.memory_mb / 1024
         return gb_seconds
 
@@ -148,6 +159,7 @@ def dollars(usage: Usage) -> dict[str, float]:
         "dynamodb.writes": usage.write_units * p.DYNAMODB_WRITE_REQUEST_UNIT.usd,
         "dynamodb.index_writes": usage.index_write_units * p.DYNAMODB_WRITE_REQUEST_UNIT.usd,
         "dynamodb.reads": usage.read_units * p.DYNAMODB_READ_REQUEST_UNIT.usd,
+        "apigateway": requests("apigateway") * p.API_GATEWAY_REST_REQUEST.usd,
         "sqs": requests("sqs") * p.SQS_REQUEST.usd,
         "s3": s3_puts * p.S3_PUT_REQUEST.usd + (requests("s3") - s3_puts) * p.S3_GET_REQUEST.usd,
         "secretsmanager": requests("secretsmanager") * p.SECRETS_MANAGER_API_CALL.usd,

@@ -68,6 +68,15 @@ EVENTBRIDGE_SCHEDULER_INVOCATION = Price(
     "2026-12-02",
     "https://aws.amazon.com/eventbridge/pricing/",
 )
+# The deployed API is a REST API (usage plans, a Lambda authorizer): the first 333 million
+# requests of a month at this rate, less past that. The authorizer's invocations are cached
+# per key (AuthorizerCacheTtlSeconds) and not counted per request.
+API_GATEWAY_REST_REQUEST = Price(
+    3.50 / MILLION,
+    "REST API request (first 333 million a month)",
+    "2026-12-02",
+    "https://aws.amazon.com/api-gateway/pricing/",
+)
 STEP_FUNCTIONS_STATE_TRANSITION = Price(
     25.0 / MILLION,
     "standard workflow state transition",
