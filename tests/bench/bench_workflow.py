@@ -2,7 +2,8 @@
 real worker (claims, Powertools idempotency, outcomes) with a plain FIFO queue in place of
 SQS (the memory queue's visibility bookkeeping is not what is measured here).
 
-Prints the controller's time per node and the writes per node, by store.
+Prints the controller's time per node and the writes per node, by store, and records
+them in .bench/report.json under workflow.* (tests/bench/report.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
+from bench import report
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import workflow
@@ -125,9 +127,31 @@ def test_a_100000_node_workflow_completes_on_the_memory_adapters() -> None:
         f"{store.writes['run'] / nodes:.4f} run writes; "
         f"SQS send requests per node {queue.requests['SendMessageBatch'] / nodes:.2f}"
     )
+    report.record(
+        "workflow.memory_100k",
+        {
+            "nodes": nodes,
+            "edges": len(edges),
+            "registered_seconds": round(registered, 1),
+            "controller_us_per_node": round(controller_seconds / nodes * 1e6),
+            "worker_us_per_node": round(worker_seconds / nodes * 1e6),
+            "node_row_writes_per_node": round(node_writes / nodes, 2),
+            "occurrence_writes_per_node": round(occurrence_writes / nodes, 2),
+            "run_writes_per_node": round(store.writes["run"] / nodes, 4),
+            "sqs_send_requests_per_node": round(queue.requests["SendMessageBatch"] / nodes, 2),
+        },
+    )
 
 
 def test_a_2000_node_workflow_on_moto_counts_its_writes_per_node() -> None:
     """The README's figures of a workflow on moto: item writes and requests per node."""
     per_node, requests = run_wide_dag_on_moto(2000)
     assert per_node > 0 and requests
+    report.record(
+        "workflow.moto_2000",
+        {
+            "nodes": 2000,
+            "node_row_writes_per_node": round(per_node, 2),
+            "requests_per_node": requests,
+        },
+    )
