@@ -201,6 +201,20 @@ def test_100_jobs_are_one_request(system: System, tenant: str) -> None:
     assert used(system, tenant) == 100
 
 
+def test_a_batch_body_may_exceed_a_single_requests_limit_up_to_its_own(
+    system: System, tenant: str
+) -> None:
+    # GIVEN jobs with 20 KiB payloads: 10 of them are more than a single create's 128 KiB
+    large = {**SOON, "payload": {"blob": "x" * 20_000}}
+    # WHEN 10 are sent in one batch, and then 60 (more than the batch's 1 MiB)
+    fits = batch(system, tenant, [large] * 10)
+    too_large = batch(system, tenant, [large] * 60)
+    # THEN the first is created, the second refused naming the body, nothing written
+    assert fits[0] == 201
+    assert (too_large[0], too_large[1]["error"]["field"]) == (413, "body")
+    assert len(stored(system, tenant)) == 10
+
+
 def test_a_job_due_later_than_direct_send_waits_for_the_ticker(system: System, tenant: str) -> None:
     # GIVEN a batch with a job due in 30 minutes
     status, body = batch(system, tenant, [SOON, {"delay_seconds": 1800, "target": PYTHON}])
