@@ -59,6 +59,27 @@ class ScheduleStore(Protocol):
         the limit it raises QuotaExceeded and writes nothing (nor does AlreadyExists)."""
         ...
 
+    def create_many(
+        self,
+        items: Sequence[model.Schedule],
+        *,
+        charge: quota.Charge | None = None,
+        first_new: bool = False,
+    ) -> None:
+        """Store new schedules (a batch's jobs) of one tenant, whose ids no item has: a
+        fresh id each, or ids the caller read as missing. Unlike ``create`` the writes are
+        not conditional on the id (a batch write takes no condition): an item of that id
+        would be overwritten. With ``first_new``, the first item is written alone before
+        the others, conditional on its id being new: AlreadyExists if it is taken, with
+        nothing written (and no unit kept).
+
+        With ``charge``, a unit per item is taken first, all in one conditional write: if
+        they would pass the limit it raises QuotaExceeded and writes nothing. Unavailable
+        when some items stay unwritten; the units of the items known unwritten are given
+        back, and those of the items whose write went unanswered are kept (a count too
+        high, never too low)."""
+        ...
+
     def get(
         self, tenant_id: str, schedule_id: str, *, consistent: bool = True
     ) -> model.Schedule | None:
@@ -93,6 +114,15 @@ class ScheduleStore(Protocol):
     def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
         """Give back the unit of quota the schedule (a job) holds and keep the item, in one
         atomic write; False when it holds none (given back already, or no such item)."""
+        ...
+
+    def release_many(
+        self, tenant_id: str, schedule_ids: Sequence[str], refund: quota.Quota
+    ) -> builtins.list[str]:
+        """Give back the units jobs of one tenant hold: each job's mark removed on the
+        condition that it is there (a repeat finds none), then one give-back for all the
+        marks this call removed. The ids given back. A failure between the two leaves
+        the count too high, never too low."""
         ...
 
     def due(

@@ -28,6 +28,7 @@ DESIGN_TICKER_GROUPS = 2
 MINUTELY = (30, 500.0)  # 500 every-minute schedules
 EVERY_SECOND = (2, 50 * 60.0)  # 50 every-second schedules
 ONE_OFF = (60, 500.0)  # one-off jobs at 500 a minute
+ONE_OFF_BATCHED = (200, 500.0)  # the same, created 100 a request (POST /jobs/batch)
 WORKFLOW_NODES = 100
 
 
@@ -56,6 +57,11 @@ def test_cost_per_path() -> None:
         )
     with cost_paths.deployed_system() as system:
         paths["one_off"] = (cost_paths.one_off(system, ONE_OFF[0]), ONE_OFF[1])
+    with cost_paths.deployed_system() as system:
+        paths["one_off_batched"] = (
+            cost_paths.one_off_batched(system, ONE_OFF_BATCHED[0]),
+            ONE_OFF_BATCHED[1],
+        )
     with cost_paths.deployed_system() as system:
         paths["tenant_limited"] = (
             cost_paths.recurring(

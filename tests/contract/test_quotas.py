@@ -279,6 +279,68 @@ def test_given_a_released_job_then_a_replace_from_before_cannot_mark_it_again(
     assert used(stores, JOBS) == 0
 
 
+# --- batches ------------------------------------------------------------------------------
+
+
+def jobs(*ids: str) -> list[model.Schedule]:
+    return [a_schedule(i, kind=model.Kind.JOB) for i in ids]
+
+
+@pytest.mark.parametrize("override", [None, 4])
+def test_given_a_batch_that_would_pass_the_limit_then_refused_whole_and_nothing_written(
+    stores: Stores, override: int | None
+) -> None:
+    # GIVEN a limit of 4 (the default, or an override over a larger default) and 2 used
+    stores.quotas.set_limit(TENANT, JOBS, override)
+    limit = charge(JOBS, limit=4 if override is None else 100)
+    stores.schedules.create_many(jobs("job_1", "job_2"), charge=limit)
+    # WHEN a batch of 3 comes
+    with pytest.raises(errors.QuotaExceeded) as refused:
+        stores.schedules.create_many(jobs("job_3", "job_4", "job_5"), charge=limit)
+    # THEN refused naming the limit and the use, nothing written
+    assert (refused.value.quota, refused.value.limit, refused.value.used) == ("active_jobs", 4, 2)
+    assert [stores.schedules.get(TENANT, f"job_{i}") for i in (3, 4, 5)] == [None] * 3
+    assert used(stores, JOBS) == 2
+    # AND a batch of 2 fits, to the limit, each job holding its unit
+    stores.schedules.create_many(jobs("job_3", "job_4"), charge=limit)
+    assert used(stores, JOBS) == 4
+    found = stores.schedules.get(TENANT, "job_4")
+    assert found is not None and found.quota_held is True
+
+
+def test_given_no_limit_then_a_batch_of_any_size_fits(stores: Stores) -> None:
+    stores.quotas.set_limit(TENANT, JOBS, 0)
+
+    stores.schedules.create_many(jobs(*(f"job_{i}" for i in range(30))), charge=charge(JOBS, 2))
+
+    assert used(stores, JOBS) == 30
+
+
+def test_given_a_batch_whose_first_id_is_taken_then_already_exists_and_nothing_taken(
+    stores: Stores,
+) -> None:
+    # GIVEN a batch that took the tenant to its limit
+    stores.schedules.create_many(jobs("job_1", "job_2"), charge=charge(JOBS))
+    # WHEN the same batch comes again, its first job written alone and conditionally
+    # THEN it is told so (not refused over the quota its own units fill)
+    with pytest.raises(errors.AlreadyExists):
+        stores.schedules.create_many(jobs("job_1", "job_2"), charge=charge(JOBS), first_new=True)
+    # THEN no unit was kept
+    assert used(stores, JOBS) == 2
+
+
+def test_given_jobs_released_together_then_each_unit_comes_back_once(stores: Stores) -> None:
+    stores.schedules.create_many(jobs("job_1", "job_2", "job_3"), charge=charge(JOBS, 5))
+    # WHEN two are released together, one of them twice in the call, then again
+    first = stores.schedules.release_many(TENANT, ["job_1", "job_2", "job_1"], JOBS)
+    again = stores.schedules.release_many(TENANT, ["job_2", "job_3"], JOBS)
+    # THEN each came back once
+    assert (first, again) == (["job_1", "job_2"], ["job_3"])
+    assert used(stores, JOBS) == 0
+    assert stores.schedules.release_many(TENANT, ["job_1", "job_9"], JOBS) == []
+    assert used(stores, JOBS) == 0
+
+
 # --- workflows -----------------------------------------------------------------------------
 
 

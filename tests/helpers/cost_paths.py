@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -99,13 +100,18 @@ class Measured:
 
 
 @contextlib.contextmanager
-def deployed_system() -> Iterator[System]:
+def deployed_system(
+    counts: type[quotas_dynamodb.DynamoQuotaStore] = quotas_dynamodb.DynamoQuotaStore,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[System]:
     """A moto system wired as deployed: quota counting on (the slots table keeps the
-    counts), and the product's log lines counted as the deployed JSON lines."""
+    counts, in a ``counts``, ``system.quotas``), and the product's log lines counted as
+    the deployed JSON lines. ``sleep``: the stores' backoff between retries."""
     with moto_system() as system, logs_counted(system.log):
-        counts = quotas_dynamodb.DynamoQuotaStore(system.ddb, system.stack.tables["SlotsTable"])
+        tables = system.stack.tables
+        system.quotas = counts(system.ddb, tables["SlotsTable"], sleep=sleep)
         system.schedules = dynamodb.DynamoScheduleStore(
-            system.ddb, system.stack.tables["SchedulesTable"], quotas=counts
+            system.ddb, tables["SchedulesTable"], quotas=system.quotas, sleep=sleep
         )
         system.service = schedules.ScheduleService(
             schedules=system.schedules,
@@ -188,15 +194,22 @@ def deliver(system: System, worker: worker_service.Worker) -> int:
             return succeeded
         payload = sum(len(json.dumps(m.body)) for m in batch)
         log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
-        done = []
         with log.within("worker"):
-            for message in batch:
-                try:
-                    result = worker.handle(message.body, remaining_ms=lambda: 60_000)
-                except worker_service.Busy:
-                    continue  # reported as a batch item failure: SQS redelivers it
-                succeeded += result is worker_service.Result.SUCCEEDED
-                done.append(message)
+            # The deployed handler's call: the batch side by side (here one at a time),
+            # then the settled jobs' quota given back per tenant.
+            outcomes = worker.handle_batch(
+                [m.body for m in batch],
+                remaining_ms=lambda: 60_000,
+                parallel=ticker_service._Sequential(),
+            )
+        done = []
+        for message, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, worker_service.Busy):
+                continue  # reported as a batch item failure: SQS redelivers it
+            if isinstance(outcome, Exception):
+                raise outcome
+            succeeded += outcome is worker_service.Result.SUCCEEDED
+            done.append(message)
         if done:
             with log.within(EVENT_SOURCE, invocations=0):
                 system.sqs_client.delete_message_batch(
@@ -292,7 +305,6 @@ def one_off(
     sends them) and run, picked up by one tick: their creation is metered with the rest
     (the API function's)."""
     system.service.ids = seeded_ids(tenant)
-    worker = deployed_worker(system, tenant_limit=0)
     system.log.reset()
     for _ in range(jobs):
         system.log.charge(API_REQUEST)
@@ -304,6 +316,36 @@ def one_off(
                 tenant=tenant,
             )
         assert status == 201
+    return _run_created(system, jobs)
+
+
+def one_off_batched(
+    system: System,
+    jobs: int,
+    *,
+    batch: int = schedules.MAX_BATCH,
+    delay_seconds: int = 120,
+    tenant: str = TENANT,
+) -> Measured:
+    """``jobs`` one-off jobs created through the API ``batch`` a request (POST
+    /jobs/batch) and run, as :func:`one_off`: one API request, quota write and
+    invocation per batch, the items in batch writes and the messages ten a request."""
+    system.service.ids = seeded_ids(tenant)
+    system.log.reset()
+    job = {"delay_seconds": delay_seconds, "target": TARGET}
+    for start in range(0, jobs, batch):
+        with system.log.within("api"):
+            status, body = system.call(
+                "POST", "/jobs/batch", {"jobs": [job] * min(batch, jobs - start)}, tenant=tenant
+            )
+        assert status == 201, body
+    return _run_created(system, jobs)
+
+
+def _run_created(system: System, jobs: int) -> Measured:
+    """Run the jobs just created (a tick, then the worker once they are due), metered
+    with their creation."""
+    worker = deployed_worker(system, tenant_limit=0)
     with system.log.within("ticker", invocations=1 / 55):
         system.ticker(use_lease=False).tick()
     system.clock.advance(900)

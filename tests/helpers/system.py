@@ -49,6 +49,8 @@ class System:
     ddb: Any
     sqs_client: Any
     metrics: memory.RecordingMetrics = field(default_factory=memory.RecordingMetrics)
+    #: The tenants' quota counts, when the system counts them (cost_paths.deployed_system).
+    quotas: Any = None
     #: Where HTTP targets may go (registration and sends): https to public addresses.
     egress: egress_rules.EgressPolicy = egress_rules.STRICT
 

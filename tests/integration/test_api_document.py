@@ -31,6 +31,7 @@ ERROR_REF = "#/components/schemas/ErrorOut"
 BODY_MODELS: dict[str, type[Any]] = {
     "ScheduleIn": models.ScheduleIn,
     "JobIn": models.JobIn,
+    "JobBatchIn": models.JobBatchIn,
     "HeartbeatIn": models.HeartbeatIn,
     "WorkflowIn": models.WorkflowIn,
     "RunIn": models.RunIn,
@@ -153,6 +154,12 @@ NOOP = {"type": "python", "handler": "noop"}
     [
         ("POST", "/schedules", {"spec": "rate(5 minutes)", "target": NOOP}, {"payload": {"x": 1}}),
         ("POST", "/jobs", {"delay_seconds": 60, "target": NOOP}, {"payload": {"x": 1}}),
+        (
+            "POST",
+            "/jobs/batch",
+            {"jobs": [{"delay_seconds": 60, "target": NOOP}] * 3},
+            {"jobs": [{"delay_seconds": 60, "target": NOOP}]},
+        ),
         ("PUT", "/workflows/wf", {"nodes": [{"id": "a", "target": NOOP}]}, {"description": "b"}),
     ],
 )

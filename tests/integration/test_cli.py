@@ -208,6 +208,29 @@ def test_a_job_is_created_listed_by_state_and_cancelled(cloud: LocalCloud, cli: 
     assert job["id"] in {j["id"] for j in cancelled["items"]}
 
 
+def test_a_batch_of_jobs_from_a_file_is_created_in_one_request(
+    cloud: LocalCloud, cli: Any, tmp_path: Path
+) -> None:
+    # GIVEN three jobs in a file
+    noop = {"type": "python", "handler": "noop"}
+    jobs = [{"delay_seconds": 3600, "target": noop, "payload": {"n": n}} for n in range(3)]
+    (tmp_path / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    batch = ("jobs", "create-batch", f"@{tmp_path / 'jobs.json'}", "--idempotency-key", "b-1")
+    # WHEN they are created with the CLI, and the command repeated with its key
+    created = answer(cli, *batch)
+    again = answer(cli, *batch)
+    # THEN the API has the three, in order, once
+    ids = [j["id"] for j in created["jobs"]]
+    assert [api(cloud, f"/jobs/{i}")["payload"] for i in ids] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert again == created
+    # AND a bad job is refused naming its place in the batch
+    bad = json.dumps(
+        [{"delay_seconds": 60, "target": {"type": "http", "url": "https://10.0.0.1/"}}]
+    )
+    code, _, err = cli("jobs", "create-batch", bad)
+    assert code != 0 and "jobs[0].target.url" in err, err
+
+
 def test_a_dead_job_is_listed_and_redriven(cloud: LocalCloud, cli: Any) -> None:
     # GIVEN a job that fails on its only attempt
     job = answer(

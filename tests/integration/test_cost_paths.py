@@ -57,14 +57,28 @@ EXPECTED: dict[str, dict[str, Any]] = {
             "dynamodb.GetItem": 3.0,
             "dynamodb.PutItem": 1.0,
             "dynamodb.Query": 4.2,
-            "dynamodb.UpdateItem": 5.0,
+            "dynamodb.UpdateItem": 4.2,
             "sqs.DeleteMessageBatch": 0.2,
             "sqs.ReceiveMessage": 0.2,
             "sqs.SendMessageBatch": 1.0,
         },
-        "write_units": 6.0,
+        "write_units": 5.2,
         "index_write_units": 0.0,
         "read_units": 4.1,
+    },
+    "one_off_batched": {
+        "requests": {
+            "dynamodb.BatchWriteItem": 0.12,
+            "dynamodb.GetItem": 3.0,
+            "dynamodb.Query": 1.64,
+            "dynamodb.UpdateItem": 3.24,
+            "sqs.DeleteMessageBatch": 0.12,
+            "sqs.ReceiveMessage": 0.12,
+            "sqs.SendMessageBatch": 0.12,
+        },
+        "write_units": 4.24,
+        "index_write_units": 0.0,
+        "read_units": 2.82,
     },
     "tenant_limited": {
         "requests": {
@@ -116,6 +130,10 @@ SYSTEM_PATHS: dict[str, Callable[[System], cost_paths.Measured]] = {
     ),
     # 5 one-off jobs, created through the API
     "one_off": lambda system: cost_paths.one_off(system, 5, tenant="tenant-one-off"),
+    # 25 one-off jobs, created through the API 10 a request (POST /jobs/batch)
+    "one_off_batched": lambda system: cost_paths.one_off_batched(
+        system, 25, batch=10, tenant="tenant-one-off-batched"
+    ),
     # the minutely path in a tenant with the deployed concurrency limit
     "tenant_limited": lambda system: cost_paths.recurring(
         system,

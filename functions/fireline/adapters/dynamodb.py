@@ -47,6 +47,11 @@ logger = Logger(service="fireline", child=True)
 DUE_INDEX = "due"
 DEAD_INDEX = "dead"
 BATCH_GET_MAX = 100
+BATCH_WRITE_MAX = 25
+# Unprocessed batch items are written again this many times, with exponential backoff
+# from BACKOFF_SECONDS (at most a second), before the call gives up.
+BATCH_ATTEMPTS = 6
+BACKOFF_SECONDS = 0.05
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
 
@@ -167,6 +172,19 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+# Error answers that mean "not now": retry later (errors.Unavailable).
+RETRYABLE = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+    }
+)
+
+
 @contextmanager
 def _translated() -> Iterator[None]:
     """Turn throttling, service faults and network failures into ``errors.Unavailable``
@@ -178,14 +196,7 @@ def _translated() -> Iterator[None]:
         raise errors.Unavailable(f"DynamoDB did not answer ({type(exc).__name__})") from exc
     except ClientError as exc:
         code = _code(exc)
-        if code in (
-            "ProvisionedThroughputExceededException",
-            "ThrottlingException",
-            "RequestLimitExceeded",
-            "InternalServerError",
-            "ServiceUnavailable",
-            "TransactionConflictException",
-        ):
+        if code in RETRYABLE:
             raise errors.Unavailable(f"DynamoDB is unavailable ({code})") from exc
         if code == "ResourceNotFoundException":
             raise errors.Unavailable(f"DynamoDB table missing ({exc})") from exc
@@ -239,6 +250,57 @@ def _batch_get(
                 raise errors.Unavailable(f"DynamoDB left {len(pending)} {what} unread")
             backoff(attempt)
     return found
+
+
+class Unwritten(errors.Unavailable):
+    """A batch write gave up: ``unwritten`` of its items are known not to be written
+    (DynamoDB returned them unprocessed, or they were never sent); the fate of the others
+    not reported written is unknown (a request without an answer)."""
+
+    def __init__(self, message: str, *, unwritten: Sequence[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.unwritten = list(unwritten)
+
+
+def _batch_write(
+    client: DynamoDBClient,
+    table: str,
+    items: Sequence[dict[str, Any]],
+    *,
+    what: str,
+    backoff: Callable[[int], None],
+    attempts: int = BATCH_ATTEMPTS,
+) -> None:
+    """Put ``items`` (decoded, unconditionally: BatchWriteItem takes no condition), 25 a
+    BatchWriteItem, the items DynamoDB leaves unprocessed (throttling) written again after
+    ``backoff(attempt)``. Gives up with :class:`Unwritten` naming ``what``."""
+    for start in range(0, len(items), BATCH_WRITE_MAX):
+        chunk = items[start : start + BATCH_WRITE_MAX]
+        pending: Sequence[Any] = [{"PutRequest": {"Item": _encode(i)}} for i in chunk]
+        for attempt in range(attempts + 1):
+            after = items[start + len(chunk) :]  # never sent, if this request fails
+            try:
+                with _translated():
+                    response = client.batch_write_item(RequestItems={table: pending})
+            except errors.Unavailable as exc:
+                # An error answer (throttled) wrote nothing of the request: all of it is
+                # sent again, as unprocessed items are. A request without an answer may
+                # have written any of it: given up at once, its items' fate unknown.
+                answered = isinstance(exc.__cause__, ClientError)
+                if answered and attempt < attempts:
+                    backoff(attempt)
+                    continue
+                left = [_decode(p["PutRequest"]["Item"]) for p in pending] if answered else []
+                raise Unwritten(str(exc), unwritten=[*left, *after]) from exc
+            pending = response.get("UnprocessedItems", {}).get(table, [])
+            if not pending:
+                break
+            if attempt == attempts:
+                left = [_decode(p["PutRequest"]["Item"]) for p in pending]
+                raise Unwritten(
+                    f"DynamoDB left {len(left)} {what} unwritten", unwritten=[*left, *after]
+                )
+            backoff(attempt)
 
 
 # --- schedules ---------------------------------------------------------------------------
@@ -330,12 +392,17 @@ class DynamoScheduleStore:
         *,
         shards: int = model.DEFAULT_SHARDS,
         quotas: DynamoQuotaStore | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._client = client
         self._table = table_name
         self.shards = shards
         # Where creates take and deletes give back quota units (None: nothing counted).
         self._quotas = quotas
+        self._sleep = sleep
+
+    def _backoff(self, attempt: int) -> None:
+        self._sleep(min(BACKOFF_SECONDS * 2**attempt, 1.0))
 
     def _key(self, tenant_id: str, schedule_id: str) -> dict[str, Any]:
         return _encode({"tenant_id": tenant_id, "schedule_id": schedule_id})
@@ -376,8 +443,74 @@ class DynamoScheduleStore:
             quotas.give_back(item.tenant_id, charge.quota)
             raise
 
+    def create_many(
+        self,
+        items: Sequence[model.Schedule],
+        *,
+        charge: quota.Charge | None = None,
+        first_new: bool = False,
+    ) -> None:
+        tenant_id = model.batch_tenant(items)
+        if tenant_id is None:
+            return
+        if first_new and self.get(tenant_id, items[0].schedule_id) is not None:
+            # Read before the units are taken: a retried batch at its tenant's limit
+            # (its own units holding it there) must learn it is one, not be refused.
+            raise errors.AlreadyExists(f"schedule {items[0].schedule_id} exists")
+        quotas = self._counted() if charge is not None else None
+        if quotas is not None and charge is not None:
+            # The units first, all in one write, then the items: the count is never below
+            # the items holding units (see fireline.adapters.quotas_dynamodb).
+            quotas.take(tenant_id, charge, len(items))
+            items = [replace(i, quota_held=True) for i in items]
+
+        def give_back(count: int) -> None:
+            if quotas is not None and charge is not None and count:
+                quotas.give_back(tenant_id, charge.quota, count)
+
+        rest = items
+        if first_new:
+            try:
+                self.create(items[0])  # conditional on the id being new: a racing retry
+            except errors.AlreadyExists:
+                give_back(len(items))  # nothing of this call was written
+                raise
+            rest = items[1:]
+        try:
+            _batch_write(
+                self._client,
+                self._table,
+                [schedule_to_item(i, self.shards) for i in rest],
+                what="schedules",
+                backoff=self._backoff,
+            )
+        except Unwritten as exc:
+            # Items known not written hold no unit: theirs go back (those whose request
+            # went unanswered keep theirs: a count too high, never too low).
+            give_back(len(exc.unwritten))
+            raise
+
     def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
+        return bool(self.release_many(tenant_id, [schedule_id], refund))
+
+    def release_many(
+        self, tenant_id: str, schedule_ids: Sequence[str], refund: quota.Quota
+    ) -> builtins.list[str]:
         quotas = self._counted()
+        released = [
+            schedule_id
+            for schedule_id in dict.fromkeys(schedule_ids)
+            if self._unmark(tenant_id, schedule_id)
+        ]
+        if released:
+            # After the marks are gone, never before, and once for all of them: a crash
+            # in between leaves the count too high by those (a create refused early),
+            # never too low (a tenant over its limit); their repeats find no mark.
+            quotas.give_back(tenant_id, refund, len(released))
+        return released
+
+    def _unmark(self, tenant_id: str, schedule_id: str) -> bool:
+        """Remove a job's quota mark; False when it had none."""
         token = secrets.token_hex(8)
         for attempt in range(RELEASE_ATTEMPTS):
             try:
@@ -396,7 +529,7 @@ class DynamoScheduleStore:
                         ExpressionAttributeValues={":token": {"S": token}},
                         ReturnValuesOnConditionCheckFailure="ALL_OLD",
                     )
-                break
+                return True
             except errors.Unavailable:
                 # Its fate unknown (a lost answer): sent again, it finds its own token.
                 if attempt == RELEASE_ATTEMPTS - 1:
@@ -406,13 +539,8 @@ class DynamoScheduleStore:
                     raise
                 # ...unless it is this call's own write, sent again after a lost answer.
                 old = _decode(exc.response.get("Item") or {})  # type: ignore[arg-type]
-                if old.get("quota_released") != token:
-                    return False
-                break
-        # After the mark is gone, never before: a crash in between leaves the count one
-        # too high (a create refused early), never one too low (a tenant over its limit).
-        quotas.give_back(tenant_id, refund)
-        return True
+                return bool(old.get("quota_released") == token)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def get(
         self, tenant_id: str, schedule_id: str, *, consistent: bool = True

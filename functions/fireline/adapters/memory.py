@@ -182,22 +182,24 @@ class MemoryQuotaStore:
             self._uploads[tenant_id] = (day, count + 1)
             return count + 1
 
-    def check(self, tenant_id: str, charge: quota.Charge) -> None:
-        """QuotaExceeded unless a unit is free (call ``charge`` under the same lock)."""
+    def check(self, tenant_id: str, charge: quota.Charge, count: int = 1) -> None:
+        """QuotaExceeded unless ``count`` units are free (call ``charge`` under the same
+        lock)."""
         with self._lock:
             used = self._used[tenant_id].get(charge.quota, 0)
             limit = self._limit(tenant_id, charge)
-            if not quota.under(limit, used):
-                raise quota.exceeded(charge.quota, limit, max(0, used))
+            if not quota.under(limit, used + count - 1):
+                raise quota.exceeded(charge.quota, limit, max(0, used), asked=count)
 
-    def charge(self, tenant_id: str, charge: quota.Charge) -> None:
+    def charge(self, tenant_id: str, charge: quota.Charge, count: int = 1) -> None:
         with self._lock:
-            self.check(tenant_id, charge)
-            self._used[tenant_id][charge.quota] = self._used[tenant_id].get(charge.quota, 0) + 1
+            self.check(tenant_id, charge, count)
+            used = self._used[tenant_id].get(charge.quota, 0)
+            self._used[tenant_id][charge.quota] = used + count
 
-    def refund(self, tenant_id: str, name: quota.Quota) -> None:
+    def refund(self, tenant_id: str, name: quota.Quota, count: int = 1) -> None:
         with self._lock:
-            self._used[tenant_id][name] = self._used[tenant_id].get(name, 0) - 1
+            self._used[tenant_id][name] = self._used[tenant_id].get(name, 0) - count
 
     def _limit(self, tenant_id: str, charge: quota.Charge) -> int:
         return self._overrides[tenant_id].get(charge.quota, charge.default)
@@ -236,15 +238,46 @@ class MemoryScheduleStore:
                 item = replace(item, quota_held=True)
             self._store(item)
 
-    def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
-        quotas = self._counted()
+    def create_many(
+        self,
+        items: Sequence[model.Schedule],
+        *,
+        charge: quota.Charge | None = None,
+        first_new: bool = False,
+    ) -> None:
+        tenant_id = model.batch_tenant(items)
+        if tenant_id is None:
+            return
         with self._lock:
-            current = self._items.get((tenant_id, schedule_id))
-            if current is None or not current.quota_held:
-                return False
-            self._items[(tenant_id, schedule_id)] = replace(current, quota_held=False)
-            quotas.refund(tenant_id, refund)
-            return True
+            if first_new and (tenant_id, items[0].schedule_id) in self._items:
+                raise errors.AlreadyExists(f"schedule {items[0].schedule_id} exists")
+            if charge is not None:
+                self._counted().charge(tenant_id, charge, len(items))
+                items = [replace(i, quota_held=True) for i in items]
+            for item in items:  # unconditionally, as a batch write does
+                current = self._items.get((item.tenant_id, item.schedule_id))
+                if current is not None:
+                    self._unindex(current)
+                self._store(item)
+
+    def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
+        return bool(self.release_many(tenant_id, [schedule_id], refund))
+
+    def release_many(
+        self, tenant_id: str, schedule_ids: Sequence[str], refund: quota.Quota
+    ) -> builtins.list[str]:
+        quotas = self._counted()
+        released: builtins.list[str] = []
+        with self._lock:
+            for schedule_id in dict.fromkeys(schedule_ids):
+                current = self._items.get((tenant_id, schedule_id))
+                if current is None or not current.quota_held:
+                    continue
+                self._items[(tenant_id, schedule_id)] = replace(current, quota_held=False)
+                released.append(schedule_id)
+            if released:
+                quotas.refund(tenant_id, refund, len(released))
+        return released
 
     def get(
         self, tenant_id: str, schedule_id: str, *, consistent: bool = True

@@ -177,38 +177,63 @@ class DynamoQuotaStore:
 
     # --- what the stores call around their own writes ------------------------------------
 
-    def take(self, tenant_id: str, charge: quota.Charge) -> None:
-        """Take a unit if the tenant is under its limit; QuotaExceeded (naming the limit
-        and use, read once) when not, with nothing written."""
-        condition, values = _under_limit("#used", charge.default)
-        token = secrets.token_hex(8)
-        self._counted_once(
-            tenant_id,
-            token,
-            UpdateExpression="ADD #used :one SET #last = :token",
-            # Two creates racing for the last unit: one increment lands, the other's
-            # condition fails.
-            ConditionExpression=condition,
-            ExpressionAttributeNames={
-                "#used": used_attribute(charge.quota),
-                "#lim": limit_attribute(charge.quota),
-                "#last": LAST_WRITE,
-            },
-            ExpressionAttributeValues={**values, ":one": {"N": "1"}, ":token": {"S": token}},
-            refused=lambda: self.refused(tenant_id, charge),
-        )
+    def take(self, tenant_id: str, charge: quota.Charge, count: int = 1) -> None:
+        """Take ``count`` units if they fit under the tenant's limit; QuotaExceeded
+        (naming the limit and use, read once) when not, with nothing written."""
+        if count == 1:
+            condition, values = _under_limit("#used", charge.default)
+            refused = lambda: self.refused(tenant_id, charge)  # noqa: E731
+        else:
+            condition, values = _room_for("#used", charge.default, count, None)
+            refused = None
+        names = {
+            "#used": used_attribute(charge.quota),
+            "#lim": limit_attribute(charge.quota),
+            "#last": LAST_WRITE,
+        }
+        for _ in range(ATTEMPTS):
+            token = secrets.token_hex(8)
+            try:
+                self._counted_once(
+                    tenant_id,
+                    token,
+                    UpdateExpression="ADD #used :n SET #last = :token",
+                    # Two creates racing for the last units: one increment lands, the
+                    # other's condition fails.
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues={
+                        **values,
+                        ":n": {"N": str(count)},
+                        ":token": {"S": token},
+                    },
+                    refused=refused,
+                )
+                return
+            except _Refused as exc:
+                # Several units: a condition cannot add, so the limit it compares with is
+                # the default less ``count``, or the override less ``count`` once the
+                # refusal's own copy of the item showed one (the condition then also
+                # holds the override to that value, should the operator change it).
+                override = exc.old.get(limit_attribute(charge.quota))
+                used = max(0, int(exc.old.get(used_attribute(charge.quota), 0)))
+                limit = charge.default if override is None else int(override)
+                if not quota.under(limit, used + count - 1):
+                    raise quota.exceeded(charge.quota, limit, used, asked=count) from None
+                condition, values = _room_for("#used", charge.default, count, int(limit))
+        raise errors.Unavailable("the quota's limit kept changing; try again")
 
-    def give_back(self, tenant_id: str, name: quota.Quota) -> None:
-        """Give a unit back. Not conditional on the count: the caller's own conditional
-        write (the mark it removed, the item it could not create) is what makes it happen
-        once for its item."""
+    def give_back(self, tenant_id: str, name: quota.Quota, count: int = 1) -> None:
+        """Give ``count`` units back. Not conditional on the count: the caller's own
+        conditional writes (the marks it removed, the items it could not create) are what
+        make it happen once for their items."""
         token = secrets.token_hex(8)
         self._counted_once(
             tenant_id,
             token,
             UpdateExpression="ADD #used :minus SET #last = :token",
             ExpressionAttributeNames={"#used": used_attribute(name), "#last": LAST_WRITE},
-            ExpressionAttributeValues={":minus": {"N": "-1"}, ":token": {"S": token}},
+            ExpressionAttributeValues={":minus": {"N": str(-count)}, ":token": {"S": token}},
         )
 
     def _counted_once(
@@ -249,7 +274,7 @@ class DynamoQuotaStore:
                 if old.get(LAST_WRITE) == token:
                     return  # applied by an earlier send whose answer was lost
                 if refused is None:
-                    raise
+                    raise _Refused(old) from exc
                 raise refused() from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -316,6 +341,36 @@ class DynamoQuotaStore:
         usage = self.usage(tenant_id)
         limit = usage.limit(charge.quota, {charge.quota: charge.default})
         return quota.exceeded(charge.quota, limit, usage.count(charge.quota))
+
+
+class _Refused(Exception):
+    """A count change whose condition failed; ``old`` is the item as it was then."""
+
+    def __init__(self, old: dict[str, Any]) -> None:
+        super().__init__("the condition failed")
+        self.old = old
+
+
+def _room_for(
+    used: str, default: int, count: int, override: int | None
+) -> tuple[str, dict[str, Any]]:
+    """A condition true when ``count`` more units fit under the tenant's limit: no
+    override and the default, or (when known) the override ``override`` unchanged; 0
+    in either place means no limit. A condition compares, it cannot add: each limit is
+    compared less ``count``, and a limit below ``count`` has no clause at all."""
+    values: dict[str, Any] = {":zero": {"N": "0"}}
+    clauses = ["#lim = :zero"]
+    fits = f"(attribute_not_exists({used}) OR {used} <= :{{name}})"
+    if default == quota.UNLIMITED:
+        clauses.append("attribute_not_exists(#lim)")
+    elif count <= default:
+        clauses.append(f"(attribute_not_exists(#lim) AND {fits.format(name='dmax')})")
+        values[":dmax"] = {"N": str(default - count)}
+    if override is not None and override != quota.UNLIMITED and count <= override:
+        clauses.append(f"(#lim = :lim AND {fits.format(name='lmax')})")
+        values[":lim"] = {"N": str(override)}
+        values[":lmax"] = {"N": str(override - count)}
+    return " OR ".join(clauses), values
 
 
 def _under_limit(used: str, default: int) -> tuple[str, dict[str, Any]]:

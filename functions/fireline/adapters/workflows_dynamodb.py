@@ -36,6 +36,7 @@ from fireline import ports
 from fireline.adapters.dynamodb import (
     _applied,
     _batch_get,
+    _batch_write,
     _cancellation_reasons,
     _code,
     _decode,
@@ -52,14 +53,11 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import (
         TransactWriteItemTypeDef,
         UpdateTypeDef,
-        WriteRequestOutputTypeDef,
-        WriteRequestTypeDef,
     )
 
     from fireline.adapters.quotas_dynamodb import DynamoQuotaStore
 else:
-    DynamoDBClient = TransactWriteItemTypeDef = WriteRequestTypeDef = Any
-    UpdateTypeDef = WriteRequestOutputTypeDef = Any
+    DynamoDBClient = TransactWriteItemTypeDef = UpdateTypeDef = Any
 
 logger = Logger(service="fireline", child=True)
 STATE_INDEX = "by_state"
@@ -67,7 +65,6 @@ ACTIVE_RUNS = "active-runs"  # the index partition of running runs
 RUN_SK = "run"
 NODE_PREFIX = "N#"
 VERSION_PREFIX = "v#"
-BATCH_WRITE_MAX = 25
 MAX_VERSION = 10**8 - 1  # sk holds the version in 8 digits, so that it sorts
 # Unprocessed batch items and transaction conflicts are retried this many times, with
 # exponential backoff from BACKOFF_SECONDS, before the call gives up (errors.Unavailable).
@@ -491,21 +488,14 @@ class DynamoWorkflowStore:
         # One request per 25 rows; a row given twice keeps its last version (a batch may
         # not name one key twice).
         rows = list({n.node_id: n for n in nodes}.values())
-        for start in range(0, len(rows), BATCH_WRITE_MAX):
-            pending: Sequence[WriteRequestTypeDef | WriteRequestOutputTypeDef] = [
-                {"PutRequest": {"Item": _encode(_node_to_item(run_id, n))}}
-                for n in rows[start : start + BATCH_WRITE_MAX]
-            ]
-            for attempt in range(ATTEMPTS + 1):
-                with _translated():
-                    response = self._client.batch_write_item(RequestItems={self._table: pending})
-                # Throttled rows come back unprocessed; write just those again, later.
-                pending = response.get("UnprocessedItems", {}).get(self._table, [])
-                if not pending:
-                    break
-                if attempt == ATTEMPTS:
-                    raise errors.Unavailable(f"DynamoDB left {len(pending)} node rows unwritten")
-                self._backoff(attempt)
+        _batch_write(
+            self._client,
+            self._table,
+            [_node_to_item(run_id, n) for n in rows],
+            what="node rows",
+            backoff=self._backoff,
+            attempts=ATTEMPTS,
+        )
 
     def get_nodes(self, run_id: str, node_ids: Sequence[str]) -> dict[str, workflow.RunNode]:
         unique = list(dict.fromkeys(node_ids))

@@ -40,6 +40,7 @@ from fireline.services import overview as overview_service
 from fireline.services import workflows as workflow_service
 from fireline.services.schedules import (
     JOB_STATES,
+    MAX_BATCH,
     OCCURRENCE_STATES,
     SCHEDULE_STATES,
     ScheduleService,
@@ -62,8 +63,10 @@ UPLOAD_HINT = (
     'upload_url with its upload_fields, then PUT /workflows/{workflow_id} with {"upload_id": ...}'
 )
 # (method, path, limit, what the 413 adds): routes whose raw body may exceed the default.
+BATCH_HINT = f"; send at most {MAX_BATCH} jobs a request, or fewer when they are large"
 BODY_LIMITS: tuple[tuple[str, re.Pattern[str], int, str], ...] = (
     ("PUT", re.compile(r"^/workflows/[^/]+/?$"), models.MAX_WORKFLOW_BODY_BYTES, UPLOAD_HINT),
+    ("POST", re.compile(r"^/jobs/batch/?$"), models.MAX_JOB_BATCH_BODY_BYTES, BATCH_HINT),
 )
 
 ID = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
@@ -336,6 +339,29 @@ def build_app(
             return models.JobOut.of(view).model_dump(mode="json")
 
         return _json(once("create_job", run), 201)
+
+    @app.post(
+        "/jobs/batch",
+        summary=f"Create 1 to {MAX_BATCH} one-off jobs in one request, all or none",
+        description="Each job as POST /jobs takes it. Every job is checked before anything "
+        "is written (a bad one is refused naming jobs[i] and its field); the active_jobs "
+        "quota is taken for the whole batch at once (refused whole if the batch would pass "
+        "the limit). The answer comes once the jobs are stored and those due within 15 "
+        "minutes are on their queue. With an Idempotency-Key a retry after any failure "
+        "finishes the first attempt's batch and answers with the same ids.",
+        responses=document.success(201, models.JobBatchOut),
+    )
+    def create_jobs(
+        body: Annotated[models.JobBatchIn, Body(openapi_examples=document.JOB_BATCH_EXAMPLES)],
+    ) -> Response[str]:
+        owner = tenant()
+
+        def run() -> dict[str, Any]:
+            views = service.create_jobs(owner, body.to_drafts(), request_key=request_key())
+            out = models.JobBatchOut(jobs=[models.JobCreatedOut.of(v) for v in views])
+            return out.model_dump(mode="json")
+
+        return _json(once("create_jobs", run), 201)
 
     @app.get("/jobs", summary="List the tenant's one-off jobs by id, in one state if given")
     def list_jobs(

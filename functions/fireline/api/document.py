@@ -39,6 +39,7 @@ IDEMPOTENT = frozenset(
         ("post", "/schedules"),
         ("post", "/schedules/{schedule_id}/trigger"),
         ("post", "/jobs"),
+        ("post", "/jobs/batch"),
         ("put", "/workflows/{workflow_id}"),
         ("post", "/workflows/{workflow_id}/runs"),
     }
@@ -93,6 +94,18 @@ JOB_EXAMPLES = {
     "at": Example(
         summary="Once, at a time, as a short job",
         value={"run_at": "2030-01-01T09:00:00Z", "job_class": "short", "target": _ECHO},
+    ),
+}
+JOB_BATCH_EXAMPLES = {
+    "three": Example(
+        summary="Three jobs in one request: two soon, one tomorrow",
+        value={
+            "jobs": [
+                {"delay_seconds": 60, "target": _ECHO, "payload": {"order": 42}},
+                {"delay_seconds": 60, "target": _ECHO, "payload": {"order": 43}},
+                {"run_at": "2030-01-01T09:00:00Z", "target": _ECHO, "payload": {"order": 44}},
+            ]
+        },
     ),
 }
 HEARTBEAT_EXAMPLES = {

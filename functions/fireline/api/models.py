@@ -53,6 +53,9 @@ from fireline.services import schedules as service
 MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_TARGET_BYTES = 4 * 1024
 MAX_BODY_BYTES = 128 * 1024  # checked on the raw request before parsing
+# A batch of jobs (POST /jobs/batch): up to service.MAX_BATCH jobs of ~10 KiB each, well
+# inside the gateway's 10 MB and Lambda's 6 MB request limits.
+MAX_JOB_BATCH_BODY_BYTES = 1024 * 1024
 # PUT /workflows/{id} takes a definition inline up to this; larger ones are uploaded.
 # 4 MiB: API Gateway escapes the body into the event JSON (about +25%), and the event must
 # stay under Lambda's 6 MB for synchronous invocations.
@@ -351,6 +354,18 @@ class JobIn(JobSpecIn):
             retry=self.retry.to_domain(),
             deadline_seconds=self.deadline_seconds,
         )
+
+
+class JobBatchIn(Strict):
+    jobs: list[JobIn] = Field(
+        min_length=1,
+        max_length=service.MAX_BATCH,
+        description=f"1 to {service.MAX_BATCH} jobs, each as POST /jobs takes it; created "
+        "all or none",
+    )
+
+    def to_drafts(self) -> list[service.JobDraft]:
+        return [job.to_draft() for job in self.jobs]
 
 
 class HeartbeatIn(Strict):
@@ -683,6 +698,20 @@ class JobOut(BaseModel):
             occurrence=OccurrenceOut.of(view.occurrence) if view.occurrence else None,
             created_at=job.created_at,
         )
+
+
+class JobCreatedOut(BaseModel):
+    id: str
+    state: str
+    run_at: datetime
+
+    @classmethod
+    def of(cls, view: service.JobView) -> JobCreatedOut:
+        return cls(id=view.job.schedule_id, state=view.state, run_at=view.fire_time)
+
+
+class JobBatchOut(BaseModel):
+    jobs: list[JobCreatedOut] = Field(description="the created jobs, in the request's order")
 
 
 class SchedulePage(BaseModel):

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from fireline.cli import client, common, schedules, spec
-from fireline.services.schedules import JOB_STATES
+from fireline.services.schedules import JOB_STATES, MAX_BATCH
 
 FIELDS = {**spec.FIELDS, "run_at": "--at", "delay_seconds": "--in"}
 
@@ -45,6 +45,21 @@ def _add_job_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) ->
     common.add_idempotency(create, "create")
     common.name_fields(create, FIELDS)
 
+    batch = common.leaf(
+        group,
+        "create-batch",
+        _create_batch,
+        f"create 1 to {MAX_BATCH} one-off jobs in one request, all or none",
+    )
+    batch.add_argument(
+        "jobs",
+        metavar="JOBS",
+        type=_job_list,
+        help='[{"delay_seconds": 60, "target": {...}}, ...] or {"jobs": [...]} as JSON, '
+        "each job as the API's POST /jobs takes it, or @FILE (@- for standard input)",
+    )
+    common.add_idempotency(batch, "batch")
+
     listing = common.leaf(group, "list", _list, "list the tenant's one-off jobs by id")
     listing.add_argument("--state", choices=JOB_STATES, help="only those in this state")
     common.add_paging(listing)
@@ -61,6 +76,21 @@ def _create(args: argparse.Namespace) -> int:
         request["run_at"] = args.run_at
     body = common.call(args, "POST", "/jobs", request, headers=common.idempotency(args))
     return common.show(args, body, lambda out: _rows(out, {"items": [body]}))
+
+
+def _job_list(value: str) -> list[Any]:
+    parsed = common.json_document(value)
+    if isinstance(parsed, dict) and set(parsed) == {"jobs"}:
+        parsed = parsed["jobs"]
+    if not isinstance(parsed, list):
+        raise argparse.ArgumentTypeError('must be a JSON array of jobs, or {"jobs": [...]}')
+    return parsed
+
+
+def _create_batch(args: argparse.Namespace) -> int:
+    request = {"jobs": args.jobs}
+    body = common.call(args, "POST", "/jobs/batch", request, headers=common.idempotency(args))
+    return common.show(args, body, lambda out: _rows(out, {"items": body["jobs"]}))
 
 
 def _list(args: argparse.Namespace) -> int:

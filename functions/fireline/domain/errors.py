@@ -113,8 +113,14 @@ class MissingIdempotencyKey(FirelineError):
 class QuotaExceeded(FirelineError):
     """The tenant has used all of one of its quotas."""
 
-    def __init__(self, quota: str, *, limit: int, used: int, retry_later: bool = False) -> None:
-        super().__init__(f"the {quota} quota is used up: {used} of {limit}")
+    def __init__(
+        self, quota: str, *, limit: int, used: int, retry_later: bool = False, asked: int = 1
+    ) -> None:
+        if asked > 1:
+            message = f"the {quota} quota has no room for {asked} more: {used} of {limit} used"
+        else:
+            message = f"the {quota} quota is used up: {used} of {limit}"
+        super().__init__(message)
         #: Which quota (``schedules``, ``active_jobs``, ``workflows``, ...).
         self.quota = quota
         self.limit = limit

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -150,6 +151,15 @@ def due_shard(schedule_id: str, shards: int = DEFAULT_SHARDS) -> int:
 # A one-off job's id starts so (a recurring schedule's with "sch_"): a worker tells a
 # job's occurrence, whose end gives back the job's unit of quota, by its key alone.
 JOB_PREFIX = "job"
+
+
+def batch_tenant(items: Sequence[Schedule]) -> str | None:
+    """The one tenant a batch of items belongs to (None for no items); a batch naming
+    two is refused (a quota is taken per tenant, once for its batch)."""
+    tenants = {item.tenant_id for item in items}
+    if len(tenants) > 1:
+        raise errors.ValidationError("a batch is one tenant's", field="tenant_id")
+    return next(iter(tenants), None)
 
 
 def is_job_id(schedule_id: str) -> bool:

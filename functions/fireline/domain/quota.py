@@ -179,12 +179,14 @@ def under(limit: int, used: int) -> bool:
     return limit == UNLIMITED or used < limit
 
 
-def exceeded(quota: Quota, limit: int, used: int) -> errors.QuotaExceeded:
+def exceeded(quota: Quota, limit: int, used: int, *, asked: int = 1) -> errors.QuotaExceeded:
+    """``asked``: the units the refused request wanted (a batch's jobs)."""
     return errors.QuotaExceeded(
         quota.value,
         limit=limit,
         used=used,
         retry_later=quota is Quota.UPLOADS_PER_DAY,
+        asked=asked,
     )
 
 

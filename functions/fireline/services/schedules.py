@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import copy
 import hashlib
+import json
 import secrets
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -54,6 +56,10 @@ TRIGGER_TRIES = 50
 # A job due within this of its creation is sent by the create itself, with the delay that
 # makes it visible at its time (SQS's longest); a later one waits in the due index.
 DIRECT_SEND = timedelta(seconds=900)
+# The most jobs one batch create takes: 100 is BatchGetItem's most keys (a retried batch
+# reads its items in one request), four BatchWriteItem requests of 25 and ten
+# SendMessageBatch requests of ten, and, at the API's 1 MiB batch body, ~10 KiB a job.
+MAX_BATCH = 100
 
 
 T = TypeVar("T")
@@ -503,6 +509,110 @@ class ScheduleService:
         self, tenant_id: str, draft: JobDraft, *, request_key: str | None = None
     ) -> JobView:
         now = self._now()
+        job_id = self._new_id(model.JOB_PREFIX, tenant_id, request_key)
+        job = self._job(tenant_id, job_id, draft, now)
+        stored, created = self._create(job, self._charge(quota.Quota.ACTIVE_JOBS), request_key)
+        if not created:
+            # A retry (same Idempotency-Key) found the first attempt's job. If that one was
+            # to be sent and its request died before the send, its message goes now: a
+            # second copy of a message that did go is harmless (the claim is conditional).
+            view = self.get_job(tenant_id, stored.schedule_id)
+            if view.occurrence is None and view.job.state is model.ScheduleState.COMPLETED:
+                self._send_job(view.job, now)
+            return view
+        if stored.state is model.ScheduleState.COMPLETED:
+            self._send_job(stored, now)
+        return JobView(stored, None, now)
+
+    def create_jobs(
+        self, tenant_id: str, drafts: Sequence[JobDraft], *, request_key: str | None = None
+    ) -> builtins.list[JobView]:
+        """Create a batch of one-off jobs, all or none: every job is checked before
+        anything is written (a bad one is refused naming ``jobs[i].<field>``), the
+        active-jobs quota is taken once for the batch (refused whole if the batch would
+        pass the limit), the items are written in batch writes, and the jobs due within
+        :data:`DIRECT_SEND` are sent, ten a request, before the answer.
+
+        With ``request_key`` (an Idempotency-Key) each job's id is derived from the key
+        and its place in the batch, so a retry after any failure finishes the first
+        attempt's batch: it writes (and takes units for) only the jobs still missing,
+        sends the messages that may not have gone, and answers with the same ids. A batch
+        write takes no condition, so the retry must know which exist before it writes: the
+        first job is read, then written alone, conditionally, before the others, and a
+        retry that finds it there reads the batch's items (one BatchGetItem) instead.
+
+        Requests for 100 jobs due soon: one UpdateItem (the quota), four BatchWriteItem
+        and ten SendMessageBatch; with a key, a GetItem and a PutItem (the first job) more."""
+        if not 1 <= len(drafts) <= MAX_BATCH:
+            raise errors.ValidationError(f"must hold 1 to {MAX_BATCH} jobs", field="jobs")
+        now = self._now()
+        checked: dict[str, None] = {}  # the batch's jobs mostly share a few targets
+        jobs = []
+        for index, draft in enumerate(drafts):
+            job_id = self._new_id(model.JOB_PREFIX, tenant_id, batch_key(request_key, index))
+            try:
+                jobs.append(self._job(tenant_id, job_id, draft, now, checked))
+            except errors.ValidationError as exc:
+                raise within(exc, f"jobs[{index}]") from exc
+        charge = self._charge(quota.Quota.ACTIVE_JOBS)
+        if request_key is None:
+            # Fresh ids: no item has them, so nothing can be overwritten.
+            self.schedules.create_many(jobs, charge=charge)
+            stored, to_send = jobs, _sent_by_create(jobs)
+        else:
+            stored, to_send = self._create_keyed(jobs, charge)
+        self._send_jobs(to_send, now)
+        return [JobView(j, None, now) for j in stored]
+
+    def _create_keyed(
+        self, jobs: builtins.list[model.Schedule], charge: quota.Charge | None
+    ) -> tuple[builtins.list[model.Schedule], builtins.list[model.Schedule]]:
+        """Write an Idempotency-Key's batch, or finish its first attempt's: the batch's
+        items as stored, and the jobs whose message is to go (those just written and due
+        soon, and the first attempt's sent-by-create jobs that no delivery claimed yet,
+        whose message may not have gone)."""
+        try:
+            # The first job alone and conditionally, before the others: when its id is
+            # free no earlier attempt wrote any of the batch.
+            self.schedules.create_many(jobs, charge=charge, first_new=True)
+            return jobs, _sent_by_create(jobs)
+        except errors.AlreadyExists:
+            pass
+        found = {
+            j.schedule_id: j
+            for j in self.schedules.get_many([(j.tenant_id, j.schedule_id) for j in jobs])
+        }
+        missing = [j for j in jobs if j.schedule_id not in found]
+        self.schedules.create_many(missing, charge=charge)
+        earlier = list(found.values())
+        found.update((j.schedule_id, j) for j in missing)
+        to_send = [*_sent_by_create(missing), *self._unclaimed(earlier)]
+        return [found[j.schedule_id] for j in jobs], to_send
+
+    def _unclaimed(self, jobs: builtins.list[model.Schedule]) -> builtins.list[model.Schedule]:
+        """Of jobs sent by their create, those no delivery has claimed yet (no row)."""
+        keys = {self._fire_key(j): j for j in _sent_by_create(jobs)}
+        if not keys:
+            return []
+        rows = self.occurrences.get_many(list(keys))
+        return [job for key, job in keys.items() if key not in rows]
+
+    @staticmethod
+    def _fire_key(job: model.Schedule) -> str:
+        fire_time = schedule.next_fire(job.timing, schedule.EPOCH)
+        assert fire_time is not None
+        return occurrence.occurrence_key(job.schedule_id, job.version, fire_time)
+
+    def _job(
+        self,
+        tenant_id: str,
+        job_id: str,
+        draft: JobDraft,
+        now: datetime,
+        checked: dict[str, None] | None = None,
+    ) -> model.Schedule:
+        """A job as ``draft`` asks, checked (ValidationError naming the field): sent by
+        its create when due within DIRECT_SEND, otherwise due in the index."""
         if (draft.run_at is None) == (draft.delay_seconds is None):
             raise errors.ValidationError(
                 "give exactly one of run_at and delay_seconds", field="run_at"
@@ -517,12 +627,16 @@ class ScheduleService:
             if draft.delay_seconds < 0:
                 raise errors.ValidationError("must not be negative", field="delay_seconds")
             run_at = (now + timedelta(seconds=draft.delay_seconds)).replace(microsecond=0)
-        self._check_target(tenant_id, draft.target)
+        target_key = json.dumps(draft.target, sort_keys=True, default=str)
+        if checked is None or target_key not in checked:
+            self._check_target(tenant_id, draft.target)
+            if checked is not None:
+                checked[target_key] = None
         model.check_deadline(draft.job_class, draft.deadline_seconds)
         spec = schedule.AtSpec(when=run_at)
         job = model.Schedule(
             tenant_id=tenant_id,
-            schedule_id=self._new_id(model.JOB_PREFIX, tenant_id, request_key),
+            schedule_id=job_id,
             timing=schedule.Timing(spec=spec),
             spec_text=str(spec),
             kind=model.Kind.JOB,
@@ -538,23 +652,34 @@ class ScheduleService:
             created_at=now,
             updated_at=now,
         )
-        direct = run_at - now <= DIRECT_SEND
-        if direct:
-            # Due within SQS's longest delay: sent now, by this request, so the job never
+        if run_at - now <= DIRECT_SEND:
+            # Due within SQS's longest delay: sent now, by its create, so the job never
             # enters the due index (no index write to add it, no advance to take it out).
             job = replace(job, state=model.ScheduleState.COMPLETED, next_fire=None)
-        stored, created = self._create(job, self._charge(quota.Quota.ACTIVE_JOBS), request_key)
-        if not created:
-            # A retry (same Idempotency-Key) found the first attempt's job. If that one was
-            # to be sent and its request died before the send, its message goes now: a
-            # second copy of a message that did go is harmless (the claim is conditional).
-            view = self.get_job(tenant_id, stored.schedule_id)
-            if view.occurrence is None and view.job.state is model.ScheduleState.COMPLETED:
-                self._send_job(view.job, now)
-            return view
-        if direct:
-            self._send_job(stored, now)
-        return JobView(stored, None, now)
+        return job
+
+    def _send_jobs(self, jobs: Sequence[model.Schedule], now: datetime) -> None:
+        """Send jobs' fires, ten a request (per class). Written first, sent second, as
+        :meth:`_send_job`; a job whose message could not be sent goes into the due index
+        (the ticker sends it), and if even that fails the request fails (Unavailable): a
+        retry with its Idempotency-Key sends it."""
+        pending = []
+        for job in jobs:
+            fire_time = schedule.next_fire(job.timing, schedule.EPOCH)
+            assert fire_time is not None
+            pending.append(dispatch.outbound(job, fire_time, now))
+        failed = dispatch.send_batches(self.queue, pending, dispatch.DispatchReport())
+        for job in jobs:
+            if self._fire_key(job) in failed:
+                self._due_instead(job)
+
+    def _due_instead(self, job: model.Schedule) -> None:
+        """A job whose message did not go: into the due index (its version as written),
+        so the ticker sends it."""
+        fire_time = schedule.next_fire(job.timing, schedule.EPOCH)
+        due = replace(job, state=model.ScheduleState.ACTIVE, next_fire=fire_time)
+        with contextlib.suppress(errors.ConflictError):  # cancelled meanwhile
+            self.schedules.replace(due, expected_version=job.version)
 
     def _send_job(self, job: model.Schedule, now: datetime) -> None:
         """Send a job's one fire. Written first, sent second: a message is never ahead of
@@ -567,9 +692,7 @@ class ScheduleService:
                 self.queue, [dispatch.outbound(job, fire_time, now)], dispatch.DispatchReport()
             )
         except errors.Unavailable:
-            due = replace(job, state=model.ScheduleState.ACTIVE, next_fire=fire_time)
-            with contextlib.suppress(errors.ConflictError):  # cancelled meanwhile
-                self.schedules.replace(due, expected_version=job.version)
+            self._due_instead(job)
 
     def get_job(self, tenant_id: str, job_id: str) -> JobView:
         job = self.schedules.get(tenant_id, job_id)
@@ -794,6 +917,25 @@ class ScheduleService:
             next_fire=first,
             updated_at=now,
         )
+
+
+def _sent_by_create(jobs: Sequence[model.Schedule]) -> builtins.list[model.Schedule]:
+    """The jobs due within DIRECT_SEND: their create sends them (they are out of the due
+    index)."""
+    return [j for j in jobs if j.state is model.ScheduleState.COMPLETED]
+
+
+def batch_key(request_key: str | None, index: int) -> str | None:
+    """The key a batch's job ``index`` derives its id from: the request's own key and
+    the job's place, never the id a single create with that key gets."""
+    return None if request_key is None else f"{request_key}\nbatch\n{index}"
+
+
+def within(exc: errors.ValidationError, where: str) -> errors.ValidationError:
+    """The same refusal, its field named inside ``where`` (``jobs[3].target.url``)."""
+    refused = copy.copy(exc)
+    refused.field = f"{where}.{exc.field}" if exc.field else where
+    return refused
 
 
 def one_of(value: str | None, allowed: tuple[str, ...], field: str = "state") -> str | None:

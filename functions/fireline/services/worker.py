@@ -102,6 +102,14 @@ class WorkerConfig:
         return quota.class_limit(self.class_max_concurrency)
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """A one-off job whose run has its outcome: its unit of quota is to be given back."""
+
+    tenant_id: str
+    schedule_id: str
+
+
 class _NoMetrics:
     def add_metric(self, name: str, unit: str, value: float) -> None:
         return None
@@ -145,47 +153,87 @@ class Worker:
     ) -> list[Result | Exception]:
         """Process a batch's messages side by side: each record's deadline counts from
         its own start, so its place in the batch never decides its outcome. Each one's
-        Result, or the exception it raised (Busy: leave it to SQS), in order."""
-        return parallel.run(
-            [
-                functools.partial(
-                    self.handle, body, remaining_ms=remaining_ms, lambda_context=lambda_context
-                )
-                for body in bodies
-            ]
+        Result, or the exception it raised (Busy: leave it to SQS), in order.
+
+        The one-off jobs the batch settles give their units of quota back together after
+        the runs, one give-back per tenant (see :meth:`_give_back`)."""
+        ended: list[_Ended | None] = [None] * len(bodies)
+
+        def run(index: int, body: dict[str, Any]) -> Result:
+            result, ended[index] = self._process(body, remaining_ms, lambda_context)
+            return result
+
+        outcomes = parallel.run(
+            [functools.partial(run, index, body) for index, body in enumerate(bodies)]
         )
+        return self._give_back(outcomes, ended)
 
     def handle(
         self, body: dict[str, Any], *, remaining_ms: Callable[[], int], lambda_context: Any = None
     ) -> Result:
         """Process one message. Raises Busy (redeliver later) or MissingIdempotencyKey."""
+        result, ended = self._process(body, remaining_ms, lambda_context)
+        if ended is not None:
+            self.schedules.release(ended.tenant_id, ended.schedule_id, quota.Quota.ACTIVE_JOBS)
+        return result
+
+    def _process(
+        self, body: dict[str, Any], remaining_ms: Callable[[], int], lambda_context: Any
+    ) -> tuple[Result, _Ended | None]:
+        """One message's outcome, and the one-off job whose unit of quota it frees."""
         key = claims.occurrence_key_of(body)
         result = self._handle(key, body, remaining_ms, lambda_context)
         if result in _SETTLING and self.nodes is not None and workflow.is_node_key(key):
             # A workflow node settled (or this is a repeat of its outcome, whose event
             # may have been lost): tell the controller. It applies each outcome once.
             self.nodes.finished(key)
+        ended = None
         if result in _SETTLING and self.config.jobs_counted:
-            self._job_ended(key, body, result)
-        return result
+            ended = self._job_ended(key, body, result)
+        return result, ended
 
-    def _job_ended(self, key: str, body: dict[str, Any], result: Result) -> None:
-        """A one-off job's occurrence has its outcome: give back its unit of the active
-        jobs quota. The release is conditional on the job's mark, so a repeat (this
-        message redelivered after a crash right here, a cancel that saw it first) gives
-        nothing back twice; and a crash before it is repaired by that redelivery."""
+    def _give_back(
+        self, outcomes: list[Result | Exception], ended: Sequence[_Ended | None]
+    ) -> list[Result | Exception]:
+        """Give back the units of the one-off jobs a batch settled: per tenant, each
+        job's mark removed (conditionally: a repeat finds none) and then one give-back
+        for all the marks removed, instead of one per job. A crash or an error in
+        between leaves the count too high (a create refused early), never too low (a
+        tenant over its limit). The messages of a tenant whose give-back failed are
+        reported failed, so SQS delivers them again; the redelivery finds each row
+        settled and gives back the units whose mark is still there."""
+        by_tenant: dict[str, list[int]] = {}
+        for index, job in enumerate(ended):
+            if job is not None and not isinstance(outcomes[index], Exception):
+                by_tenant.setdefault(job.tenant_id, []).append(index)
+        answered = list(outcomes)
+        for tenant_id, indexes in by_tenant.items():
+            ids = [ended[i].schedule_id for i in indexes]  # type: ignore[union-attr]
+            try:
+                self.schedules.release_many(tenant_id, ids, quota.Quota.ACTIVE_JOBS)
+            except errors.Unavailable as exc:
+                for index in indexes:
+                    answered[index] = exc
+        return answered
+
+    def _job_ended(self, key: str, body: dict[str, Any], result: Result) -> _Ended | None:
+        """A one-off job's occurrence has its outcome: its unit of the active jobs quota
+        is to be given back. The release is conditional on the job's mark, so a repeat
+        (this message redelivered after a crash before the release, a cancel that saw it
+        first) gives nothing back twice; and a crash before it is repaired by that
+        redelivery (the message is acknowledged only after the release)."""
         schedule_id = occurrence.parse_key(key).schedule_id
         if not model.is_job_id(schedule_id):
-            return
+            return None
         tenant_id = body.get("tenant_id")
         if result is Result.SETTLED or body.get("type") == "outcome" or not tenant_id:
             # Settled before (or a long job's outcome message): the row says whether the
             # job has ended, and whose it is.
             row = self.occurrences.get(key)
             if row is None or row.state not in occurrence.SETTLED:
-                return  # a long job whose execution still runs: its outcome comes later
+                return None  # a long job whose execution still runs: its outcome comes later
             tenant_id = row.tenant_id
-        self.schedules.release(str(tenant_id), schedule_id, quota.Quota.ACTIVE_JOBS)
+        return _Ended(str(tenant_id), schedule_id)
 
     def _handle(
         self,
