@@ -334,6 +334,7 @@ def one_off_batched(
     system.log.reset()
     job = {"delay_seconds": delay_seconds, "target": TARGET}
     for start in range(0, jobs, batch):
+        system.log.charge(API_REQUEST)
         with system.log.within("api"):
             status, body = system.call(
                 "POST", "/jobs/batch", {"jobs": [job] * min(batch, jobs - start)}, tenant=tenant

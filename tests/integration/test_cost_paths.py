@@ -68,6 +68,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
     "one_off_batched": {
         "requests": {
+            "apigateway.Request": 0.12,
             "dynamodb.BatchWriteItem": 0.12,
             "dynamodb.GetItem": 3.0,
             "dynamodb.Query": 1.64,
