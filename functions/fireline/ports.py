@@ -607,8 +607,10 @@ class WorkflowStore(Protocol):
         self, run_id: str, state: dag.NodeState, *, limit: int, cursor: str | None = None
     ) -> Page[workflow.RunNode]:
         """A run's nodes in one state, by node id. The rows returned are read consistently
-        and are in that state; a node that has just moved into it may be missing for a
-        moment (the index lags), and a page may hold fewer than ``limit`` rows."""
+        and are in that state. Waiting, dispatched and succeeded nodes are read from the
+        run's own rows; the rare states from the state index, where a node that has just
+        moved into one may be missing for a moment (the index lags), and a page may hold
+        fewer than ``limit`` rows."""
         ...
 
     def nodes(
@@ -638,10 +640,21 @@ class WorkflowStore(Protocol):
     def succeed_node(
         self, run_id: str, node_id: str, *, chunk: int, children: Sequence[str]
     ) -> bool:
-        """Apply fan-out transaction ``chunk`` of the node's success, atomically: chunk 0
-        moves the node dispatched -> succeeded, chunk k > 0 needs the node's fan-out
-        cursor at k; either sets the cursor to chunk + 1 and decrements each child's
-        unfinished-parent counter once. False when the condition failed (this chunk was
-        applied already), and then nothing changed: a repeated completion decrements
-        each child once."""
+        """Apply step ``chunk`` of the node's success: chunk 0 moves the node dispatched
+        -> succeeded, chunk k > 0 needs the node's fan-out cursor at k; either sets the
+        cursor to chunk + 1, and then (only if that move applied) decrements each child's
+        unfinished-parent counter once. False when the move's condition failed (this chunk
+        was applied already), and then nothing changed: a repeated completion decrements
+        nothing. Not atomic: a crash after the move leaves some counters too high (never
+        too low), which the reconcile repairs from the parents' states."""
+        ...
+
+    def add_finished_leaves(self, run_id: str, generation: int, count: int = 1) -> int:
+        """Count ``count`` more of the run's leaves (nodes without children) finished in
+        ``generation``; the count after. Callers add a leaf once, after the move that
+        finished it, so the count may fall short (a crash in between), never over."""
+        ...
+
+    def finished_leaves(self, run_id: str, generation: int) -> int:
+        """The count ``add_finished_leaves`` keeps (read consistently; 0 if none)."""
         ...

@@ -162,8 +162,8 @@ DYNALITE_DEPARTURES: dict[str, str] = dict.fromkeys(
     ],
     dynalite.NO_RETURN_VALUES_ON_FAILURE,
 ) | dict.fromkeys(
-    # A node's success with children is one transaction, and so is a run's creation with
-    # its entry among the workflow's runs (test_workflow_store.py).
+    # A run's creation with its entry among the workflow's runs is one transaction
+    # (test_workflow_store.py); a node's success is plain writes, and runs there too.
     [
         "test_given_a_new_run_when_created_then_it_reads_back_whole_and_a_repeat_is_refused",
         "test_given_a_run_with_no_field_at_its_default_then_every_field_reads_back",
@@ -172,11 +172,6 @@ DYNALITE_DEPARTURES: dict[str, str] = dict.fromkeys(
         "test_given_a_materialized_count_when_another_start_wrote_more_then_the_update_loses",
         "test_active_runs_pages_through_running_runs_only",
         "test_given_no_running_run_then_active_runs_is_one_empty_page",
-        "test_given_a_dispatched_node_when_it_succeeds_then_each_child_is_decremented_once",
-        "test_given_a_node_not_dispatched_when_it_succeeds_then_nothing_changes",
-        "test_given_a_missing_node_or_child_then_nothing_changes",
-        "test_given_a_wide_fanout_then_chunks_apply_in_order_once_each",
-        "test_given_a_fan_in_of_150_parents_when_each_succeeds_twice_at_once_then_zero_exactly",
     ],
     dynalite.NO_TRANSACTIONS,
 )

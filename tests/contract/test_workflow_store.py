@@ -628,15 +628,19 @@ def test_given_a_leaf_when_it_succeeds_then_it_has_no_fanout_to_run(
     assert store.all_nodes("run-1") == [node("leaf", NodeState.SUCCEEDED, generation=3)]
 
 
-def test_given_a_missing_node_or_child_then_nothing_changes(store: ports.WorkflowStore) -> None:
+def test_given_a_missing_node_or_child_then_no_row_appears_and_a_repeat_changes_nothing(
+    store: ports.WorkflowStore,
+) -> None:
     store.put_nodes("run-1", [node("p", NodeState.DISPATCHED), node("c", pending=1)])
 
     missing_parent = store.succeed_node("run-1", "ghost", chunk=0, children=["c"])
-    # A transaction with a missing child fails whole: the parent does not move either.
+    # The parent's move is the guard, then each child that exists is decremented: a
+    # missing child gets no stray row.
     missing_child = store.succeed_node("run-1", "p", chunk=0, children=["c", "ghost"])
+    again = store.succeed_node("run-1", "p", chunk=0, children=["c", "ghost"])
 
-    assert (missing_parent, missing_child) == (False, False)
-    assert store.all_nodes("run-1") == [node("c", pending=1), node("p", NodeState.DISPATCHED)]
+    assert (missing_parent, missing_child, again) == (False, True, False)
+    assert store.all_nodes("run-1") == [node("c"), node("p", NodeState.SUCCEEDED, fanout=1)]
 
 
 def test_given_a_wide_fanout_then_chunks_apply_in_order_once_each(
@@ -720,6 +724,20 @@ def test_given_a_fan_in_of_150_parents_when_each_succeeds_twice_at_once_then_zer
     assert store.move_node(
         "run-1", "join", expected=NodeState.WAITING, to=NodeState.DISPATCHED, ready_only=True
     )
+
+
+def test_finished_leaves_count_per_generation_from_zero(store: ports.WorkflowStore) -> None:
+    # GIVEN nothing counted
+    assert store.finished_leaves("run-1", 1) == 0
+    # WHEN leaves are counted in two generations
+    counted = [store.add_finished_leaves("run-1", 1) for _ in range(3)]
+    kept = store.add_finished_leaves("run-1", 2, 5)
+    # THEN each add answers the count after it, and each generation has its own
+    assert (counted, kept) == ([1, 2, 3], 5)
+    assert (store.finished_leaves("run-1", 1), store.finished_leaves("run-1", 2)) == (3, 5)
+    assert store.finished_leaves("run-2", 1) == 0
+    # AND the count is no node of the run
+    assert store.all_nodes("run-1") == []
 
 
 # ---------------------------------------------------------------- documents
@@ -932,46 +950,36 @@ def test_the_run_item_is_in_the_state_index_only_while_running(aws: Stack) -> No
     assert state_key() is None
 
 
-def test_a_transaction_conflict_is_retried_and_then_reported_unavailable(
+def test_a_success_cut_short_after_its_move_never_decrements_a_child_twice(
     aws: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # GIVEN a parent whose success moves it, then fails on its second child's decrement
+    # (a throttle past the SDK's retries, or the controller stopped there)
     client = boto3.client("dynamodb", region_name=REGION)
-    slept: list[float] = []
-    store = dynamo_store(aws, client=client, sleep=slept.append)
-    store.put_nodes("run-1", [node("p", NodeState.DISPATCHED), node("c", pending=1)])
-    real = client.transact_write_items
-    conflicts = iter(range(2))
+    store = dynamo_store(aws, client=client)
+    store.put_nodes(
+        "run-1", [node("p", NodeState.DISPATCHED), node("c1", pending=2), node("c2", pending=1)]
+    )
+    real = client.update_item
+    calls = itertools.count()
 
-    def conflicting(**kwargs: object) -> object:
-        if next(conflicts, None) is not None:
-            raise _cancelled(["None", "TransactionConflict"])
+    def failing_third(**kwargs: Any) -> Any:
+        if next(calls) == 2:
+            raise ClientError(
+                {"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "UpdateItem"
+            )
         return real(**kwargs)
 
-    monkeypatch.setattr(client, "transact_write_items", conflicting)
-    # WHEN two attempts conflict, the third applies
-    assert store.succeed_node("run-1", "p", chunk=0, children=["c"]) is True
-    assert len(slept) == 2 and slept[0] < slept[1]
-    assert pending_of(store, "run-1", ["c"]) == [0]
-
-    # WHEN every attempt conflicts
-    monkeypatch.setattr(
-        client,
-        "transact_write_items",
-        lambda **_: (_ for _ in ()).throw(_cancelled(["TransactionConflict", "None"])),
-    )
-    store.put_nodes("run-1", [node("q", NodeState.DISPATCHED)])
+    monkeypatch.setattr(client, "update_item", failing_third)
     with pytest.raises(errors.Unavailable):
-        store.succeed_node("run-1", "q", chunk=0, children=["c"])
-
-
-def _cancelled(codes: list[str]) -> Exception:
-    return ClientError(
-        {
-            "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
-            "CancellationReasons": [{"Code": code} for code in codes],
-        },
-        "TransactWriteItems",
-    )
+        store.succeed_node("run-1", "p", chunk=0, children=["c1", "c2"])
+    # WHEN the completion is applied again (a redelivered event)
+    assert store.succeed_node("run-1", "p", chunk=0, children=["c1", "c2"]) is False
+    # THEN the parent moved once, the first child was decremented once and the second
+    # not at all: a counter is left too high, never too low (the reconcile dispatches
+    # from the parents' states), so no child runs before its parents
+    assert store.get_nodes("run-1", ["p"])["p"] == node("p", NodeState.SUCCEEDED, fanout=1)
+    assert pending_of(store, "run-1", ["c1", "c2"]) == [1, 1]
 
 
 def test_unprocessed_rows_and_keys_are_asked_for_again_after_a_backoff(

@@ -610,9 +610,9 @@ def test_workflows_table_holds_definitions_runs_and_nodes_with_the_sparse_state_
         {"AttributeName": "pk", "KeyType": "HASH"},
         {"AttributeName": "sk", "KeyType": "RANGE"},
     ]
-    # state_key = "{run_id}#{state}" on nodes, "active-runs" on running runs only. The
-    # index carries the node fields a page of nodes returns, so no read of the table
-    # follows a page, and nothing more (a run's other attributes stay out).
+    # state_key = "{run_id}#{state}" on nodes in a rare state (failed, blocked,
+    # cancelled), "active-runs" on running runs only. Keys only: a page of nodes is read
+    # back by key, and a node's moves write nothing here unless its key changes.
     assert props["GlobalSecondaryIndexes"] == [
         {
             "IndexName": "by_state",

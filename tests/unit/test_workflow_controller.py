@@ -6,6 +6,8 @@ cheap enough to try every crash point and larger graphs.
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from helpers.flows import (
     DIAMOND,
     ETL_EDGES,
     ETL_NODES,
+    Crash,
     Flow,
     assert_dependency_order,
     node,
@@ -128,11 +131,11 @@ def test_retry_failed_resets_in_bounded_steps_and_the_run_is_not_finished_meanwh
     assert set(flow.ledger.effects.values()) == {1} and len(flow.ledger.effects) == 11
 
 
-class MovesBetweenListings:
-    """A workflow store whose listing of dispatched nodes is followed, before the caller
-    can read anything else, by another controller's step (``meanwhile``): a node moves
-    from waiting to dispatched between the completion check's two reads, as a concurrent
-    node_done moves it, or as a lagging index would show it."""
+class MovesDuringTheCheck:
+    """A workflow store whose count of a finished leaf is followed, before the caller can
+    read anything else, by another controller's step (``meanwhile``): a node moves from
+    waiting to dispatched while the completion check runs, as a concurrent node_done
+    moves it."""
 
     def __init__(self, store: Any, meanwhile: Any) -> None:
         self._store = store
@@ -141,12 +144,12 @@ class MovesBetweenListings:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def nodes_in_state(self, run_id: str, state: NodeState, **kwargs: Any) -> Any:
-        page = self._store.nodes_in_state(run_id, state, **kwargs)
-        if state is NodeState.DISPATCHED and self._meanwhile is not None:
+    def add_finished_leaves(self, run_id: str, generation: int, count: int = 1) -> int:
+        counted = self._store.add_finished_leaves(run_id, generation, count)
+        if self._meanwhile is not None:
             meanwhile, self._meanwhile = self._meanwhile, None
             meanwhile()
-        return page
+        return counted
 
 
 def test_a_run_is_not_finished_while_a_node_moves_to_dispatched_during_the_check() -> None:
@@ -164,11 +167,11 @@ def test_a_run_is_not_finished_while_a_node_moves_to_dispatched_during_the_check
     assert flow.store.succeed_node(run.run_id, "y", chunk=0, children=("z",))
 
     # WHEN x's completion runs its end-of-run check, and y's controller dispatches z
-    # between that check's two reads
+    # while it runs
     def dispatch_z() -> None:
         flow.controller.node_done(run.run_id, "y", 1)
 
-    racing = flow.make_controller(MovesBetweenListings(flow.store, dispatch_z))
+    racing = flow.make_controller(MovesDuringTheCheck(flow.store, dispatch_z))
     done = racing.node_done(run.run_id, "x", 1)
     # THEN the run is not recorded as finished while z is dispatched
     z = flow.store.get_nodes(run.run_id, ["z"])["z"]
@@ -352,3 +355,57 @@ def test_a_registration_that_lost_the_race_for_a_version_changes_nothing() -> No
     fresh = workflows.Definitions(flow.store, flow.documents)
     assert fresh.get("tenant-a", "wf", 1).graph.nodes == tuple(DIAMOND[0])
     assert first.document_key in set(flow.documents.keys())  # type: ignore[attr-defined]
+
+
+class StopsAfterTheMove:
+    """A workflow store whose first success with children stops right after the parent's
+    move, before any child is decremented (the controller stopped there)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.stopped = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def succeed_node(self, run_id: str, node_id: str, *, chunk: int, children: Any) -> bool:
+        moved = self._store.succeed_node(run_id, node_id, chunk=chunk, children=children)
+        if self.stopped or not moved or not children:
+            return bool(moved)
+        self.stopped = True
+        # Undo the decrements the move was followed by: as if none had been sent.
+        rows = self._store.get_nodes(run_id, children)
+        self._store.put_nodes(run_id, [replace(r, pending=r.pending + 1) for r in rows.values()])
+        raise Crash(f"stopped after {node_id}'s move")
+
+
+def test_a_success_stopped_after_its_move_leaves_children_waiting_until_the_reconcile() -> None:
+    flow = Flow.on_memory()
+    # GIVEN the diamond, its controller stopping after a's move and before a's decrements
+    # (the event in hand is lost with it)
+    flow.register([node(n) for n in DIAMOND[0]], DIAMOND[1])
+    run = flow.start()
+    stopping = StopsAfterTheMove(flow.store)
+    controller = flow.make_controller(stopping)
+
+    def handle(body: dict[str, Any]) -> None:
+        with contextlib.suppress(Crash):  # the event in hand is lost
+            controller.handle(body)
+
+    for _ in range(50):
+        if not flow.step(handle):
+            flow.clock.advance(5)
+    # THEN a succeeded once, and its children wait with counters too high: nothing ran
+    # before its parents, and the redelivered completions decremented nothing
+    assert stopping.stopped
+    rows = flow.store.get_nodes(run.run_id, ["a", "b", "c"])
+    assert rows["a"].state is NodeState.SUCCEEDED
+    assert [(rows[n].state, rows[n].pending) for n in "bc"] == [(NodeState.WAITING, 1)] * 2
+    assert dict(flow.ledger.effects) == {"a": 1}
+    # WHEN the reconcile runs (every minute for a running run)
+    flow.controller.reconcile(run.run_id)
+    flow.drain()
+    # THEN the run completes, each node once, in dependency order
+    assert flow.run_state(run) is workflow.RunState.SUCCEEDED
+    assert dict(flow.ledger.effects) == dict.fromkeys(DIAMOND[0], 1)
+    assert_dependency_order(flow.ledger.order, DIAMOND[1])

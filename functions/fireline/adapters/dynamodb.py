@@ -115,6 +115,7 @@ def _query_page(
     newest_first: bool = False,
     sort_between: tuple[str, str | None, str | None] | None = None,
     states: Sequence[str] | None = None,
+    consistent: bool = False,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of a Query on one partition; the decoded items and the next cursor.
 
@@ -134,6 +135,8 @@ def _query_page(
         "ScanIndexForward": not newest_first,
         "Limit": limit,
     }
+    if consistent:
+        kwargs["ConsistentRead"] = True
     if sort_between is not None:
         sort_name, low, high = sort_between
         # An open end is left out of the condition: a key value may not be empty.

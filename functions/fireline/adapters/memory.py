@@ -1023,9 +1023,11 @@ class MemoryWorkflowStore:
         self._runs: dict[str, workflow.Run] = {}
         self._nodes: dict[str, dict[str, workflow.RunNode]] = defaultdict(dict)
         # run -> state -> node ids in order: the state index (a GSI in DynamoDB)
+        # (only the rare states, as the DynamoDB adapter's index holds)
         self._index: dict[str, dict[dag.NodeState, list[str]]] = defaultdict(
-            lambda: {state: [] for state in dag.NodeState}
+            lambda: {state: [] for state in workflow.INDEXED_STATES}
         )
+        self._leaves: dict[tuple[str, int], int] = defaultdict(int)
         self._lock = threading.RLock()
         self.writes: dict[str, int] = defaultdict(int)
 
@@ -1144,12 +1146,15 @@ class MemoryWorkflowStore:
             return
         index = self._index[run_id]
         node_id, before, after = row.node_id, None if old is None else old.state, row.state
+        if before not in index and after not in index:
+            return
 
         def move() -> None:
-            if before is not None:
+            if before in index:
                 ids = index[before]
                 del ids[bisect.bisect_left(ids, node_id)]
-            bisect.insort(index[after], node_id)
+            if after in index:
+                bisect.insort(index[after], node_id)
 
         self._propagation.write((run_id, node_id), move)
 
@@ -1174,7 +1179,11 @@ class MemoryWorkflowStore:
         with self._lock:
             self._propagation.catch_up()
             rows = self._nodes.get(run_id, {})
-            ids = self._index[run_id][state] if run_id in self._index else []
+            if state not in workflow.INDEXED_STATES:
+                # From the rows themselves, as the DynamoDB adapter reads its partition.
+                ids = sorted(n for n, r in rows.items() if r.state is state)
+            else:
+                ids = self._index[run_id][state] if run_id in self._index else []
             start = bisect.bisect_right(ids, cursor) if cursor else 0
             listed = ids[start : start + limit]
             # As the DynamoDB adapter does: the rows read back, kept if still in the state
@@ -1195,11 +1204,12 @@ class MemoryWorkflowStore:
             return ports.Page([rows[n] for n in listed], listed[-1] if more and listed else None)
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
+        # From the rows, as the DynamoDB adapter counts them.
+        counts = dict.fromkeys(dag.NodeState, 0)
         with self._lock:
-            self._propagation.catch_up()
-            if run_id not in self._index:
-                return dict.fromkeys(dag.NodeState, 0)
-            return {state: len(ids) for state, ids in self._index[run_id].items()}
+            for row in self._nodes.get(run_id, {}).values():
+                counts[row.state] += 1
+        return counts
 
     def move_node(
         self,
@@ -1242,13 +1252,23 @@ class MemoryWorkflowStore:
                 return False
             if chunk > 0 and (row.state is not dag.NodeState.SUCCEEDED or row.fanout != chunk):
                 return False
-            if any(c not in rows for c in children):
-                return False  # a transaction with a missing child would fail whole
             self._store(
                 run_id,
                 replace(row, state=dag.NodeState.SUCCEEDED, fanout=chunk + 1 if children else 0),
             )
-            for child in children:
+            # As the DynamoDB adapter does: the move, then one write per child that exists.
+            present = [c for c in children if c in rows]
+            for child in present:
                 rows[child] = replace(rows[child], pending=rows[child].pending - 1)
-            self.writes["node"] += 1 + len(children)
+            self.writes["node"] += 1 + len(present)
             return True
+
+    def add_finished_leaves(self, run_id: str, generation: int, count: int = 1) -> int:
+        with self._lock:
+            self._leaves[(run_id, generation)] += count
+            self.writes["leaves"] += 1
+            return self._leaves[(run_id, generation)]
+
+    def finished_leaves(self, run_id: str, generation: int) -> int:
+        with self._lock:
+            return self._leaves.get((run_id, generation), 0)

@@ -12,12 +12,19 @@ Items of the workflows table (see infra/template.yaml, WorkflowsTable):
   ``state_key = "active-runs"``, which puts it in the ``by_state`` index (the periodic
   reconcile's list); any other state removes it.
 - node: pk = ``R#{run_id}``, sk = ``N#{node_id}``, with state, pending (unfinished parents),
-  generation, fanout (fan-out transactions applied) and ``state_key = "{run_id}#{state}"``:
-  the index partition of a run's nodes in one state, ordered by node id.
+  generation and fanout (fan-out chunks applied). Only a node in a rare state (failed,
+  blocked, cancelled) carries ``state_key = "{run_id}#{state}"``, its index partition:
+  a node's way through waiting, dispatched and succeeded writes nothing to the index.
+  Nodes in those states are listed and counted from the run's partition itself.
+- finished leaves: pk = ``R#{run_id}``, sk = ``leaves#{generation}``, a counter of the
+  run's leaves that reached a final state in that generation, at most once each.
 
-Every node move is a conditional write on the state read. A node's success decrements its
-children in transactions of at most 99 children plus the parent's own fan-out cursor,
-which is the transaction's condition: a repeated chunk fails whole and decrements nothing.
+Every node move is a conditional write on the state read. A node's success is its own
+conditional move first (dispatched -> succeeded, or one step of its fan-out cursor), then
+one plain decrement per child: only the writer whose move applied decrements, so a
+repeated completion decrements nothing; a crash between the move and the decrements
+leaves counters too high, never too low, and the reconcile dispatches from the parents'
+states.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 from botocore.exceptions import ClientError
@@ -37,7 +44,6 @@ from fireline.adapters.dynamodb import (
     _applied,
     _batch_get,
     _batch_write,
-    _cancellation_reasons,
     _code,
     _decode,
     _decode_cursor,
@@ -52,15 +58,15 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import (
         TransactWriteItemTypeDef,
-        UpdateTypeDef,
     )
 
     from fireline.adapters.quotas_dynamodb import DynamoQuotaStore
 else:
-    DynamoDBClient = TransactWriteItemTypeDef = UpdateTypeDef = Any
+    DynamoDBClient = TransactWriteItemTypeDef = Any
 
 logger = Logger(service="fireline", child=True)
 STATE_INDEX = "by_state"
+LEAVES_PREFIX = "leaves#"
 ACTIVE_RUNS = "active-runs"  # the index partition of running runs
 RUN_SK = "run"
 NODE_PREFIX = "N#"
@@ -71,6 +77,8 @@ MAX_VERSION = 10**8 - 1  # sk holds the version in 8 digits, so that it sorts
 ATTEMPTS = 6
 BACKOFF_SECONDS = 0.05
 INDEX_KEYS = ("pk", "sk", "state_key")
+# Rows read per Query when a listing filters the run's partition by state.
+PARTITION_READ = 100
 
 
 def _iso(moment: datetime) -> str:
@@ -136,6 +144,11 @@ def node_sk(node_id: str) -> str:
 def node_state_key(run_id: str, state: dag.NodeState) -> str:
     # Node states hold no "#", so two runs' keys never meet.
     return f"{run_id}#{state.value}"
+
+
+def _index_key(run_id: str, state: dag.NodeState) -> str | None:
+    """The node's index partition in ``state``; None for a state the index leaves out."""
+    return node_state_key(run_id, state) if state in workflow.INDEXED_STATES else None
 
 
 def _definition_to_item(meta: workflow.DefinitionMeta) -> dict[str, Any]:
@@ -214,7 +227,7 @@ def _node_to_item(run_id: str, node: workflow.RunNode) -> dict[str, Any]:
         "pending": node.pending,
         "generation": node.generation,
         "fanout": node.fanout,
-        "state_key": node_state_key(run_id, node.state),
+        "state_key": _index_key(run_id, node.state),
     }
 
 
@@ -531,6 +544,8 @@ class DynamoWorkflowStore:
     def nodes_in_state(
         self, run_id: str, state: dag.NodeState, *, limit: int, cursor: str | None = None
     ) -> ports.Page[workflow.RunNode]:
+        if state not in workflow.INDEXED_STATES:
+            return self._partition_state_page(run_id, state, limit=limit, cursor=cursor)
         records, next_cursor = self._index_page(
             node_state_key(run_id, state), limit=limit, cursor=cursor
         )
@@ -541,6 +556,33 @@ class DynamoWorkflowStore:
         return ports.Page(
             [rows[n] for n in ids if n in rows and rows[n].state is state], next_cursor
         )
+
+    def _partition_state_page(
+        self, run_id: str, state: dag.NodeState, *, limit: int, cursor: str | None
+    ) -> ports.Page[workflow.RunNode]:
+        """A state the index leaves out, from the run's partition read consistently and
+        filtered: reads go on until one row more than asked is found (so a page that ends
+        the listing says so) or the partition ends."""
+        if limit < 1:
+            raise errors.ValidationError("must be at least 1", field="limit")
+        found: list[dict[str, Any]] = []
+        while True:
+            records, cursor = self._partition_page(
+                run_pk(run_id),
+                limit=max(limit + 1, PARTITION_READ),
+                cursor=cursor,
+                sort_between=("sk", NODE_PREFIX, NODE_PREFIX + "\uffff"),
+                states=[state.value],
+                consistent=True,
+            )
+            found += records
+            if len(found) > limit:
+                found = found[:limit]
+                cursor = _encode_cursor({k: found[-1][k] for k in ("pk", "sk")})
+                break
+            if cursor is None:
+                break
+        return ports.Page([_node_from_item(r) for r in found], cursor)
 
     def nodes(
         self, run_id: str, *, limit: int, cursor: str | None = None
@@ -556,24 +598,27 @@ class DynamoWorkflowStore:
         return ports.Page([_node_from_item(r) for r in records], next_cursor)
 
     def count_states(self, run_id: str) -> dict[dag.NodeState, int]:
+        # The run's node rows, read once (eventually consistent, their state only): the
+        # index holds only the rare states, and counts from the table do not lag it.
         counts = dict.fromkeys(dag.NodeState, 0)
-        for state in dag.NodeState:
-            kwargs: dict[str, Any] = {
-                "TableName": self._table,
-                "IndexName": STATE_INDEX,
-                "KeyConditionExpression": "#key = :key",
-                "ExpressionAttributeNames": {"#key": "state_key"},
-                "ExpressionAttributeValues": {":key": {"S": node_state_key(run_id, state)}},
-                "Select": "COUNT",
-            }
-            while True:
-                with _translated():
-                    response = self._client.query(**kwargs)
-                counts[state] += int(response.get("Count", 0))
-                if "LastEvaluatedKey" not in response:
-                    break
-                kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-        return counts
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
+            "ProjectionExpression": "#state",
+            "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk", "#state": "state"},
+            "ExpressionAttributeValues": {
+                ":pk": {"S": run_pk(run_id)},
+                ":prefix": {"S": NODE_PREFIX},
+            },
+        }
+        while True:
+            with _translated():
+                response = self._client.query(**kwargs)
+            for item in response.get("Items", []):
+                counts[dag.NodeState(item["state"]["S"])] += 1
+            if "LastEvaluatedKey" not in response:
+                return counts
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def move_node(
         self,
@@ -586,14 +631,14 @@ class DynamoWorkflowStore:
         generation: int | None = None,
         pending: int | None = None,
     ) -> bool:
-        update = "SET #state = :to, #key = :key"
+        update = "SET #state = :to"
         condition = "#state = :expected"
         names = {"#state": "state", "#key": "state_key"}
-        values: dict[str, Any] = {
-            ":to": {"S": to.value},
-            ":key": {"S": node_state_key(run_id, to)},
-            ":expected": {"S": expected.value},
-        }
+        values: dict[str, Any] = {":to": {"S": to.value}, ":expected": {"S": expected.value}}
+        key = _index_key(run_id, to)
+        if key is not None:
+            update += ", #key = :key"
+            values[":key"] = {"S": key}
         if generation is not None:
             update += ", #gen = :gen"
             names["#gen"] = "generation"
@@ -608,17 +653,17 @@ class DynamoWorkflowStore:
         if ready_only:
             # Every parent finished: a dispatch racing the last decrement waits for it.
             condition += " AND #pending <= :zero"
+        if key is None:
+            update += " REMOVE #key"  # out of the index (nothing to do if it was not in it)
         # Of two controllers that read the same state, one moves the node; the other sees
         # False. (A missing row has no state: it fails too.)
-        return _applied(
-            lambda: self._client.update_item(
-                TableName=self._table,
-                Key=_encode({"pk": run_pk(run_id), "sk": node_sk(node_id)}),
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
+        return self._update_node(
+            run_id,
+            node_id,
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
         )
 
     def succeed_node(
@@ -626,7 +671,7 @@ class DynamoWorkflowStore:
     ) -> bool:
         if len(children) > workflow.FANOUT_CHUNK:
             raise errors.ValidationError(
-                f"at most {workflow.FANOUT_CHUNK} children per transaction", field="children"
+                f"at most {workflow.FANOUT_CHUNK} children per step", field="children"
             )
         if chunk < 0:
             raise errors.ValidationError("must be 0 or more", field="chunk")
@@ -636,11 +681,11 @@ class DynamoWorkflowStore:
             ":next": {"N": str(chunk + 1 if children else 0)},
         }
         if chunk == 0:
-            # The node's success itself: only a dispatched node succeeds, once.
-            update = "SET #state = :succeeded, #key = :key, #fanout = :next"
+            # The node's success itself: only a dispatched node succeeds, once. (REMOVE:
+            # a row written when every state was indexed leaves the index now.)
+            update = "SET #state = :succeeded, #fanout = :next REMOVE #key"
             condition = "#state = :dispatched"
             names["#key"] = "state_key"
-            values[":key"] = {"S": node_state_key(run_id, dag.NodeState.SUCCEEDED)}
             values[":dispatched"] = {"S": dag.NodeState.DISPATCHED.value}
         else:
             # A continuation: the fan-out cursor says which chunk is next, so a chunk
@@ -648,62 +693,63 @@ class DynamoWorkflowStore:
             update = "SET #fanout = :next"
             condition = "#state = :succeeded AND #fanout = :chunk"
             values[":chunk"] = {"N": str(chunk)}
-        parent: dict[str, Any] = {
-            "TableName": self._table,
-            "Key": _encode({"pk": run_pk(run_id), "sk": node_sk(node_id)}),
-            "UpdateExpression": update,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-        }
-        if not children:
-            # A leaf: one conditional write, at half a transaction's cost.
-            return _applied(lambda: self._client.update_item(**parent))
-        items: list[TransactWriteItemTypeDef] = [{"Update": cast("UpdateTypeDef", parent)}]
-        items += [
-            {
-                "Update": {
-                    "TableName": self._table,
-                    "Key": _encode({"pk": run_pk(run_id), "sk": node_sk(child)}),
-                    "UpdateExpression": "SET #pending = #pending - :one",
-                    # An update on a missing key would create a stray row: the child must
-                    # exist (the run's rows are all written before anything is dispatched).
-                    "ConditionExpression": "attribute_exists(#pk)",
-                    "ExpressionAttributeNames": {"#pending": "pending", "#pk": "pk"},
-                    "ExpressionAttributeValues": {":one": {"N": "1"}},
-                }
-            }
-            for child in children
-        ]
-        for attempt in range(ATTEMPTS + 1):
-            try:
-                with _translated():
-                    # No ClientRequestToken: a repeat within its 10 minutes would succeed
-                    # again without applying, and the caller must learn it was applied
-                    # already.
-                    self._client.transact_write_items(TransactItems=items)
-            except ClientError as exc:
-                if _code(exc) != "TransactionCanceledException":
-                    raise
-                reasons = _cancellation_reasons(exc)
-                if "ConditionalCheckFailed" in reasons:
-                    # On the parent: this chunk was applied already (or the node is not
-                    # dispatched). On a child: its row is missing. Nothing changed.
-                    return False
-                if all(r in ("None", "TransactionConflict") for r in reasons) and (
-                    "TransactionConflict" in reasons
-                ):
-                    if attempt == ATTEMPTS:
-                        raise errors.Unavailable(
-                            "DynamoDB transaction kept conflicting (TransactionConflict)"
-                        ) from exc
-                    self._backoff(attempt)
-                    continue
-                raise errors.Unavailable(
-                    f"DynamoDB cancelled the transaction ({', '.join(reasons)})"
-                ) from exc
-            return True
-        raise AssertionError("unreachable")  # pragma: no cover
+        # The parent's move is the guard: of two controllers applying the same chunk, one
+        # moves it and only that one decrements the children.
+        if not self._update_node(
+            run_id,
+            node_id,
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        ):
+            return False
+        for child in children:
+            # One plain write per child, at half a transaction item's cost. A crash
+            # before the last leaves a counter too high, never too low: the reconcile
+            # dispatches a child whose parents all succeeded whatever its counter says.
+            self._decrement(run_id, child)
+        return True
+
+    def _decrement(self, run_id: str, child: str) -> None:
+        self._update_node(
+            run_id,
+            child,
+            UpdateExpression="SET #pending = #pending - :one",
+            # An update on a missing key would create a stray row.
+            ConditionExpression="attribute_exists(#pk)",
+            ExpressionAttributeNames={"#pending": "pending", "#pk": "pk"},
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+
+    def _update_node(self, run_id: str, node_id: str, **update: Any) -> bool:
+        """One conditional UpdateItem of a node row; False when its condition failed."""
+        key = _encode({"pk": run_pk(run_id), "sk": node_sk(node_id)})
+        return _applied(lambda: self._client.update_item(TableName=self._table, Key=key, **update))
+
+    # --- finished leaves -----------------------------------------------------------------
+
+    def _leaves_key(self, run_id: str, generation: int) -> dict[str, Any]:
+        return _encode({"pk": run_pk(run_id), "sk": f"{LEAVES_PREFIX}{generation}"})
+
+    def add_finished_leaves(self, run_id: str, generation: int, count: int = 1) -> int:
+        with _translated():
+            response = self._client.update_item(
+                TableName=self._table,
+                Key=self._leaves_key(run_id, generation),
+                UpdateExpression="ADD #done :n",
+                ExpressionAttributeNames={"#done": "done"},
+                ExpressionAttributeValues={":n": {"N": str(count)}},
+                ReturnValues="UPDATED_NEW",
+            )
+        return int(response["Attributes"]["done"]["N"])
+
+    def finished_leaves(self, run_id: str, generation: int) -> int:
+        with _translated():
+            response = self._client.get_item(
+                TableName=self._table, Key=self._leaves_key(run_id, generation), ConsistentRead=True
+            )
+        return int(response.get("Item", {}).get("done", {}).get("N", 0))
 
     # --- the state index -----------------------------------------------------------------
 

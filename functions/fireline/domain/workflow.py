@@ -14,6 +14,7 @@ is a new occurrence (new idempotency record) and the old one stays in the histor
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -27,9 +28,13 @@ NODE_PREFIX = "wf."
 # The controller's own queue (an SQS queue beside the per-class ones): node completions,
 # run starts, fan-out continuations, cancels and reconciles.
 CONTROL_QUEUE = "workflow"
-# A node's success decrements its children in transactions of this many children plus
-# the parent's own fan-out cursor (DynamoDB takes 100 items per transaction).
+# A node's success decrements its children this many at a time, each chunk behind one
+# step of the parent's own fan-out cursor (a bounded step per write of the parent).
 FANOUT_CHUNK = 99
+# Node states a store lists from an index of their own: the rare ones (a run's failures
+# and what they stopped). A node's way through waiting, dispatched and succeeded, every
+# node's, is not indexed: those are listed and counted from the run's own rows.
+INDEXED_STATES = frozenset({dag.NodeState.FAILED, dag.NodeState.BLOCKED, dag.NodeState.CANCELLED})
 
 
 DEFAULT_RETRY = retry.RetryPolicy()
@@ -138,6 +143,11 @@ class Definition:
         specs = [NodeSpec.from_document(n) for n in doc["nodes"]]
         edges = [(p, c) for p, c in doc["edges"]]
         return cls.build(tenant_id, workflow_id, version, specs, edges)
+
+    @functools.cached_property
+    def leaves(self) -> int:
+        """How many nodes have no child: the run is over only once each is finished."""
+        return sum(1 for n in self.graph.nodes if not self.graph.children[n])
 
     def chunks(self, node_id: str) -> int:
         """How many fan-out transactions the node's success takes."""

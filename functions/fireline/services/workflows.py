@@ -24,12 +24,13 @@ Order of writes, and why a crash between any two of them is safe:
 A crash after 1 leaves a dispatched node without a message: the reconcile (and a
 redelivered event) sends it again.
 
-A node's success is applied in transactions of up to 99 children plus the node itself:
-the first moves it dispatched -> succeeded, the next ones need its fan-out cursor at their
-index; each advances the cursor and decrements its children once. A completion processed
-twice finds the condition failed and decrements nothing; a crash between transactions
-resumes at the cursor. No item grows with the fan-in: a child keeps a counter, not a
-list of parents.
+A node's success is applied in steps of up to 99 children: the first moves it dispatched
+-> succeeded, the next ones need its fan-out cursor at their index; each advances the
+cursor (a conditional write) and then decrements that step's children, one plain write
+each. Only the writer whose move applied decrements, so a completion processed twice
+decrements nothing; a crash after a move leaves counters too high, never too low (the
+reconcile dispatches from the parents' states), and one between steps resumes at the
+cursor. No item grows with the fan-in: a child keeps a counter, not a list of parents.
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ UPLOAD_CONTENT_TYPE = "application/json"
 START_SLICE = 5_000
 FANOUT_BUDGET = 100
 RESET_BUDGET = 5_000
-CONFIRM_PAGE = 25
 
 
 class _NoMetrics:
@@ -139,6 +139,7 @@ class Report:
     transactions: int = 0
     continued: bool = False  # the rest was handed to a follow-up event
     finished: workflow.RunState | None = None
+    leaves_done: int | None = None  # the run's finished leaves, as last counted here
 
 
 class Controller:
@@ -248,6 +249,7 @@ class Controller:
             run_id, node_id, expected=NodeState.DISPATCHED, to=NodeState.CANCELLED
         ):  # skipped or cancelled: not wanted now
             report.cancelled.append(node_id)
+            self._leaf_finished(run, definition, node_id, report)
         if not report.dispatched and run.state is workflow.RunState.RUNNING:
             self._finish_if_done(run, report)
         return report
@@ -314,6 +316,16 @@ class Controller:
                 pending=pending,
             )
             moved += 1
+        # The new generation's count of finished leaves starts at those that succeeded
+        # before (they will not finish again). Counted before the reset ends: a repeat
+        # counts them twice, which costs the end's check a read, never the end itself.
+        kept = sum(
+            1
+            for n, r in rows.items()
+            if r.state is NodeState.SUCCEEDED and not definition.graph.children[n]
+        )
+        if kept:
+            self.store.add_finished_leaves(run_id, run.generation, kept)
         if self.store.update_run(
             replace(run, resetting=False),
             expected_state=run.state,
@@ -362,11 +374,12 @@ class Controller:
                 run_id, node_id, expected=NodeState.WAITING, to=NodeState.BLOCKED
             ):
                 report.blocked.append(node_id)
+                self._leaf_finished(run, definition, node_id, report)
         # Parents all succeeded: dispatch whatever its counter says (a lost decrement
         # leaves it above zero; the parents' states are the truth).
         self._dispatch(run, definition, [rows[n] for n in plan.dispatch], report, ready_only=False)
         if not report.dispatched:
-            self._finish_if_done(run, report)
+            self._finish_if_done(run, report, full=True)
         if any((report.dispatched, report.resent, report.succeeded, report.blocked)):
             logger.warning(
                 "reconcile repaired a run",
@@ -423,6 +436,7 @@ class Controller:
                 report.transactions += 1
                 report.succeeded.append(node_id)
                 node = replace(node, state=NodeState.SUCCEEDED, fanout=1 if chunks else 0)
+                self._leaf_finished(run, definition, node_id, report)
                 self._dispatch_ready(run, definition, kids, report)
         elif node.state is not NodeState.SUCCEEDED:
             return
@@ -570,6 +584,7 @@ class Controller:
             ):
                 report.failed.append(node.node_id)
                 self.metrics.add_metric("WorkflowNodesFailed", "Count", 1)
+                self._leaf_finished(run, definition, node.node_id, report)
         elif node.state is not NodeState.FAILED:
             return
         self._note_failure(run)
@@ -601,23 +616,37 @@ class Controller:
                     run.run_id, row.node_id, expected=NodeState.WAITING, to=NodeState.BLOCKED
                 ):
                     report.blocked.append(row.node_id)
+                    self._leaf_finished(run, definition, row.node_id, report)
 
-    def _finish_if_done(self, run: workflow.Run, report: Report) -> None:
+    def _leaf_finished(
+        self, run: workflow.Run, definition: workflow.Definition, node_id: str, report: Report
+    ) -> None:
+        """Count a leaf this controller just moved to a final state (once: only the
+        writer whose move applied counts it)."""
+        if not definition.graph.children[node_id]:
+            report.leaves_done = self.store.add_finished_leaves(run.run_id, run.generation)
+
+    def _finish_if_done(self, run: workflow.Run, report: Report, *, full: bool = False) -> None:
         """Record the run's end once, if no node is waiting or dispatched.
 
-        The state index answers "not yet" cheaply: a node it lists is read back
-        consistently, so it is unfinished for sure. Its "nothing left" is not trusted:
-        the index lags, and a node can move from waiting to dispatched between two
-        listings. The end is decided on the node rows themselves, read consistently from
-        the base table, once the index has nothing to show: about once per run.
+        The count of finished leaves answers "not yet" cheaply: a run is not over before
+        every leaf has finished, and a leaf is counted once, after the move that finished
+        it, so the count is never above the truth (one read, or none when this step
+        counted a leaf). A crash between a leaf's move and its count leaves it short: the
+        periodic reconcile (``full``) skips it and records that run's end. Its "every
+        leaf" is not trusted either: a leaf blocked by a failure finishes before the
+        other branches do. The end is decided on the node rows themselves, read
+        consistently from the base table: about once per run.
         Finished node states are final within a generation, and a new generation ("retry
         failed") changes the run's generation, on which the end's write is conditional;
         so rows read page after page that are all finished were all finished at the end
         of the read.
         """
-        for state in (NodeState.DISPATCHED, NodeState.WAITING):
-            page = self.store.nodes_in_state(run.run_id, state, limit=CONFIRM_PAGE)
-            if page.items or page.cursor is not None:
+        if not full:
+            done = report.leaves_done
+            if done is None:
+                done = self.store.finished_leaves(run.run_id, run.generation)
+            if done < self._definition(run).leaves:
                 return
         rows = self.store.all_nodes(run.run_id)
         if any(r.state in (NodeState.WAITING, NodeState.DISPATCHED) for r in rows):
