@@ -799,7 +799,13 @@ class Worker:
         race did not happen: the claim created the row (the ticker sends fires without
         rows, so there was none to settle), or the fire is older than
         ``claims.RECHECK_OLDER_THAN`` (its row may lie outside the change's range). A
-        change that returned before that read stops the run."""
+        change that returned before that read stops the run.
+
+        Read per record, not for the batch: it must come after this record's own claim,
+        so one read for the batch would hold every record's run until the slowest claim
+        of the batch (a throttled one, one holding for its fire time) had been made, and
+        would need every record of the batch running at once, which ports.Parallel does
+        not promise (run in turn, the first record would wait for ever)."""
         if workflow.is_node_key(claimed.key):
             return None  # a workflow node's run is governed by its run (cancel)
         if not fresh and claimed.fire_time >= self.clock.now() - claims.RECHECK_OLDER_THAN:
