@@ -88,8 +88,12 @@ class ScheduleStore(Protocol):
         checked again (see the worker)."""
         ...
 
-    def get_many(self, keys: Sequence[tuple[str, str]]) -> builtins.list[model.Schedule]:
-        """The schedules of (tenant_id, schedule_id) keys that exist, in no particular order."""
+    def get_many(
+        self, keys: Sequence[tuple[str, str]], *, consistent: bool = True
+    ) -> builtins.list[model.Schedule]:
+        """The schedules of (tenant_id, schedule_id) keys that exist, in no particular
+        order, however many keys (read 100 to a request). ``consistent=False``: as
+        ``get``'s, for a caller whose every decision on it is checked again."""
         ...
 
     def list(
@@ -186,8 +190,12 @@ class OccurrenceStore(Protocol):
         show an older state of the row; only where a conditional write follows."""
         ...
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, occurrence.Occurrence]:
-        """The rows of ``keys`` that exist, by key, read consistently."""
+    def get_many(
+        self, keys: Sequence[str], *, consistent: bool = True
+    ) -> dict[str, occurrence.Occurrence]:
+        """The rows of ``keys`` that exist, by key, however many keys (read 100 to a
+        request). ``consistent=False``: as ``get``'s, only where a conditional write
+        follows."""
         ...
 
     def history(

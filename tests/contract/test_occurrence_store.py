@@ -7,12 +7,17 @@ import threading
 from datetime import datetime, timedelta
 from typing import Any
 
+import boto3
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from moto import mock_aws
 
 from fireline import ports
+from fireline.adapters import dynamodb
+from fireline.domain import errors
 from fireline.domain.occurrence import State
+from helpers.aws import REGION, Stack, serialized_item_writes, unprocessed_keys
 
 from .support import MINUTE, OTHER_TENANT, START, TENANT, Backend, an_occurrence
 
@@ -59,8 +64,9 @@ def test_given_an_existing_key_when_put_again_then_false_and_the_first_row_stays
     assert occurrence_store.get(first.key) == first
 
 
+@pytest.mark.parametrize("consistent", [True, False], ids=["consistent", "eventually"])
 def test_given_rows_of_many_schedules_when_got_many_then_those_that_exist_come_back_by_key(
-    occurrence_store: ports.OccurrenceStore,
+    occurrence_store: ports.OccurrenceStore, consistent: bool
 ) -> None:
     # GIVEN 150 rows (more than one batch of 100) over three schedules, one a trigger's
     rows = [an_occurrence(f"s{i % 3}", START + i * MINUTE) for i in range(149)]
@@ -70,10 +76,33 @@ def test_given_rows_of_many_schedules_when_got_many_then_those_that_exist_come_b
     missing = an_occurrence("s1", START - MINUTE).key
     # WHEN read by their keys, with a key twice and one that has no row
     keys = [r.key for r in rows] + [rows[0].key, missing]
-    found = occurrence_store.get_many(keys)
+    found = occurrence_store.get_many(keys, consistent=consistent)
     # THEN every stored row comes back whole under its key, and nothing else
     assert found == {r.key: r for r in rows}
-    assert occurrence_store.get_many([]) == {}
+    assert occurrence_store.get_many([], consistent=consistent) == {}
+
+
+def test_given_a_throttled_table_when_got_many_then_unprocessed_keys_go_again_after_waits() -> None:
+    with mock_aws(), serialized_item_writes():
+        # GIVEN 5 rows on DynamoDB, whose next two batch reads leave all but a key unread
+        client = boto3.client("dynamodb", region_name=REGION)
+        slept: list[float] = []
+        table = Stack.create(prefix="unprocessed").tables["OccurrencesTable"]
+        store = dynamodb.DynamoOccurrenceStore(client, table, sleep=slept.append)
+        rows = [an_occurrence("nightly", START + i * MINUTE) for i in range(5)]
+        for row in rows:
+            assert store.put_new(row)
+        with unprocessed_keys(client, times=2) as asked:
+            # WHEN read together
+            found = store.get_many([r.key for r in rows], consistent=False)
+        # THEN every row came back: the keys left over were asked again after a wait,
+        # twice as long the second time
+        assert found == {r.key: r for r in rows}
+        assert asked == [5, 4, 3]
+        assert slept == [0.05, 0.1]
+        # AND a table that never lets the keys through makes the read unavailable
+        with unprocessed_keys(client, times=100, reads=0), pytest.raises(errors.Unavailable):
+            store.get_many([r.key for r in rows])
 
 
 def test_triggers_keyed_to_the_millisecond_are_rows_of_their_own_in_time_order(

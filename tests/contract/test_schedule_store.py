@@ -7,12 +7,16 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
+import boto3
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from moto import mock_aws
 
 from fireline import ports
+from fireline.adapters import dynamodb
 from fireline.domain import errors, model
+from helpers.aws import REGION, Stack, serialized_item_writes, unprocessed_keys
 
 from .support import (
     MINUTE,
@@ -118,6 +122,45 @@ def test_given_keys_when_fetched_together_then_the_existing_ones_come_back(
     # THEN each existing schedule once, in any order
     assert sorted(found, key=lambda s: s.schedule_id) == [items[0], items[2]]
     assert schedule_store.get_many([]) == []
+
+
+@pytest.mark.parametrize("consistent", [True, False], ids=["consistent", "eventually"])
+def test_given_more_keys_than_one_batch_when_fetched_together_then_each_existing_one_once(
+    schedule_store: ports.ScheduleStore, consistent: bool
+) -> None:
+    # GIVEN 120 schedules of two tenants (more than one batch read of 100)
+    items = [a_schedule(f"s-{n:03d}", tenant_id=(TENANT, OTHER_TENANT)[n % 2]) for n in range(120)]
+    for item in items:
+        schedule_store.create(item)
+    # WHEN all are asked for, one twice, with one that does not exist and one whose id
+    # is another tenant's
+    keys = [(i.tenant_id, i.schedule_id) for i in items]
+    keys += [keys[7], (TENANT, "s-999"), (TENANT, "s-001")]
+    found = schedule_store.get_many(keys, consistent=consistent)
+    # THEN each existing schedule comes back whole, once, and nothing else
+    assert sorted(found, key=lambda s: s.schedule_id) == items
+
+
+def test_given_a_throttled_table_when_fetched_together_then_unprocessed_keys_go_again() -> None:
+    with mock_aws(), serialized_item_writes():
+        # GIVEN 4 schedules on DynamoDB, whose next batch read leaves all but a key unread
+        client = boto3.client("dynamodb", region_name=REGION)
+        slept: list[float] = []
+        table = Stack.create(prefix="unprocessed").tables["SchedulesTable"]
+        store = dynamodb.DynamoScheduleStore(client, table, shards=SHARDS, sleep=slept.append)
+        items = [a_schedule(f"s-{n}") for n in range(4)]
+        for item in items:
+            store.create(item)
+        keys = [(i.tenant_id, i.schedule_id) for i in items]
+        with unprocessed_keys(client, times=1) as asked:
+            # WHEN read together
+            found = store.get_many(keys, consistent=False)
+        # THEN every schedule came back: the keys left over were asked again after a wait
+        assert sorted(found, key=lambda s: s.schedule_id) == items
+        assert asked == [4, 3] and slept == [0.05]
+        # AND a table that never lets the keys through makes the read unavailable
+        with unprocessed_keys(client, times=100, reads=0), pytest.raises(errors.Unavailable):
+            store.get_many(keys)
 
 
 # --- list ---------------------------------------------------------------------------------

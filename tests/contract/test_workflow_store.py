@@ -31,7 +31,7 @@ from fireline.adapters import memory, s3, workflows_dynamodb
 from fireline.domain import errors, workflow
 from fireline.domain.dag import NodeState
 from helpers import dynalite
-from helpers.aws import REGION, Stack, serialized_item_writes
+from helpers.aws import REGION, Stack, serialized_item_writes, unprocessed_keys
 
 from .support import START, TENANT
 
@@ -989,7 +989,7 @@ def test_unprocessed_rows_and_keys_are_asked_for_again_after_a_backoff(
     slept: list[float] = []
     store = dynamo_store(aws, client=client, sleep=slept.append)
     table = aws.tables["WorkflowsTable"]
-    real_write, real_get = client.batch_write_item, client.batch_get_item
+    real_write = client.batch_write_item
 
     def throttled_write(**kwargs: Any) -> Any:
         # DynamoDB writes the first row and hands the rest back unprocessed, once.
@@ -998,18 +998,11 @@ def test_unprocessed_rows_and_keys_are_asked_for_again_after_a_backoff(
         monkeypatch.setattr(client, "batch_write_item", real_write)
         return {**response, "UnprocessedItems": {table: rest}}
 
-    def throttled_get(**kwargs: Any) -> Any:
-        request = kwargs["RequestItems"][table]
-        first, *rest = request["Keys"]
-        response = real_get(RequestItems={table: {**request, "Keys": [first]}})
-        monkeypatch.setattr(client, "batch_get_item", real_get)
-        return {**response, "UnprocessedKeys": {table: {**request, "Keys": rest}}}
-
     monkeypatch.setattr(client, "batch_write_item", throttled_write)
     rows = [node(n, pending=1) for n in ids(10)]
     store.put_nodes("run-1", rows)
     assert store.all_nodes("run-1") == rows
 
-    monkeypatch.setattr(client, "batch_get_item", throttled_get)
-    assert store.get_nodes("run-1", ids(10)) == {r.node_id: r for r in rows}
+    with unprocessed_keys(client, times=1):
+        assert store.get_nodes("run-1", ids(10)) == {r.node_id: r for r in rows}
     assert len(slept) == 2

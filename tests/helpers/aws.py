@@ -237,6 +237,28 @@ def serialized_item_writes() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def unprocessed_keys(client: Any, *, times: int, reads: int = 1) -> Iterator[list[int]]:
+    """DynamoDB throttling ``client``'s next ``times`` BatchGetItem requests: each reads
+    the first ``reads`` keys of each table and hands the rest back as UnprocessedKeys.
+    Yields the number of keys asked for in each request."""
+    real = client.batch_get_item
+    asked: list[int] = []
+
+    def throttled(**kwargs: Any) -> Any:
+        requests = kwargs["RequestItems"]
+        asked.append(sum(len(r["Keys"]) for r in requests.values()))
+        if len(asked) > times:
+            return real(**kwargs)
+        read = {t: {**r, "Keys": r["Keys"][:reads]} for t, r in requests.items()}
+        rest = {t: {**r, "Keys": r["Keys"][reads:]} for t, r in requests.items()}
+        response = real(RequestItems={t: r for t, r in read.items() if r["Keys"]}) if reads else {}
+        return {**response, "UnprocessedKeys": {t: r for t, r in rest.items() if r["Keys"]}}
+
+    with mock.patch.object(client, "batch_get_item", throttled):
+        yield asked
+
+
+@contextlib.contextmanager
 def sqs_follows(clock: Any) -> Iterator[None]:
     """moto's SQS reads the wall clock for delays and visibility; make it read ``clock``.
 

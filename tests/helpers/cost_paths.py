@@ -21,14 +21,16 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
-from fireline.adapters import dynamodb, quotas_dynamodb
+from fireline import ports
+from fireline.adapters import dynamodb, quotas_dynamodb, threads
 from fireline.api import app as api_app
 from fireline.cost import meter, model
-from fireline.domain import quota, workflow
+from fireline.domain import occurrence, quota, workflow
 from fireline.services import schedules
 from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
@@ -181,43 +183,63 @@ def deployed_worker(system: System, *, tenant_limit: int) -> worker_service.Work
 
 def deliver(system: System, worker: worker_service.Worker) -> int:
     """What the event source mapping does with what is visible now: batches of up to ten
-    to a worker invocation each, the batch's successes deleted in one request. Its empty
-    polls are a fixed cost per queue, not per job: only the receives that found work are
-    counted. The jobs that succeeded."""
+    to a worker invocation each (the worker's handle_batch, as the deployed handler
+    calls it), the batch's successes deleted in one request. Its empty polls are a fixed
+    cost per queue, not per job: only the receives that found work are counted. The
+    jobs that succeeded.
+
+    A batch holds what comes due together: deployed, each fire becomes visible at its
+    time, so a batch holds fires of one moment, of as many schedules. Here every fire
+    a pickup sent is visible at once (the clock jumps past them all), in the order the
+    ticker sent them, a schedule's fires together; so they are batched in fire time
+    order, as they would arrive."""
     log = system.log
     url = system.stack.queues["DefaultQueue"]
     succeeded = 0
     while True:
+        visible: list[ports.ReceivedMessage] = []
         with log.unmetered():
-            batch = system.queue.receive("default", max_messages=10)
-        if not batch:
+            while received := system.queue.receive("default", max_messages=10):
+                visible += received
+        if not visible:
             return succeeded
-        payload = sum(len(json.dumps(m.body)) for m in batch)
-        log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
-        with log.within("worker"):
-            # The deployed handler's call: the batch side by side (here one at a time),
-            # then the settled jobs' quota given back per tenant.
-            outcomes = worker.handle_batch(
-                [m.body for m in batch],
-                remaining_ms=lambda: 60_000,
-                parallel=ticker_service._Sequential(),
+        visible.sort(key=lambda m: _fire_time(m.body))
+        for start in range(0, len(visible), 10):
+            succeeded += _deliver_batch(system, worker, url, visible[start : start + 10])
+
+
+def _fire_time(body: dict[str, Any]) -> datetime:
+    return occurrence.parse_key(body["occurrence_key"]).fire_time
+
+
+def _deliver_batch(
+    system: System, worker: worker_service.Worker, url: str, batch: list[ports.ReceivedMessage]
+) -> int:
+    log = system.log
+    payload = sum(len(json.dumps(m.body)) for m in batch)
+    log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
+    # One thread: the records in turn, so the requests they make (and the slots they race
+    # for) are the same on every run; the deployed handler runs them side by side.
+    with log.within("worker"), threads.ThreadPool(1, name="worker-record") as pool:
+        outcomes = worker.handle_batch(
+            [m.body for m in batch], remaining_ms=lambda: 60_000, parallel=pool
+        )
+    succeeded = 0
+    done = []
+    for message, outcome in zip(batch, outcomes, strict=True):
+        if isinstance(outcome, worker_service.Busy):
+            continue  # reported as a batch item failure: SQS redelivers it
+        if isinstance(outcome, Exception):
+            raise outcome
+        succeeded += outcome is worker_service.Result.SUCCEEDED
+        done.append(message)
+    if done:
+        with log.within(EVENT_SOURCE, invocations=0):
+            system.sqs_client.delete_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(done)],
             )
-        done = []
-        for message, outcome in zip(batch, outcomes, strict=True):
-            if isinstance(outcome, worker_service.Busy):
-                continue  # reported as a batch item failure: SQS redelivers it
-            if isinstance(outcome, Exception):
-                raise outcome
-            succeeded += outcome is worker_service.Result.SUCCEEDED
-            done.append(message)
-        if done:
-            with log.within(EVENT_SOURCE, invocations=0):
-                system.sqs_client.delete_message_batch(
-                    QueueUrl=url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(done)
-                    ],
-                )
+    return succeeded
 
 
 def run_minutes(system: System, worker: worker_service.Worker, minutes: int) -> int:

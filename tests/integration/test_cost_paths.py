@@ -25,8 +25,8 @@ from helpers.system import System
 EXPECTED: dict[str, dict[str, Any]] = {
     "minutely": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.0606,
-            "dynamodb.GetItem": 3.0,
+            "dynamodb.BatchGetItem": 0.303,
+            "dynamodb.GetItem": 1.0,
             "dynamodb.Query": 1.4848,
             "dynamodb.UpdateItem": 2.0909,
             "sqs.DeleteMessageBatch": 0.1212,
@@ -35,12 +35,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 2.0909,
         "index_write_units": 0.1818,
-        "read_units": 2.8333,
+        "read_units": 2.5152,
     },
     "every_second": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.0167,
-            "dynamodb.GetItem": 3.0,
+            "dynamodb.BatchGetItem": 0.2167,
+            "dynamodb.GetItem": 1.0,
             "dynamodb.Query": 1.2667,
             "dynamodb.UpdateItem": 2.0167,
             "sqs.DeleteMessageBatch": 0.1,
@@ -49,12 +49,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 2.0167,
         "index_write_units": 0.0333,
-        "read_units": 2.65,
+        "read_units": 2.2,
     },
     "one_off": {
         "requests": {
             "apigateway.Request": 1.0,
-            "dynamodb.GetItem": 3.0,
+            "dynamodb.BatchGetItem": 0.4,
+            "dynamodb.GetItem": 1.0,
             "dynamodb.PutItem": 1.0,
             "dynamodb.Query": 4.2,
             "dynamodb.UpdateItem": 4.2,
@@ -69,8 +70,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "one_off_batched": {
         "requests": {
             "apigateway.Request": 0.12,
+            "dynamodb.BatchGetItem": 0.24,
             "dynamodb.BatchWriteItem": 0.12,
-            "dynamodb.GetItem": 3.0,
+            "dynamodb.GetItem": 1.0,
             "dynamodb.Query": 1.64,
             "dynamodb.UpdateItem": 3.24,
             "sqs.DeleteMessageBatch": 0.12,
@@ -83,8 +85,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
     "tenant_limited": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.0606,
-            "dynamodb.GetItem": 3.2424,
+            "dynamodb.BatchGetItem": 0.303,
+            "dynamodb.GetItem": 1.2424,
             "dynamodb.PutItem": 1.0,
             "dynamodb.Query": 1.4848,
             "dynamodb.UpdateItem": 2.0909,
@@ -94,7 +96,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 3.0909,
         "index_write_units": 0.1818,
-        "read_units": 2.9545,
+        "read_units": 2.6364,
     },
     "workflow_node": {
         "requests": {

@@ -48,8 +48,9 @@ DUE_INDEX = "due"
 DEAD_INDEX = "dead"
 BATCH_GET_MAX = 100
 BATCH_WRITE_MAX = 25
-# Unprocessed batch items are written again this many times, with exponential backoff
-# from BACKOFF_SECONDS (at most a second), before the call gives up.
+# A batch read's unprocessed keys and a batch write's unprocessed items go again this many
+# times, the first after BACKOFF_SECONDS, each wait twice the last (at most a second),
+# before the call gives up.
 BATCH_ATTEMPTS = 6
 BACKOFF_SECONDS = 0.05
 _serializer = TypeSerializer()
@@ -230,19 +231,21 @@ def _batch_get(
     keys: Sequence[dict[str, Any]],
     *,
     what: str,
-    backoff: Callable[[int], None],
-    attempts: int = 6,
+    sleep: Callable[[float], None],
+    attempts: int = BATCH_ATTEMPTS,
+    consistent: bool = True,
 ) -> list[dict[str, Any]]:
-    """The items of ``keys`` that exist (read consistently, decoded): 100 keys a
-    BatchGetItem, the keys DynamoDB leaves unprocessed (throttling) asked again after
-    ``backoff(attempt)``; ``errors.Unavailable`` naming ``what`` if some stay unread."""
+    """The items of ``keys`` that exist (decoded): 100 keys a BatchGetItem. The keys
+    DynamoDB leaves unprocessed (it does when the table throttles, where asking again at
+    once would be throttled too) are asked again after a doubling wait;
+    ``errors.Unavailable`` naming ``what`` if some stay unread."""
     found: list[dict[str, Any]] = []
     for start in range(0, len(keys), BATCH_GET_MAX):
         pending: list[dict[str, Any]] = [_encode(k) for k in keys[start : start + BATCH_GET_MAX]]
         for attempt in range(attempts + 1):
             with _translated():
                 response = client.batch_get_item(
-                    RequestItems={table: {"Keys": pending, "ConsistentRead": True}}
+                    RequestItems={table: {"Keys": pending, "ConsistentRead": consistent}}
                 )
             found += [_decode(r) for r in response.get("Responses", {}).get(table, [])]
             unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys", {}))
@@ -251,7 +254,7 @@ def _batch_get(
                 break
             if attempt == attempts:
                 raise errors.Unavailable(f"DynamoDB left {len(pending)} {what} unread")
-            backoff(attempt)
+            sleep(min(BACKOFF_SECONDS * 2**attempt, 1.0))
     return found
 
 
@@ -400,9 +403,9 @@ class DynamoScheduleStore:
         self._client = client
         self._table = table_name
         self.shards = shards
+        self._sleep = sleep  # the waits before a batch's unprocessed keys or items go again
         # Where creates take and deletes give back quota units (None: nothing counted).
         self._quotas = quotas
-        self._sleep = sleep
 
     def _backoff(self, attempt: int) -> None:
         self._sleep(min(BACKOFF_SECONDS * 2**attempt, 1.0))
@@ -557,36 +560,32 @@ class DynamoScheduleStore:
         record = response.get("Item")
         return schedule_from_item(_decode(record)) if record else None
 
-    def get_many(self, keys: Sequence[tuple[str, str]]) -> builtins.list[model.Schedule]:
+    def get_many(
+        self, keys: Sequence[tuple[str, str]], *, consistent: bool = True
+    ) -> builtins.list[model.Schedule]:
+        items = _batch_get(
+            self._client,
+            self._table,
+            [{"tenant_id": t, "schedule_id": s} for t, s in dict.fromkeys(keys)],
+            what="schedules",
+            sleep=self._sleep,
+            consistent=consistent,
+        )
         found: list[model.Schedule] = []
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), BATCH_GET_MAX):
-            pending: list[dict[str, Any]] = [
-                _encode({"tenant_id": t, "schedule_id": s})
-                for t, s in unique[start : start + BATCH_GET_MAX]
-            ]
-            while pending:
-                with _translated():
-                    response = self._client.batch_get_item(
-                        RequestItems={self._table: {"Keys": pending, "ConsistentRead": True}}
-                    )
-                for raw in response.get("Responses", {}).get(self._table, []):
-                    try:
-                        found.append(schedule_from_item(_decode(raw)))
-                    except (errors.FirelineError, ValueError, OverflowError, KeyError) as exc:
-                        # One unreadable item must not stop the ticker for every tenant:
-                        # it is left out (and logged) and the rest of the page goes on.
-                        logger.error(
-                            "unreadable schedule",
-                            extra={
-                                "action": "store.bad_item",
-                                "key": str(raw.get("schedule_id")),
-                                "error": str(exc),
-                            },
-                        )
-                # Throttled keys come back unprocessed; ask again for just those.
-                unprocessed: dict[str, Any] = dict(response.get("UnprocessedKeys", {}))
-                pending = list(unprocessed.get(self._table, {}).get("Keys", []))
+        for record in items:
+            try:
+                found.append(schedule_from_item(record))
+            except (errors.FirelineError, ValueError, OverflowError, KeyError) as exc:
+                # One unreadable item must not stop the ticker for every tenant: it is
+                # left out (and logged) and the rest of the page goes on.
+                logger.error(
+                    "unreadable schedule",
+                    extra={
+                        "action": "store.bad_item",
+                        "key": str(record.get("schedule_id")),
+                        "error": str(exc),
+                    },
+                )
         return found
 
     def list(
@@ -821,10 +820,12 @@ class DynamoOccurrenceStore:
         table_name: str,
         *,
         retention: timedelta = timedelta(days=30),
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._client = client
         self._table = table_name
         self._retention = retention
+        self._sleep = sleep  # the waits before a batch read's unprocessed keys go again
 
     def _expires_at(self, item: occurrence.Occurrence) -> int:
         return int((item.fire_time + self._retention).timestamp())
@@ -862,7 +863,9 @@ class DynamoOccurrenceStore:
         record = response.get("Item")
         return occurrence_from_item(_decode(record)) if record else None
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, occurrence.Occurrence]:
+    def get_many(
+        self, keys: Sequence[str], *, consistent: bool = True
+    ) -> dict[str, occurrence.Occurrence]:
         # One BatchGetItem per 100 keys instead of a GetItem each.
         wanted = []
         for key in dict.fromkeys(keys):
@@ -874,7 +877,8 @@ class DynamoOccurrenceStore:
             self._table,
             wanted,
             what="occurrences",
-            backoff=lambda attempt: time.sleep(min(0.05 * 2**attempt, 1.0)),
+            sleep=self._sleep,
+            consistent=consistent,
         )
         rows = [occurrence_from_item(i) for i in items]
         return {r.key: r for r in rows}

@@ -285,7 +285,9 @@ class MemoryScheduleStore:
         with self._lock:
             return self._items.get((tenant_id, schedule_id))
 
-    def get_many(self, keys: Sequence[tuple[str, str]]) -> builtins.list[model.Schedule]:
+    def get_many(
+        self, keys: Sequence[tuple[str, str]], *, consistent: bool = True
+    ) -> builtins.list[model.Schedule]:
         with self._lock:
             return [self._items[key] for key in dict.fromkeys(keys) if key in self._items]
 
@@ -427,7 +429,9 @@ class MemoryOccurrenceStore:
         with self._lock:
             return self._items.get(key)
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, occurrence.Occurrence]:
+    def get_many(
+        self, keys: Sequence[str], *, consistent: bool = True
+    ) -> dict[str, occurrence.Occurrence]:
         with self._lock:
             return {k: self._items[k] for k in keys if k in self._items}
 

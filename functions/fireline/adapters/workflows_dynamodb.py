@@ -518,7 +518,7 @@ class DynamoWorkflowStore:
 
     def _batch_get(self, keys: Sequence[dict[str, Any]], what: str) -> list[dict[str, Any]]:
         return _batch_get(
-            self._client, self._table, keys, what=what, backoff=self._backoff, attempts=ATTEMPTS
+            self._client, self._table, keys, what=what, sleep=self._sleep, attempts=ATTEMPTS
         )
 
     def all_nodes(self, run_id: str) -> builtins.list[workflow.RunNode]:

@@ -8,6 +8,7 @@ lets only one row exist. The row is also the history of that fire.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -124,7 +125,12 @@ class OccurrenceKey:
         return occurrence_key(self.schedule_id, self.version, self.fire_time, exact=exact)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_key(key: str) -> OccurrenceKey:
+    """A key's schedule, version and fire time; ValidationError unless it is a key in
+    canonical form. Remembered for the last few thousand keys: a worker reads one
+    message's key several times over (its row's key, its claim's, its completion's), and
+    the parse is most of the cost of each."""
     parts = key.split(KEY_SEPARATOR)
     # ASCII digits without a leading zero: str.isdigit() also passes "²" (int() fails) and
     # "03" or other scripts' digits (which parse, but to a key spelled differently).

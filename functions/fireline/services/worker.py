@@ -25,7 +25,8 @@ import enum
 import functools
 import math
 import random
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -115,6 +116,48 @@ class _NoMetrics:
         return None
 
 
+class Prefetch:
+    """A batch's occurrence rows and schedules, read together at its start: a
+    BatchGetItem per table for the batch in place of a GetItem per record for each.
+    Eventually consistent, as the single reads they stand for (see ``Worker._read_row``
+    and ``Worker._job_for``): however old, every decision taken on them is checked
+    again as the single reads' are.
+
+    A row's answer serves one delivery: a second delivery of the same key in the batch
+    reads the row itself, after the first may have written it. A schedule's answer
+    serves every fire of it in the batch. A key not asked reads on its own."""
+
+    def __init__(
+        self,
+        rows: Mapping[str, occurrence.Occurrence | None] | None = None,
+        schedules: Mapping[tuple[str, str], model.Schedule | None] | None = None,
+    ) -> None:
+        self._rows = dict(rows or {})
+        self._schedules = dict(schedules or {})
+        self._lock = threading.Lock()
+
+    def row(
+        self, key: str, read: Callable[[], occurrence.Occurrence | None]
+    ) -> occurrence.Occurrence | None:
+        """The row's prefetched answer (used up), else ``read()``."""
+        with self._lock:
+            if key in self._rows:
+                return self._rows.pop(key)
+        return read()
+
+    def schedule(
+        self, tenant_id: str, schedule_id: str, read: Callable[[], model.Schedule | None]
+    ) -> model.Schedule | None:
+        """The schedule's prefetched answer, else ``read()``."""
+        if (tenant_id, schedule_id) in self._schedules:  # never changed after the batch read
+            return self._schedules[(tenant_id, schedule_id)]
+        return read()
+
+
+# Outside a batch (a redelivery handled alone, a tool): every read is the record's own.
+_NOTHING_PREFETCHED = Prefetch()
+
+
 class Worker:
     def __init__(
         self,
@@ -155,12 +198,14 @@ class Worker:
         its own start, so its place in the batch never decides its outcome. Each one's
         Result, or the exception it raised (Busy: leave it to SQS), in order.
 
-        The one-off jobs the batch settles give their units of quota back together after
+        The batch's rows and schedules are read first, together (see Prefetch); the
+        one-off jobs the batch settles give their units of quota back together after
         the runs, one give-back per tenant (see :meth:`_give_back`)."""
+        prefetched = self.prefetch(bodies, parallel)
         ended: list[_Ended | None] = [None] * len(bodies)
 
         def run(index: int, body: dict[str, Any]) -> Result:
-            result, ended[index] = self._process(body, remaining_ms, lambda_context)
+            result, ended[index] = self._process(body, remaining_ms, lambda_context, prefetched)
             return result
 
         outcomes = parallel.run(
@@ -168,21 +213,75 @@ class Worker:
         )
         return self._give_back(outcomes, ended)
 
+    def prefetch(self, bodies: Sequence[dict[str, Any]], parallel: ports.Parallel) -> Prefetch:
+        """The rows and schedules of a batch's fires, a batch read per table side by
+        side. A message this cannot read for (no key, a long job's outcome) reads what
+        it needs itself, and so does every record if a batch read fails: the reads
+        are a saving, never a new way for a batch to fail."""
+        keys: list[str] = []
+        schedule_keys: list[tuple[str, str]] = []
+        for body in bodies:
+            key = body.get("occurrence_key")
+            if body.get("type") == "outcome" or not isinstance(key, str):
+                continue
+            try:
+                schedule_id = occurrence.parse_key(key).schedule_id
+            except errors.ValidationError:
+                continue  # the record's own handling refuses it
+            keys.append(key)
+            tenant_id = body.get("tenant_id")
+            if isinstance(tenant_id, str) and tenant_id and not workflow.is_node_key(key):
+                schedule_keys.append((tenant_id, schedule_id))
+        if not keys:
+            return _NOTHING_PREFETCHED
+        reads: list[Callable[[], Any]] = [
+            functools.partial(self.occurrences.get_many, keys, consistent=False)
+        ]
+        if schedule_keys:
+            reads.append(
+                functools.partial(self.schedules.get_many, schedule_keys, consistent=False)
+            )
+        rows, *found = parallel.run(reads)
+        schedules = found[0] if found else []
+        for failed in (r for r in (rows, schedules) if isinstance(r, Exception)):
+            logger.warning(
+                "batch read failed",
+                extra={"action": "worker.prefetch", "error": f"{type(failed).__name__}: {failed}"},
+            )
+        return Prefetch(
+            {} if isinstance(rows, Exception) else {k: rows.get(k) for k in keys},
+            {}
+            if isinstance(schedules, Exception)
+            else {
+                **dict.fromkeys(schedule_keys),
+                **{(s.tenant_id, s.schedule_id): s for s in schedules},
+            },
+        )
+
     def handle(
-        self, body: dict[str, Any], *, remaining_ms: Callable[[], int], lambda_context: Any = None
+        self,
+        body: dict[str, Any],
+        *,
+        remaining_ms: Callable[[], int],
+        lambda_context: Any = None,
+        prefetched: Prefetch = _NOTHING_PREFETCHED,
     ) -> Result:
         """Process one message. Raises Busy (redeliver later) or MissingIdempotencyKey."""
-        result, ended = self._process(body, remaining_ms, lambda_context)
+        result, ended = self._process(body, remaining_ms, lambda_context, prefetched)
         if ended is not None:
             self.schedules.release(ended.tenant_id, ended.schedule_id, quota.Quota.ACTIVE_JOBS)
         return result
 
     def _process(
-        self, body: dict[str, Any], remaining_ms: Callable[[], int], lambda_context: Any
+        self,
+        body: dict[str, Any],
+        remaining_ms: Callable[[], int],
+        lambda_context: Any,
+        prefetched: Prefetch = _NOTHING_PREFETCHED,
     ) -> tuple[Result, _Ended | None]:
         """One message's outcome, and the one-off job whose unit of quota it frees."""
         key = claims.occurrence_key_of(body)
-        result = self._handle(key, body, remaining_ms, lambda_context)
+        result = self._handle(key, body, remaining_ms, lambda_context, prefetched)
         if result in _SETTLING and self.nodes is not None and workflow.is_node_key(key):
             # A workflow node settled (or this is a repeat of its outcome, whose event
             # may have been lost): tell the controller. It applies each outcome once.
@@ -241,10 +340,11 @@ class Worker:
         body: dict[str, Any],
         remaining_ms: Callable[[], int],
         lambda_context: Any,
+        prefetched: Prefetch,
     ) -> Result:
         if body.get("type") == "outcome":
             return self._long_outcome(body)
-        row = self._read_row(key)
+        row = self._read_row(key, prefetched)
         stored = row is not None
         if row is None:
             # The ticker sends fires without writing their rows: this delivery's claim
@@ -267,7 +367,7 @@ class Worker:
             if row.execution:
                 return Result.SETTLED  # a long job whose execution is in flight
             raise Busy(f"{key} is running elsewhere")
-        item, why = self._job_for(row)
+        item, why = self._job_for(row, prefetched)
         if why is not None or item is None:
             return self._skip(row, why or "schedule deleted", now, stored=stored)
         if row.attempts >= item.retry.max_attempts:
@@ -312,21 +412,23 @@ class Worker:
             self._end_run(item, key, took_run)
         return self._after(body, row, outcome)
 
-    def _read_row(self, key: str) -> occurrence.Occurrence | None:
+    def _read_row(self, key: str, prefetched: Prefetch) -> occurrence.Occurrence | None:
         """The occurrence's row, read eventually consistently (half the price of a
-        consistent read). A stale read shows an older state of the row, and everything
-        decided on it is checked again by a conditional write: the claim (on the state),
-        a skip's move or a deferral's put; its attempt count again after the claim. Only
-        the answers that end the delivery without a write must be current: a settled
-        row stays settled (terminal states are never left), except a dead one, which a
-        redrive reopens, and a running one may have ended since. Those two are read again
-        consistently."""
-        row = self.occurrences.get(key, consistent=False)
+        consistent read), by the batch's read if it asked for it. A stale read shows an
+        older state of the row, and everything decided on it is checked again by a
+        conditional write: the claim (on the state), a skip's move or a deferral's put;
+        its attempt count again after the claim. Only the answers that end the delivery
+        without a write must be current: a settled row stays settled (terminal states
+        are never left), except a dead one, which a redrive reopens, and a running one
+        may have ended since. Those two are read again consistently."""
+        row = prefetched.row(key, lambda: self.occurrences.get(key, consistent=False))
         if row is not None and row.state in (occurrence.State.DEAD, occurrence.State.RUNNING):
             row = self.occurrences.get(key)
         return row
 
-    def _job_for(self, row: occurrence.Occurrence) -> tuple[model.Schedule | None, str | None]:
+    def _job_for(
+        self, row: occurrence.Occurrence, prefetched: Prefetch
+    ) -> tuple[model.Schedule | None, str | None]:
         """What the occurrence runs: its schedule (or workflow node), or why not now."""
         if workflow.parse_node_schedule_id(row.schedule_id) is not None:
             if self.nodes is None:
@@ -338,8 +440,13 @@ class Worker:
         # _unwanted_after_claim). A schedule of the row's version has that version's
         # target and payload, however stale the read. What the read alone would decide,
         # a skip, is decided on a consistent read: a stale one may show an older version
-        # and skip the fire of an update that returned a moment ago.
-        item = self.schedules.get(row.tenant_id, row.schedule_id, consistent=False)
+        # and skip the fire of an update that returned a moment ago. (The batch's read,
+        # if it asked, is such a read, made at the batch's start.)
+        item = prefetched.schedule(
+            row.tenant_id,
+            row.schedule_id,
+            lambda: self.schedules.get(row.tenant_id, row.schedule_id, consistent=False),
+        )
         if claims.unwanted(item, row) is None:
             return item, None
         item = self.schedules.get(row.tenant_id, row.schedule_id)
@@ -740,7 +847,13 @@ class Worker:
         race did not happen: the claim created the row (the ticker sends fires without
         rows, so there was none to settle), or the fire is older than
         ``claims.RECHECK_OLDER_THAN`` (its row may lie outside the change's range). A
-        change that returned before that read stops the run."""
+        change that returned before that read stops the run.
+
+        Read per record, not for the batch: it must come after this record's own claim,
+        so one read for the batch would hold every record's run until the slowest claim
+        of the batch (a throttled one, one holding for its fire time) had been made, and
+        would need every record of the batch running at once, which ports.Parallel does
+        not promise (run in turn, the first record would wait for ever)."""
         if workflow.is_node_key(claimed.key):
             return None  # a workflow node's run is governed by its run (cancel)
         if not fresh and claimed.fire_time >= self.clock.now() - claims.RECHECK_OLDER_THAN:

@@ -203,6 +203,7 @@ def _occurrence_writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[st
 OCCURRENCE_OPS = {
     "put_new": Op("dynamodb.PutItem", _occurrence_writes),
     "get": Op("dynamodb.GetItem"),
+    "get_many": Op("dynamodb.BatchGetItem"),
     "history": Op("dynamodb.Query"),
     "transition": Op("dynamodb.PutItem", _occurrence_writes),
     "dead_letters": Op("dynamodb.Query"),
