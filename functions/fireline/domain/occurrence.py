@@ -22,6 +22,12 @@ FIRE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # always on a whole second), so each trigger has a key of its own.
 TRIGGER_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _VERSION = re.compile(r"[1-9][0-9]*")
+# The two spellings format_fire_time writes, field widths and all: a fire time of this
+# shape that parses is written back exactly as it came, so parse_key needs no round trip
+# (the worker parses every message's key). ".000" is not one: a whole second has none.
+_CANONICAL_TIME = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.(?!000)[0-9]{3})?Z"
+)
 
 
 class State(enum.StrEnum):
@@ -144,12 +150,12 @@ def parse_key(key: str) -> OccurrenceKey:
         raise errors.ValidationError(
             f"{parts[2]!r} is not {FIRE_TIME_FORMAT}", field="occurrence_key"
         ) from exc
-    parsed = OccurrenceKey(parts[0], int(parts[1]), fire_time)
-    if str(parsed) != key:
-        # strptime also reads unpadded fields ("2026-3-1T9:30:0Z"): the same fire, but a
-        # different store key, so it would not find (or dedupe against) the real row.
+    if _CANONICAL_TIME.fullmatch(parts[2]) is None:
+        # fromisoformat also reads other spellings ("2026-03-01 09:30:00Z", other
+        # fractions): the same fire, but a different store key, so it would not find (or
+        # dedupe against) the real row.
         raise errors.ValidationError(f"{key!r} is not in canonical form", field="occurrence_key")
-    return parsed
+    return OccurrenceKey(parts[0], int(parts[1]), fire_time)
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,8 @@ def jsonable(value: Any, limit: int = MAX_OUTPUT_BYTES) -> Any:
     The row is a DynamoDB item (400 KB at most, the payload and progress beside it) and a
     long job's output also passes through Step Functions (256 KB) and an SQS message. A
     value nested past what an answer can show is kept as an account too."""
+    if value is None or isinstance(value, bool | int | float):
+        return value  # most jobs return nothing: no need to write it out to measure it
     deep = model.too_deep_account(value)
     if deep is not None:
         return deep

@@ -770,7 +770,9 @@ class Worker:
             config=config,
         )
         try:
-            return guarded(message=body)  # type: ignore[no-any-return]
+            # The record's key is all Powertools needs of the message (no payload
+            # validation), and it deep-copies what it is given on every call.
+            return guarded(message={"occurrence_key": row.key})  # type: ignore[no-any-return]
         except IdempotencyAlreadyInProgressError as exc:
             raise Busy(str(exc)) from exc
 
