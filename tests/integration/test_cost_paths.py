@@ -62,7 +62,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
             "sqs.SendMessageBatch": 1.0,
         },
         "write_units": 6.0,
-        "index_write_units": 0.0,
+        "index_write_units": 2.0,
         "read_units": 4.1,
     },
     "tenant_limited": {
