@@ -666,3 +666,87 @@ class WorkflowStore(Protocol):
     def finished_leaves(self, run_id: str, generation: int) -> int:
         """The count ``add_finished_leaves`` keeps (read consistently; 0 if none)."""
         ...
+
+
+# --- the sweep -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldJob:
+    """What the held index holds: a one-off job that held its unit of the active jobs
+    quota when the index saw it last (an index lags: read the job before acting)."""
+
+    tenant_id: str
+    schedule_id: str
+    fire_time: datetime
+
+
+@dataclass(frozen=True)
+class SweepNote:
+    """What the sweep noted on a tenant's count while it looked more than the tenant's
+    live jobs: the count's change token then, when, and (once listed at least a
+    settling time later) how many jobs the held index listed, and when."""
+
+    token: str
+    since: datetime
+    listed: int | None = None
+    listed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class HeldCount:
+    """A tenant's count of a quota, read consistently: the units, the token its last
+    change wrote (every take and give-back writes a new one), and the sweep's note."""
+
+    used: int
+    token: str | None
+    note: SweepNote | None = None
+
+
+@dataclass(frozen=True)
+class TenantPage:
+    tenants: list[str]
+    scanned: int  # items read to find them (a filtered scan reads more than it returns)
+    cursor: str | None
+
+
+class SweepStore(Protocol):
+    """What the sweep reads beyond the schedule and occurrence stores, and its two
+    conditional writes on a tenant's count."""
+
+    def tenants_holding(
+        self, name: quota.Quota, *, limit: int, cursor: str | None = None
+    ) -> TenantPage:
+        """Tenants whose count of ``name`` is above zero, a page of ``limit`` items read."""
+        ...
+
+    def count(self, tenant_id: str, name: quota.Quota) -> HeldCount: ...
+
+    def held_jobs(self, tenant_id: str, *, limit: int, cursor: str | None = None) -> Page[HeldJob]:
+        """The tenant's jobs in the held index, earliest fire first (eventually
+        consistent: a job written a moment ago may be missing, one released may show)."""
+        ...
+
+    def marked_jobs(self, tenant_id: str, *, max_reads: int) -> tuple[int | None, int]:
+        """How many of the tenant's jobs hold their mark, read consistently from the table
+        (every job of the tenant is read: only for a count about to be reduced), and the
+        items read; None when that took more than ``max_reads`` reads."""
+        ...
+
+    def note(self, tenant_id: str, note: SweepNote) -> bool:
+        """Store ``note`` on the tenant's count if the count's token is still
+        ``note.token`` (nothing taken or given back since); False when it is not."""
+        ...
+
+    def forgive(self, tenant_id: str, name: quota.Quota, units: int, note: SweepNote) -> bool:
+        """Take ``units`` off the count, once, if its token and note are still ``note``
+        (nothing taken or given back since it was listed) and it holds that many; a new
+        token, and the note removed. False when the condition failed."""
+        ...
+
+    def mark_resent(
+        self, tenant_id: str, schedule_id: str, now: datetime, *, not_since: datetime
+    ) -> bool:
+        """Record that the sweep sends a still-marked job's message now, unless it did
+        after ``not_since``: of two sweeps (or one and its retry), one sends."""
+        ...

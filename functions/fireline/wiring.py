@@ -29,6 +29,7 @@ from fireline.adapters import (
     secretsmanager,
     sqs,
     stepfunctions,
+    sweep_dynamodb,
     workflows_dynamodb,
 )
 from fireline.adapters import clock as clock_adapter
@@ -46,6 +47,7 @@ from fireline.services import (
     workflows,
 )
 from fireline.services import long_jobs as long_jobs_service
+from fireline.services import sweep as sweep_service
 from fireline.services import worker as worker_service
 
 if TYPE_CHECKING:
@@ -577,6 +579,21 @@ def ticker_for(
         ),
         metrics=metrics(),
         parallel=parallel,
+    )
+
+
+def sweep() -> sweep_service.Sweep:
+    """The sweep (see fireline.services.sweep); it needs the slots table: without quotas
+    no job holds a unit, and nothing is found."""
+    s = settings()
+    return sweep_service.Sweep(
+        store=sweep_dynamodb.DynamoSweepStore(
+            dynamodb_client(), schedules_table=s.schedules_table, slots_table=s.slots_table
+        ),
+        schedules=schedule_store(),
+        occurrences=occurrence_store(),
+        queue=work_queue(),
+        clock=clock(),
     )
 
 

@@ -32,6 +32,35 @@ def signing_key(tenant_id: str) -> signing.SigningKey:
     return SIGNING_KEY
 
 
+def counting_worker(
+    *,
+    schedules: ports.ScheduleStore,
+    occurrences: ports.OccurrenceStore,
+    queue: ports.WorkQueue,
+    clock: ports.Clock,
+    handlers: dict[str, Callable[[targets.JobContext], Any]],
+) -> worker_service.Worker:
+    """A default-class worker on these stores that runs Python targets ``handlers``, with
+    one-off jobs' quota counted and no tenant limit (its slots are another test's)."""
+    registry = targets.Registry()
+    for name, handler in handlers.items():
+        registry.register(name)(handler)
+    return worker_service.Worker(
+        schedules=schedules,
+        occurrences=occurrences,
+        queue=queue,
+        slots=memory.MemorySlotStore(),
+        clock=clock,
+        runner=targets.TargetRunner(
+            registry=registry,
+            signing_key=signing_key,
+            lambda_client=lambda timeout, credentials: None,
+            sqs_client=lambda credentials: None,
+        ),
+        config=worker_service.WorkerConfig(tenant_limit=0, jobs_counted=True),
+    )
+
+
 # --- graphs the tests share --------------------------------------------------------------
 
 DIAMOND = (["a", "b", "c", "d"], [("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])

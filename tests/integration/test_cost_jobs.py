@@ -7,6 +7,8 @@ up to 1 KB (2 in a transaction), an index write unit 1 per index item written or
 - A one-off job due within SQS's longest delay is sent by its create: its item never
   enters the due index and the ticker never advances it. Its quota unit is a conditional
   increment before the item's put and a decrement after its mark's removal: plain writes.
+  While it holds the unit it is in the held index (one index write in, one out), which
+  is what the sweep reads to find a job its create never sent.
 - A workflow node's occurrence row is written by the worker's claim, not the controller:
   the message is the hand-off, as for a ticker's fire. Its success is one plain write and
   its children's decrements one plain write each (no transaction), and no node in waiting,
@@ -137,10 +139,10 @@ def test_a_one_off_job_due_soon_costs_four_plain_writes_beside_its_run(
     # THEN each ran once, and gave its unit back
     assert results == {"succeeded": JOBS}
     assert {service.get_job("tenant-a", j).state for j in list_jobs(service)} == {"succeeded"}
-    # AND its create was the count's conditional increment and the job's put, no index
-    # write, and one message (no transaction, no read)
+    # AND its create was the count's conditional increment and the job's put (with its
+    # held index entry, no due index entry), and one message (no transaction, no read)
     assert created["writes"] == {"UpdateItem SlotsTable": JOBS, "PutItem SchedulesTable": JOBS}
-    assert created["index_write_units"] == 0
+    assert created["index_write_units"] == JOBS
     assert created["requests"] == {"UpdateItem": JOBS, "PutItem": JOBS, "SendMessageBatch": JOBS}
     assert created["write_units"] == 2 * JOBS
     # AND the ticker wrote nothing for them (it read its shards, found nothing due)
@@ -153,7 +155,8 @@ def test_a_one_off_job_due_soon_costs_four_plain_writes_beside_its_run(
         "UpdateItem SchedulesTable": JOBS,
         "UpdateItem SlotsTable": JOBS,
     }
-    assert ran["index_write_units"] == 0
+    # (the mark's removal takes the job out of the held index)
+    assert ran["index_write_units"] == JOBS
     assert "TransactWriteItems" not in ran["requests"]
 
 
@@ -168,9 +171,10 @@ def test_a_one_off_job_due_later_waits_in_the_due_index(
     draft = schedules.JobDraft(delay_seconds=1800, target=PYTHON)
     # WHEN a job due in half an hour is created
     created = writes.measure(system, lambda: service.create_job("tenant-a", draft))
-    # THEN it is the same two plain writes, with the due index's entry, and no message
+    # THEN it is the same two plain writes, with the due and held indexes' entries, and
+    # no message
     assert created["writes"] == {"UpdateItem SlotsTable": 1, "PutItem SchedulesTable": 1}
-    assert created["index_write_units"] == 1
+    assert created["index_write_units"] == 2
     assert "SendMessageBatch" not in created["requests"]
     # AND the ticker sends it within its lookahead and takes it out of the index
     system.clock.advance(1800 - 300)

@@ -64,7 +64,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
             "sqs.SendMessageBatch": 1.0,
         },
         "write_units": 5.2,
-        "index_write_units": 0.0,
+        "index_write_units": 2.0,
         "read_units": 4.1,
     },
     "one_off_batched": {
@@ -80,7 +80,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
             "sqs.SendMessageBatch": 0.12,
         },
         "write_units": 4.24,
-        "index_write_units": 0.0,
+        "index_write_units": 2.0,
         "read_units": 2.82,
     },
     "tenant_limited": {

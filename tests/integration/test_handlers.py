@@ -334,3 +334,34 @@ def test_workflow_handler_reconciles_running_runs_on_its_schedule(deployed: Stac
     assert result == {"reconciled": 1}
     view = service.view("tenant-a", run.run_id)
     assert view.counts[dag.NodeState.DISPATCHED] == 1
+
+
+def test_sweep_handler_sends_a_job_its_create_never_sent(deployed: Stack) -> None:
+    # GIVEN a one-off job written 20 minutes before now, with its unit of quota, whose
+    # create died before sending it (due at its creation: it never entered the due index)
+    from fireline.domain import quota, schedule
+    from fireline.domain.model import Kind
+    from fireline.handlers import sweep as handler
+
+    due = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=20)
+    spec = schedule.AtSpec(when=due)
+    job = Schedule(
+        tenant_id="tenant-a",
+        schedule_id="job_never_sent",
+        timing=schedule.Timing(spec=spec),
+        spec_text=str(spec),
+        kind=Kind.JOB,
+        target={"type": "python", "handler": "noop"},
+        state=ScheduleState.COMPLETED,
+        created_at=due,
+        updated_at=due,
+    )
+    wiring.schedule_store().create(job, charge=quota.Charge(quota.Quota.ACTIVE_JOBS, 10))
+    # WHEN the sweep's rule invokes the function
+    result = handler.handler(
+        events.load("sweep", "scheduled"), events.LambdaContext(timeout_ms=120_000)
+    )
+    # THEN it found the tenant and sent the job's one fire to its class's queue
+    assert (result["tenants"], result["resent"], result["forgiven"]) == (1, 1, 0)
+    sent = wiring.work_queue().receive("default", max_messages=10)
+    assert [m.body["occurrence_key"].split("#")[0] for m in sent] == ["job_never_sent"]

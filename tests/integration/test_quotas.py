@@ -24,7 +24,7 @@ from fireline import ports
 from fireline.adapters import dynamodb, memory, quotas_dynamodb, sqs, workflows_dynamodb
 from fireline.api import app as api_app
 from fireline.domain import errors, model, quota, schedule
-from fireline.services import dispatch, schedules, targets, workflows
+from fireline.services import dispatch, schedules, workflows
 from fireline.services import worker as worker_service
 from helpers import flows
 from helpers.aws import REGION, RequestLog, Stack, serialized_item_writes
@@ -107,26 +107,15 @@ class Quotas:
         return [s.schedule_id for s in self.schedules.list(tenant, limit=100).items]
 
     def worker(self) -> worker_service.Worker:
-        registry = targets.Registry()
-        registry.register("noop")(lambda context: None)
-
         def fail(context: Any) -> None:
             raise RuntimeError("always fails")
 
-        registry.register("fail")(fail)
-        return worker_service.Worker(
+        return flows.counting_worker(
             schedules=self.schedules,
             occurrences=self.occurrences,
             queue=self.queue,
-            slots=memory.MemorySlotStore(),
             clock=self.clock,
-            runner=targets.TargetRunner(
-                registry=registry,
-                signing_key=flows.signing_key,
-                lambda_client=lambda timeout, credentials: None,
-                sqs_client=lambda credentials: None,
-            ),
-            config=worker_service.WorkerConfig(tenant_limit=0, jobs_counted=True),
+            handlers={"noop": lambda context: None, "fail": fail},
         )
 
     def run_due(self, job_id: str, tenant: str = A) -> dict[str, Any]:

@@ -44,6 +44,7 @@ HANDLERS = {
     "LongWorkerFunction": "fireline.handlers.worker.handler",
     "LongRunnerFunction": "fireline.handlers.long_runner.handler",
     "WorkflowFunction": "fireline.handlers.workflow.handler",
+    "SweepFunction": "fireline.handlers.sweep.handler",
 }
 HANDLER_PATH = re.compile(r"fireline\.handlers\.[a-z_][a-z0-9_]*\.handler")
 
@@ -491,7 +492,7 @@ def test_definition_uri_points_at_the_long_job_definition_from_infra(
 # ---------------------------------------------------------------- tables
 
 
-def test_schedules_table_has_the_sparse_sharded_keys_only_due_index(
+def test_schedules_table_has_the_sparse_keys_only_due_and_held_indexes(
     translated: dict[str, Any],
 ) -> None:
     table = translated["Resources"]["SchedulesTable"]
@@ -511,10 +512,20 @@ def test_schedules_table_has_the_sparse_sharded_keys_only_due_index(
                 {"AttributeName": "next_fire_ms", "KeyType": "RANGE"},
             ],
             "Projection": {"ProjectionType": "KEYS_ONLY"},
-        }
+        },
+        {
+            "IndexName": "held",
+            "KeySchema": [
+                {"AttributeName": "held_by", "KeyType": "HASH"},
+                {"AttributeName": "held_fire_ms", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "KEYS_ONLY"},
+        },
     ]
     assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == [
         {"AttributeName": "due_shard", "AttributeType": "N"},
+        {"AttributeName": "held_by", "AttributeType": "S"},
+        {"AttributeName": "held_fire_ms", "AttributeType": "N"},
         {"AttributeName": "next_fire_ms", "AttributeType": "N"},
         {"AttributeName": "schedule_id", "AttributeType": "S"},
         {"AttributeName": "tenant_id", "AttributeType": "S"},
@@ -950,7 +961,7 @@ def test_other_functions_keep_the_global_sizes(translated: dict[str, Any]) -> No
     assert (authorizer["Timeout"], authorizer["MemorySize"]) == (10, 256)
 
 
-def test_a_rule_per_ticker_group_and_one_for_the_workflow_reconcile_every_minute(
+def test_a_rule_per_ticker_group_and_the_workflow_reconcile_every_minute_the_sweep_every_five(
     translated: dict[str, Any],
 ) -> None:
     rules = _resources_of_type(translated, "AWS::Events::Rule")
@@ -961,7 +972,10 @@ def test_a_rule_per_ticker_group_and_one_for_the_workflow_reconcile_every_minute
         for target in rule["Properties"]["Targets"]
     }
 
-    assert {r["Properties"]["ScheduleExpression"] for r in rules.values()} == {"rate(1 minute)"}
+    every = {name: r["Properties"]["ScheduleExpression"] for name, r in rules.items()}
+    sweep = {name for name, (function, _) in targets.items() if function == "SweepFunction"}
+    assert [every[name] for name in sweep] == ["rate(5 minutes)"]
+    assert {every[name] for name in rules if name not in sweep} == {"rate(1 minute)"}
     assert all(len(r["Properties"]["Targets"]) == 1 for r in rules.values())
     ticker_inputs = sorted(
         (json.loads(given) for function, given in targets.values() if function == "TickerFunction"),
@@ -971,6 +985,7 @@ def test_a_rule_per_ticker_group_and_one_for_the_workflow_reconcile_every_minute
     assert {function for function, _ in targets.values()} == {
         "TickerFunction",
         WORKFLOW_CONTROLLER,
+        "SweepFunction",
     }
     # Group g's rule and permission exist only when TickerGroups > g (group 0 always).
     conditions = {name: rule.get("Condition") for name, rule in rules.items() if targets[name][1]}
@@ -1287,7 +1302,14 @@ def test_read_only_grants_cannot_write(
     assert (grants[table] - scoped.get(table, set())) & DYNAMODB_WRITES == set()
 
 
-QUOTA_MARK = ["tenant_id", "schedule_id", "quota_held"]
+QUOTA_MARK = [
+    "tenant_id",
+    "schedule_id",
+    "quota_held",
+    "quota_released",
+    "held_by",
+    "held_fire_ms",
+]
 
 
 @pytest.mark.parametrize("function", sorted(WORKERS))
@@ -1306,6 +1328,35 @@ def test_workers_may_write_a_schedules_quota_mark_and_nothing_else_of_it(
         _grants(translated["Resources"][f"{LONG_RUNNER}Role"], "dynamodb", attributes=QUOTA_MARK)
         == {}
     )
+
+
+SWEEP_MARKS = [*QUOTA_MARK, "sweep_sent_ms"]
+
+
+def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
+    translated: dict[str, Any],
+) -> None:
+    # GIVEN the sweep's role
+    role = translated["Resources"]["SweepFunctionRole"]
+
+    grants = _grants(role, "dynamodb")
+    scoped = _grants(role, "dynamodb", attributes=SWEEP_MARKS)
+
+    # THEN of a schedule it may write a job's quota mark and its resend's time, nothing
+    # else; it reads the held index, a tenant's jobs (before reducing its count), a job
+    # by key, an occurrence row by key, and the slots table's usage items (scan, read,
+    # the count's conditional update)
+    assert scoped == {"SchedulesTable": {"dynamodb:UpdateItem"}}
+    assert grants == {
+        "SchedulesTable": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+        "OccurrencesTable": {"dynamodb:GetItem"},
+        "SlotsTable": {"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:UpdateItem"},
+    }
+    query = [s for s in _statements(role) if "dynamodb:Query" in _actions(s)]
+    assert [s["Resource"] for s in query] == [
+        [{"Fn::GetAtt": ["SchedulesTable", "Arn"]}, {"Fn::Sub": "${SchedulesTable.Arn}/index/held"}]
+    ]
+    assert _wildcard_actions(role) & DYNAMODB_WRITES == set()
 
 
 @pytest.mark.parametrize("function", TARGET_RUNNERS)

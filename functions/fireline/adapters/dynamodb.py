@@ -8,7 +8,9 @@ words that DynamoDB rejects in expressions.
 
 Tables (see infra/template.yaml):
 - schedules: (tenant_id, schedule_id); sparse GSI ``due`` on (due_shard, next_fire_ms),
-  KEYS_ONLY. Only active schedules carry the two index attributes.
+  KEYS_ONLY. Only active schedules carry the two index attributes. Sparse GSI ``held`` on
+  (held_by, held_fire_ms), KEYS_ONLY: a one-off job enters it with its quota mark and
+  leaves it with the mark's removal, so it lists each tenant's live jobs for the sweep.
 - occurrences: (schedule_id, occurrence_sk = ``{fire_time_utc}#{version}``): a Query per
   schedule is its history, newest first, without a GSI (a GSI would double every put).
 - leases: (name).
@@ -46,6 +48,7 @@ else:
 logger = Logger(service="fireline", child=True)
 DUE_INDEX = "due"
 DEAD_INDEX = "dead"
+HELD_INDEX = "held"
 BATCH_GET_MAX = 100
 BATCH_WRITE_MAX = 25
 # A batch read's unprocessed keys and a batch write's unprocessed items go again this many
@@ -346,6 +349,13 @@ def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
         # The two attributes that put the item in the sparse due index.
         record["next_fire_ms"] = _ms(item.next_fire)
         record["due_shard"] = item.shard(shards)
+    if item.quota_held and item.kind is model.Kind.JOB:
+        # The two that put it in the sparse held index, as long as it holds its unit
+        # (release removes them with the mark): the sweep's list of a tenant's live jobs.
+        spec = item.timing.spec
+        assert isinstance(spec, schedule.AtSpec)
+        record["held_by"] = item.tenant_id
+        record["held_fire_ms"] = _ms(spec.when)
     return record
 
 
@@ -524,13 +534,16 @@ class DynamoScheduleStore:
                     self._client.update_item(
                         TableName=self._table,
                         Key=self._key(tenant_id, schedule_id),
-                        UpdateExpression="REMOVE #held SET #released = :token",
+                        # The job leaves the held index with its mark.
+                        UpdateExpression="REMOVE #held, #by, #fire SET #released = :token",
                         # The mark goes once: a second release (a redelivery, a retried
                         # cancel) fails here and gives nothing back...
                         ConditionExpression="attribute_exists(#held)",
                         ExpressionAttributeNames={
                             "#held": "quota_held",
                             "#released": "quota_released",
+                            "#by": "held_by",
+                            "#fire": "held_fire_ms",
                         },
                         ExpressionAttributeValues={":token": {"S": token}},
                         ReturnValuesOnConditionCheckFailure="ALL_OLD",

@@ -1,0 +1,268 @@
+"""The sweep: what a crash between two writes leaves behind, found and repaired.
+
+Two of the cost cuts trade a transaction for two plain writes in a row, and a process may
+die between them:
+
+- A one-off job due within 900 s is written, then sent by its create. A create that dies
+  in between answered nothing; without an Idempotency-Key no retry finds the job, which
+  would never run and hold its unit of the active jobs quota for ever.
+- A quota unit is counted first and its item written second, and given back after its
+  mark is removed. A crash between the two leaves the count one too high, a unit held by
+  nothing: never too low, so a tenant is refused early, never admitted over its limit.
+
+Every few minutes the sweep reads each tenant whose active jobs count is above zero, and
+the tenant's jobs that hold a unit (the schedules table's sparse ``held`` index: live jobs
+only, so what it reads is bounded by the tenant's limit, not its history). For each:
+
+1. A job whose fire time passed more than :data:`GRACE` ago, still marked and with no
+   occurrence row, was never claimed: its message is sent (again). The grace is longer
+   than any create takes to send (the API's invocation ends within 30 s, and a job's fire
+   time is never before its create) and than a worker takes to claim a message that is
+   due, short of a backlog. A second message of one that did go (a backlog) is harmless:
+   the worker's claim is a conditional put on the occurrence key, so the fire runs once;
+   the job item records the resend, so a waiting job gets at most one more per grace.
+   When it runs its end gives the unit back, as any job's does.
+2. A job that ended (settled row, or cancelled) but still holds its mark lost its
+   release to a crash: released now, with the release every end uses, conditional on the
+   mark, so the sweep and a late worker cannot both give it back.
+3. What is left is units no item names: a count above the jobs the index lists. Such a
+   count is only reduced by what the sweep can prove is held by nothing (see
+   :meth:`Sweep._reconcile`), with a write conditional on the count not having changed,
+   so a reconcile never makes a count too low.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from aws_lambda_powertools import Logger
+
+from fireline import ports
+from fireline.domain import errors, model, occurrence, quota, schedule
+from fireline.services import dispatch
+
+logger = Logger(service="fireline", child=True)
+
+# How long past its fire time a still-marked job may lack its occurrence row before the
+# sweep sends it: longer than any create takes to send it, and than a due message waits
+# for a worker short of a backlog.
+GRACE = timedelta(minutes=15)
+# How long after a count was read a listing of the held index shows every job whose unit
+# the count held: longer than a create takes from its count to its item (the API's
+# invocation: 30 s) and than the index trails the table (a fraction of a second, usually).
+SETTLE = timedelta(minutes=5)
+# How long a job's release may take from its mark's removal to its count's decrement: the
+# longest invocation that releases (a worker's: 900 s at most), with a margin.
+RELEASE_WINDOW = timedelta(minutes=20)
+# Items one page of the slots table's scan reads, pages one run reads at most, and held
+# index entries read for one tenant (beyond it the tenant's count is not reconciled).
+SCAN_PAGE = 500
+MAX_SCAN_PAGES = 200
+HELD_PAGE = 500
+MAX_HELD = 5000
+# Query pages (1 MB each) a count's check against the table may read before it reduces it.
+MAX_CHECK_READS = 20
+
+
+@dataclass
+class SweepReport:
+    tenants: int = 0
+    # Items read: the scan's (all it examined), counts, index entries, jobs, rows.
+    items_read: int = 0
+    resent: int = 0
+    released: int = 0
+    noted: int = 0
+    forgiven: int = 0  # units taken off counts
+    unsent: int = 0  # resends that failed (sent by a later run)
+    complete: bool = True  # False: the run stopped at MAX_SCAN_PAGES
+
+
+class Sweep:
+    def __init__(
+        self,
+        *,
+        store: ports.SweepStore,
+        schedules: ports.ScheduleStore,
+        occurrences: ports.OccurrenceStore,
+        queue: ports.WorkQueue,
+        clock: ports.Clock,
+        grace: timedelta = GRACE,
+        settle: timedelta = SETTLE,
+        release_window: timedelta = RELEASE_WINDOW,
+    ) -> None:
+        self.store = store
+        self.schedules = schedules
+        self.occurrences = occurrences
+        self.queue = queue
+        self.clock = clock
+        self.grace = grace
+        self.settle = settle
+        self.release_window = release_window
+
+    def run(self) -> SweepReport:
+        report = SweepReport()
+        cursor: str | None = None
+        for _ in range(MAX_SCAN_PAGES):
+            page = self.store.tenants_holding(
+                quota.Quota.ACTIVE_JOBS, limit=SCAN_PAGE, cursor=cursor
+            )
+            report.items_read += page.scanned
+            for tenant_id in page.tenants:
+                report.tenants += 1
+                self._tenant(tenant_id, report)
+            cursor = page.cursor
+            if cursor is None:
+                break
+        else:
+            report.complete = False
+        logger.info("sweep", extra={"action": "sweep.run", **vars(report)})
+        return report
+
+    def _tenant(self, tenant_id: str, report: SweepReport) -> None:
+        count = self.store.count(tenant_id, quota.Quota.ACTIVE_JOBS)
+        read_at = self.clock.now()  # after the read: the note's time is never early
+        report.items_read += 1
+        held: list[ports.HeldJob] = []
+        cursor: str | None = None
+        while True:
+            page = self.store.held_jobs(tenant_id, limit=HELD_PAGE, cursor=cursor)
+            held += page.items
+            report.items_read += len(page.items)
+            cursor = page.cursor
+            if cursor is None or len(held) >= MAX_HELD:
+                break
+        listed_at = self.clock.now()  # after the listing: never early either
+        due_before = listed_at - self.grace
+        for job in held:
+            if job.fire_time <= due_before:
+                self._overdue(job, report)
+        if cursor is None:
+            self._reconcile(tenant_id, count, len(held), read_at, listed_at, report)
+
+    def _overdue(self, entry: ports.HeldJob, report: SweepReport) -> None:
+        """A job the index lists as holding its unit, past its fire time by the grace."""
+        job = self.schedules.get(entry.tenant_id, entry.schedule_id)
+        report.items_read += 1
+        if job is None or not job.quota_held:
+            return  # released since the index saw it
+        if job.state is model.ScheduleState.ACTIVE:
+            return  # in the due index: the ticker sends it
+        spec = job.timing.spec
+        assert isinstance(spec, schedule.AtSpec)
+        now = self.clock.now()
+        key = dispatch.row_for(job, spec.when, now).key
+        row = self.occurrences.get(key)
+        report.items_read += 1
+        ended = job.state is model.ScheduleState.CANCELLED or (
+            row is not None and row.state in occurrence.SETTLED
+        )
+        if ended:
+            # Its end's release was lost to a crash: the same conditional release, so a
+            # late worker's and this one give the unit back once between them.
+            if self.schedules.release(job.tenant_id, job.schedule_id, quota.Quota.ACTIVE_JOBS):
+                report.released += 1
+            return
+        if row is not None:
+            return  # claimed: running, or failed with a retry to come
+        # Written, never claimed: its create died before the send (or its message waits
+        # in a backlog). The mark on the job first, so two sweeps send once between them.
+        if not self.store.mark_resent(
+            job.tenant_id, job.schedule_id, now, not_since=now - self.grace
+        ):
+            return
+        try:
+            dispatch.send(
+                self.queue, [dispatch.outbound(job, spec.when, now)], dispatch.DispatchReport()
+            )
+        except errors.Unavailable:
+            report.unsent += 1  # marked: the run after the next grace sends it
+            return
+        report.resent += 1
+        logger.info(
+            "job sent by the sweep",
+            extra={"action": "sweep.resent", "tenant_id": job.tenant_id, "key": key},
+        )
+
+    def _reconcile(
+        self,
+        tenant_id: str,
+        count: ports.HeldCount,
+        listed: int,
+        read_at: datetime,
+        listed_at: datetime,
+        report: SweepReport,
+    ) -> None:
+        """Take off a tenant's count the units that no job holds, only when provably so.
+
+        The count C was read consistently with its token T (every take and give-back
+        writes a new one). The index is eventually consistent and creates and releases
+        run meanwhile, so "C minus the jobs listed" may count units that are merely in
+        flight: a create that took its unit and has not written its job, a release that
+        removed its mark and has not decremented yet, a job too new for the index. Taking
+        those off would make the count too low. So it goes in three runs:
+
+        1. C is above the listing: note T and the time it was read (``since``), on the
+           condition that the count still carries T.
+        2. At least SETTLE after ``since``, the count still carrying T: list again and
+           note the number listed, L, and when (``listed_at``).
+        3. At least RELEASE_WINDOW after ``listed_at``, take off C - L, on the condition
+           that the count still carries T and the same note (one write, applied once).
+
+        Why C - L is held by nothing at that write (time w): T unchanged from ``since``
+        to w means no unit was taken or given back in between. A unit legitimately
+        counted at w is (i) a job's whose create took it before ``since``: its item was
+        written within the create's invocation, well before the listing (SETTLE covers
+        the invocation and the index's lag), and it either still holds its mark at the
+        listing or lost it since; or (ii) that of a release that removed the mark and
+        has yet to decrement: removals happen at most RELEASE_WINDOW before their
+        decrement, so that mark was removed after ``listed_at``, i.e. it was listed. A
+        mark once removed never comes back (a replace keeps the mark it read). So every
+        unit legitimately counted at w was listed: C - L units are held by nothing. (An
+        index that trailed by more than SETTLE would break this; DynamoDB's trails by a
+        fraction of a second. And just before the write the marks are also counted from
+        the table, consistently, and the smaller excess taken.) A tenant whose count
+        keeps changing keeps its excess until a quiet spell: the price of never taking
+        off too much.
+        """
+        excess = count.used - listed
+        note = count.note
+        if excess <= 0 or count.token is None:
+            return
+        if note is None or note.token != count.token:
+            if self.store.note(tenant_id, ports.SweepNote(count.token, read_at)):
+                report.noted += 1
+            return
+        if note.listed is None or note.listed_at is None:
+            # This run's listing began after read_at: that is what must be SETTLE late.
+            if read_at - self.settle >= note.since:
+                noted = replace(note, listed=listed, listed_at=listed_at)
+                if self.store.note(tenant_id, noted):
+                    report.noted += 1
+            return
+        if self.clock.now() - self.release_window < note.listed_at:
+            return
+        # The larger listing: a job listed now and not then (a lagging index) is not
+        # taken off either.
+        units = count.used - max(note.listed, listed)
+        if units <= 0:
+            return
+        # Before the write, the marked jobs counted from the table itself, read
+        # consistently: it reads all the tenant's jobs, but only here, for a count about
+        # to be reduced. Its count bounds the units as the index's may not: a job the
+        # index never listed (one marked before the index existed) keeps its unit.
+        marked, read = self.store.marked_jobs(tenant_id, max_reads=MAX_CHECK_READS)
+        report.items_read += read
+        if marked is None:
+            return
+        units = min(units, count.used - marked)
+        if units <= 0:
+            return
+        with contextlib.suppress(errors.Unavailable):  # the next run tries again
+            if self.store.forgive(tenant_id, quota.Quota.ACTIVE_JOBS, units, note):
+                report.forgiven += units
+                logger.warning(
+                    "quota units held by nothing given back",
+                    extra={"action": "sweep.forgiven", "tenant_id": tenant_id, "units": units},
+                )
