@@ -67,11 +67,11 @@ class Counts(quotas_dynamodb.DynamoQuotaStore):
     held_back: list[Callable[[], None]]
     hold: bool = False
 
-    def give_back(self, tenant_id: str, name: quota.Quota) -> None:
+    def give_back(self, tenant_id: str, name: quota.Quota, count: int = 1) -> None:
         if self.hold:
-            self.held_back.append(lambda: super(Counts, self).give_back(tenant_id, name))
+            self.held_back.append(lambda: super(Counts, self).give_back(tenant_id, name, count))
             return
-        super().give_back(tenant_id, name)
+        super().give_back(tenant_id, name, count)
 
 
 class LaggingIndex:
