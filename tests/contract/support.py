@@ -67,6 +67,10 @@ def a_schedule(
         "created_at": START - timedelta(days=1),
         "updated_at": START - timedelta(days=1),
     }
+    if fields.get("kind") is model.Kind.JOB:
+        # A one-off job's timing is its one instant, as the service builds it.
+        when = schedule.AtSpec(next_fire or START)
+        values.update(timing=schedule.Timing(spec=when), spec_text=str(when))
     values.update(fields)
     return model.Schedule(**values)
 

@@ -1136,6 +1136,7 @@ def test_openapi_document_is_valid_and_lists_every_route(system: System) -> None
         ("/schedules/{schedule_id}/preview", "get"),
         ("/schedules/{schedule_id}/occurrences", "get"),
         ("/jobs", "post"),
+        ("/jobs/batch", "post"),
         ("/jobs", "get"),
         ("/jobs/{job_id}", "get"),
         ("/jobs/{job_id}/cancel", "post"),

@@ -261,6 +261,20 @@ def test_a_method_a_path_does_not_have_is_a_405_naming_the_methods_it_has() -> N
     assert call(build(), "PUT", "/nowhere")[0] == 404
 
 
+def test_a_static_path_is_its_own_route_not_the_dynamic_one_its_pattern_also_matches() -> None:
+    # GIVEN /jobs/batch (POST only), which /jobs/{job_id}'s pattern also matches
+    for method in ("GET", "PUT", "OPTIONS"):
+        # WHEN another method is sent to it
+        status, body, response = call(build(), method, "/jobs/batch")
+        # THEN it is a 405 naming POST alone, not the job named "batch"
+        assert (status, body["error"]["type"]) == (405, "method_not_allowed"), method
+        multi = response.get("multiValueHeaders") or {}
+        single = response.get("headers") or {}
+        assert multi.get("Allow") == ["POST"] or single.get("Allow") == "POST", method
+    # AND a job's own path still has its methods
+    assert call(build(), "GET", "/jobs/job_0123456789abcdef0123")[0] == 404
+
+
 def test_a_create_whose_body_is_a_list_of_bodies_is_refused_and_creates_nothing() -> None:
     # GIVEN two valid schedules sent as one JSON array (the resolver used to read the first
     # element of an array as the body, and drop the rest)

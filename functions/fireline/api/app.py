@@ -561,20 +561,10 @@ def build_app(
     @app.not_found
     def no_route(exc: Exception) -> Response[str]:
         path = app.current_event.path
-        # Powertools' routes, by the compiled pattern it matches them with.
-        allowed = sorted(
-            {r.method for r in app._static_routes + app._dynamic_routes if r.rule.match(path)}
-        )
+        allowed = methods_of(app, path)
         if not allowed:
             return _error(404, "not_found", "no such route")
-        answer = _error(
-            405,
-            "method_not_allowed",
-            f"{app.current_event.http_method} is not a method of {path}",
-            "method",
-        )
-        answer.headers["Allow"] = ", ".join(allowed)
-        return answer
+        return _not_allowed(app.current_event.http_method, path, allowed)
 
     return app
 
@@ -599,11 +589,14 @@ def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> 
     it: its size, its type (a JSON object only) and its nesting, NaN, infinities and numbers
     out of range, so what the resolver and the models then read cannot fail them (a 5xx) or
     be stored changed (a non-finite number as null)."""
-    refused = _refused_operator(event) or _refused_body(event)
+    refused = _refused_operator(event) or _refused_shadowed(app, event) or _refused_body(event)
     if refused is not None:
         return {
             "statusCode": refused.status_code,
-            "headers": {"Content-Type": content_types.APPLICATION_JSON},
+            "headers": {
+                **{k: str(v) for k, v in refused.headers.items()},
+                "Content-Type": content_types.APPLICATION_JSON,
+            },
             "body": refused.body,
         }
     # The resolver compares media types as written (they are case-insensitive), and parses
@@ -618,6 +611,33 @@ def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> 
             else:
                 headers[key] = [str(v).lower() for v in headers[key]]
     return app.resolve(event, context)
+
+
+def methods_of(app: APIGatewayRestResolver, path: str) -> list[str]:
+    """The methods ``path`` has, by Powertools' compiled route patterns. A path that is a
+    static route (``/jobs/batch``) is that route only, though a dynamic one's pattern
+    (``/jobs/<job_id>``) matches it too."""
+    static = {r.method for r in app._static_routes if r.rule.match(path)}
+    return sorted(static or {r.method for r in app._dynamic_routes if r.rule.match(path)})
+
+
+def _not_allowed(method: str, path: str, allowed: list[str]) -> Response[str]:
+    answer = _error(405, "method_not_allowed", f"{method} is not a method of {path}", "method")
+    answer.headers["Allow"] = ", ".join(allowed)
+    return answer
+
+
+def _refused_shadowed(app: APIGatewayRestResolver, event: dict[str, Any]) -> Response[str] | None:
+    """A method a static route lacks is refused (405) before a dynamic route whose pattern
+    also matches the path could serve it (GET /jobs/batch is not the job named "batch")."""
+    path = str(event.get("path") or "")
+    method = str(event.get("httpMethod") or "").upper()
+    static = {r.method for r in app._static_routes if r.rule.match(path)}
+    if static and method not in static:
+        shadow = any(r.method == method and r.rule.match(path) for r in app._dynamic_routes)
+        if shadow:
+            return _not_allowed(method, path, sorted(static))
+    return None
 
 
 def _refused_operator(event: dict[str, Any]) -> Response[str] | None:
