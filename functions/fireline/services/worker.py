@@ -402,7 +402,7 @@ class Worker:
         outcome: dict[str, Any] | None = None
         try:
             outcome = self._run_once(
-                body, item, row, deadline, remaining_ms, lambda_context, fresh=not stored
+                item, row, deadline, remaining_ms, lambda_context, fresh=not stored
             )
         finally:
             if outcome is None or outcome["state"] not in _HANDED_ON:
@@ -738,7 +738,6 @@ class Worker:
 
     def _run_once(
         self,
-        body: dict[str, Any],
         item: model.Schedule,
         row: occurrence.Occurrence,
         deadline: int,
