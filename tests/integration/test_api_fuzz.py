@@ -12,9 +12,11 @@ tests/integration/test_api_document.py reproduces those it found, one test each.
 from __future__ import annotations
 
 import collections
+import itertools
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 import schemathesis
@@ -24,6 +26,7 @@ from schemathesis.engine import events
 from schemathesis.engine.run import INTERNAL_PHASES, PhaseName
 
 from fireline.api import document
+from fireline.api.app import IDEMPOTENCY_KEY
 from fireline.local.cloud import LocalCloud, LocalOptions
 from helpers.local_cloud import KEY, TEST_KEYS, call
 
@@ -46,6 +49,26 @@ VALID_BUT_REFUSED = ["2xx", "400", "401", "403", "404", "409", "422", "429"]
 # test_api_input.py.
 LARGE_BODIES = ["POST /schedules", "PUT /schedules/{schedule_id}", "POST /jobs"]
 LARGE_BODIES += ["PUT /workflows/{workflow_id}"]
+
+
+def _one_key_per_request() -> Callable[[Any, dict[str, str] | None], dict[str, str] | None]:
+    """A hook that makes every valid generated Idempotency-Key a key of its own.
+
+    A create sent again with the same key and body answers the first create for 24 hours
+    (the document says so), even once a later step deleted what it made. Generation repeats
+    key values across sequences, and how many sequences run varies with the machine's
+    speed, so a replayed id's 404 after a delete read as a lost resource in some runs only.
+    Keyed retries are asserted by test_api.py; here each valid key gets a unique suffix
+    (invalid ones are left as drawn, to be refused)."""
+    drawn = itertools.count()
+
+    def fresh_key(context: Any, headers: dict[str, str] | None) -> dict[str, str] | None:
+        key = (headers or {}).get("Idempotency-Key")
+        if headers is not None and key is not None and IDEMPOTENCY_KEY.match(key):
+            headers["Idempotency-Key"] = f"{key[:100]}-{next(drawn)}"
+        return headers
+
+    return fresh_key
 
 
 @dataclass
@@ -103,11 +126,12 @@ def outcome(cloud: LocalCloud) -> Outcome:
                 # first create for 24 hours (the document says so), even once a later step
                 # deleted what it made; deterministic generation repeats key values across
                 # sequences, and this check reads that replayed id's 404 as a lost resource.
-                "ensure_resource_availability": {"enabled": False},
+                "ensure_resource_availability": {"enabled": True},
             },
         }
     )
     schema = schemathesis.openapi.from_dict(described, config=config)
+    schema.hook("map_headers")(_one_key_per_request())
     found = Outcome(operations=sum(1 for _ in schema.get_all_operations()))
     started = 0.0
     for event in engine.from_schema(schema).execute():
