@@ -45,6 +45,19 @@ def check_limit(limit: int) -> int:
     return limit
 
 
+# The register of every tenant's limit override is one DynamoDB item: at most 400 KB, each
+# override its tenant id and a number (about 20,000 of 10-character ids, 5,500 of the
+# longest, 64 characters).
+OVERRIDES_MAX_BYTES = 400_000
+OVERRIDE_PREFIX = "limit:"  # an override's attribute in the register: the prefix, the tenant
+
+
+def override_bytes(tenant_id: str, limit: int) -> int:
+    """What one override adds to the register, as DynamoDB sizes an item: its attribute
+    name in UTF-8 and its number (a byte per two digits, and one)."""
+    return len((OVERRIDE_PREFIX + tenant_id).encode()) + len(str(limit)) // 2 + 2
+
+
 def free_slots(held: list[Slot], limit: int, now_ms: int) -> list[int]:
     """Slot numbers a new job may take: never held, or held past their expiry."""
     return free_in_band(held, list(range(limit)), now_ms)
