@@ -39,9 +39,14 @@ class Slot:
         return self.expires_at_ms <= now_ms
 
 
+MAX_LIMIT = 10_000
+
+
 def check_limit(limit: int) -> int:
-    if limit < 0 or limit > 10_000:
-        raise errors.ValidationError("must be 0 (unlimited) to 10000", field="concurrency_limit")
+    if limit < 0 or limit > MAX_LIMIT:
+        raise errors.ValidationError(
+            f"must be 0 (unlimited) to {MAX_LIMIT}", field="concurrency_limit"
+        )
     return limit
 
 
