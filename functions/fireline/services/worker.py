@@ -56,8 +56,8 @@ BUFFER_HOLD_DEFERRALS = 3
 # Stop a job this long before the invocation would be killed, to record its outcome.
 STOP_MARGIN_SECONDS = 5.0
 # How long a worker keeps the register of tenant limit overrides before reading it again
-# (see Worker._take_slot): a limit set on a tenant that runs unlimited applies to the runs
-# that start up to this long after the change.
+# (see Worker._take_slot): a limit set on a tenant that runs unlimited applies, at the
+# latest, to the runs that start this long after the change.
 OVERRIDES_CACHE_SECONDS = 10.0
 
 
@@ -644,8 +644,9 @@ class Worker:
         deployment's default, is 0) takes no slot and reads nothing: the register is read
         once per ``overrides_cache_seconds`` per worker, not per run. So a limit set on a
         tenant that ran unlimited (an override of N, or its override of 0 cleared under a
-        limited default) applies to the runs that start up to that long after the change;
-        runs started before it hold no slot, as ever when a limit is set. Every other
+        limited default) applies, at the latest, to the runs that start that long (and the
+        register's eventually consistent second) after the change; runs started before it
+        hold no slot, as ever when a limit is set. Every other
         tenant (limited, or the register unknown: not built yet, or its read failed) reads
         its slots and its own override, as before: a limit lifted or changed applies
         from that read on.
