@@ -13,7 +13,7 @@ read, and lease calls on owner and fencing token.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -429,7 +429,25 @@ class SlotStore(Protocol):
         ...
 
     def set_limit(self, tenant_id: str, limit: int | None) -> None:
-        """Override the default limit for one tenant (0: unlimited; None: the default)."""
+        """Override the default limit for one tenant (0: unlimited; None: the default).
+        The tenant's override and the deployment's register of overrides (see
+        :meth:`overrides`) change together or not at all; OverridesFull when the register
+        has no room for it (nothing written)."""
+        ...
+
+    def overrides(self) -> Mapping[str, int] | None:
+        """Every tenant's limit override, from the deployment's register: one eventually
+        consistent read (a change may show a second late). None while there is no
+        complete register (a deployment whose overrides were set before it existed, until
+        :meth:`build_overrides`): then the overrides are unknown, and only ``held``
+        tells a tenant's."""
+        ...
+
+    def build_overrides(self) -> int:
+        """Make the register complete: every tenant's override as its own item says
+        (a scan of the store), unless it is complete already. Idempotent, and safe beside
+        ``set_limit`` (a change made while it runs makes it start again). The number of
+        overrides the register holds; OverridesFull when they do not fit."""
         ...
 
 

@@ -594,6 +594,7 @@ def sweep() -> sweep_service.Sweep:
         occurrences=occurrence_store(),
         queue=work_queue(),
         clock=clock(),
+        slots=slot_store(),
     )
 
 

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from fireline import ports
+from fireline.adapters import dynamodb, memory
 from fireline.domain import errors, quota
 
 from .support import OTHER_TENANT, TENANT
@@ -15,6 +16,20 @@ NOW = 1_772_366_400_000  # 2026-03-01T12:00:00Z in epoch milliseconds
 TTL = 60_000
 JOB_A = "nightly#1#2026-03-01T12:00:00Z"
 JOB_B = "weekly#1#2026-03-01T12:00:00Z"
+
+
+def set_before_the_register(store: ports.SlotStore, tenant_id: str, limit: int) -> None:
+    """An override as versions before the register wrote it: the tenant's own item only."""
+    if isinstance(store, memory.MemorySlotStore):
+        store.set_limit_unregistered(tenant_id, limit)
+        return
+    assert isinstance(store, dynamodb.DynamoSlotStore)
+    store._client.put_item(
+        TableName=store._table,
+        Item=dynamodb._encode(
+            {"tenant_id": tenant_id, "slot": dynamodb.LIMIT_SLOT, "limit": limit}
+        ),
+    )
 
 
 def slots(store: ports.SlotStore, tenant_id: str = TENANT) -> set[quota.Slot]:
@@ -192,6 +207,112 @@ def test_given_an_out_of_range_limit_when_set_then_refused_and_the_override_stay
     with pytest.raises(errors.ValidationError):
         slot_store.set_limit(TENANT, limit)
     assert slot_store.held(TENANT) == ([], 3)
+
+
+# --- the register of overrides ---------------------------------------------------------
+
+
+def test_given_a_new_store_then_the_register_is_unknown_until_built_and_then_empty(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN a deployment's first start: no register
+    assert slot_store.overrides() is None
+    # WHEN it is built
+    built = slot_store.build_overrides()
+    # THEN it holds no override, and says so
+    assert (built, slot_store.overrides()) == (0, {})
+
+
+def test_given_a_built_register_then_each_change_of_an_override_shows_in_it(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN
+    slot_store.build_overrides()
+    # WHEN two tenants get overrides, one is changed and then the other cleared
+    slot_store.set_limit(TENANT, 3)
+    slot_store.set_limit(OTHER_TENANT, quota.UNLIMITED)
+    assert slot_store.overrides() == {TENANT: 3, OTHER_TENANT: quota.UNLIMITED}
+    slot_store.set_limit(TENANT, 7)
+    slot_store.set_limit(OTHER_TENANT, None)
+    # THEN the register and each tenant's own override agree
+    assert slot_store.overrides() == {TENANT: 7}
+    assert slot_store.held(TENANT) == ([], 7)
+    assert slot_store.held(OTHER_TENANT) == ([], None)
+
+
+def test_given_overrides_set_before_the_register_then_it_is_unknown_until_built(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN an override from before the register, and one set since (which writes an
+    # entry in a register that does not hold the first)
+    set_before_the_register(slot_store, TENANT, quota.UNLIMITED)
+    slot_store.set_limit(OTHER_TENANT, 4)
+    # THEN the register is not trusted: it does not know every override
+    assert slot_store.overrides() is None
+    assert slot_store.held(TENANT) == ([], quota.UNLIMITED)
+    # WHEN it is built, twice (the migration is idempotent)
+    first = slot_store.build_overrides()
+    again = slot_store.build_overrides()
+    # THEN it holds both, and a later change lands in it
+    assert (first, again) == (2, 2)
+    assert slot_store.overrides() == {TENANT: quota.UNLIMITED, OTHER_TENANT: 4}
+    slot_store.set_limit(TENANT, None)
+    assert slot_store.overrides() == {OTHER_TENANT: 4}
+
+
+def test_given_an_out_of_range_limit_then_the_register_is_unchanged(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN
+    slot_store.build_overrides()
+    slot_store.set_limit(TENANT, 3)
+    # WHEN / THEN
+    with pytest.raises(errors.ValidationError):
+        slot_store.set_limit(OTHER_TENANT, -1)
+    assert slot_store.overrides() == {TENANT: 3}
+
+
+def test_given_a_full_register_when_another_override_is_set_then_refused_and_nothing_written(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN a register near DynamoDB's 400 KB item limit (ids far longer than a tenant's,
+    # so that 198 overrides fill it), built from overrides set before it
+    def tenant(n: int) -> str:
+        return f"{n:04d}" + "t" * 2_000
+
+    for n in range(198):
+        set_before_the_register(slot_store, tenant(n), 5)
+    assert slot_store.build_overrides() == 198
+    # WHEN more overrides are set until one is refused
+    added = 0
+    with pytest.raises(errors.OverridesFull, match="400 KB"):
+        for n in range(198, 210):
+            slot_store.set_limit(tenant(n), 5)
+            added += 1
+    refused = tenant(198 + added)
+    # THEN the refused one is written nowhere, and the register keeps what it held
+    assert added < 12
+    assert slot_store.held(refused) == ([], None)
+    registered = slot_store.overrides()
+    assert registered is not None and len(registered) == 198 + added
+    assert refused not in registered
+    # and clearing one makes room again
+    slot_store.set_limit(tenant(0), None)
+    slot_store.set_limit(refused, 5)
+    assert slot_store.held(refused) == ([], 5)
+
+
+def test_given_overrides_too_many_for_the_register_when_built_then_refused_and_still_unknown(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN overrides from before the register past its 400 KB (far longer ids than a
+    # tenant's)
+    for n in range(205):
+        set_before_the_register(slot_store, f"{n:04d}" + "t" * 2_000, 5)
+    # WHEN / THEN the build is refused, and the register stays unknown (never partial)
+    with pytest.raises(errors.OverridesFull):
+        slot_store.build_overrides()
+    assert slot_store.overrides() is None
 
 
 # --- tenants and races --------------------------------------------------------------------

@@ -124,6 +124,9 @@ def deployed_system(
             ids=seeded_ids(TENANT),
         )
         system._api = api_app.build_app(system.service, system.idempotency)
+        # The register of limit overrides, as a deployment has it once the sweep (or
+        # `fireline admin migrate overrides`) built it: every later change keeps it.
+        system.slots.build_overrides()
         yield system
 
 
@@ -396,6 +399,7 @@ def workflow_nodes(size: int) -> Measured:
     """A wide DAG of ``size`` short nodes run to success: per node, the controller's and
     the workers' requests (a batch of ten messages an invocation)."""
     with moto_system() as system, item_scoped_transactions(), logs_counted(system.log):
+        system.slots.build_overrides()  # as deployed (see deployed_system)
         flow = flow_on(system)
         names, edges = wide_dag(size)
         flow.register([node(n, job_class="short") for n in names], edges)

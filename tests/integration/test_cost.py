@@ -96,6 +96,7 @@ def test_requests_and_write_units_per_fire_end_to_end(
     # one job running at a time: each slot is handed on many times over)
     for _ in range(10):
         system.service.create("tenant-a", ScheduleDraft(spec="rate(1 minute)", target=TARGET))
+    system.slots.build_overrides()  # the register of limit overrides, as deployed
     system.slots.set_limit("tenant-a", tenant_limit)
     tk = system.ticker(use_lease=False)
     worker = system.worker()
@@ -179,6 +180,9 @@ def test_requests_and_write_units_per_fire_end_to_end(
     assert reads["GetItem consistent"] == succeeded
     assert reads["GetItem eventual"] >= 2 * succeeded
     assert reads["Query consistent"] == 0
+    # AND the tenant's slots are read once per fire when it is limited, never when it is
+    # not (the register of overrides says so, read once per cache period)
+    assert log.requests["Query"] - 16 * ticks == (succeeded if tenant_limit else 0)
     # AND at most 100 bytes of log per fire: a success is a metric, not a line
     assert logged.bytes <= 100 * succeeded
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from fireline.adapters import quotas_dynamodb
+from fireline.adapters import dynamodb, quotas_dynamodb
 from fireline.domain import quota
 from fireline.local.cloud import LocalCloud, LocalOptions
 from helpers.local_cloud import KEY, call
@@ -19,6 +19,11 @@ def quota_use(cloud: LocalCloud) -> dict[quota.Quota, int]:
         cloud.client("dynamodb"), cloud.deployed.physical("SlotsTable")
     )
     return dict(counts.usage("tenant-a").used)
+
+
+def slots(cloud: LocalCloud) -> dynamodb.DynamoSlotStore:
+    assert cloud.deployed is not None
+    return dynamodb.DynamoSlotStore(cloud.client("dynamodb"), cloud.deployed.physical("SlotsTable"))
 
 
 def options(state_dir: Path) -> LocalOptions:
@@ -49,6 +54,9 @@ def test_schedules_jobs_and_history_survive_a_restart(tmp_path: Path) -> None:
             {"delay_seconds": 3600, "target": {"type": "python", "handler": "echo"}},
         )
         used_before = quota_use(first)
+        # (and a concurrency limit override, in the register of overrides too)
+        slots(first).build_overrides()
+        slots(first).set_limit("tenant-a", 3)
     assert (tmp_path / "state.json").exists()
     # WHEN a second run starts on new tables with the same state directory
     with LocalCloud(options(tmp_path)) as second:
@@ -63,5 +71,8 @@ def test_schedules_jobs_and_history_survive_a_restart(tmp_path: Path) -> None:
         assert second.deployed is not None and second.deployed.stack_name != "state-0"
         # AND so is the quota use they hold, which their deletes and ends give back
         assert quota_use(second) == used_before
+        # AND the limit override, in the tenant's own item and in the register
+        assert slots(second).held("tenant-a") == ([], 3)
+        assert slots(second).overrides() == {"tenant-a": 3}
         assert used_before[quota.Quota.SCHEDULES] >= 1
         assert used_before[quota.Quota.ACTIVE_JOBS] >= 1

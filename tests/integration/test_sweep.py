@@ -477,3 +477,22 @@ def test_a_job_the_index_never_listed_keeps_its_unit(cloud: Cloud) -> None:
     assert sum(r.noted for r in reports) == 2
     assert sum(r.forgiven for r in reports) == 0
     assert cloud.used() == 1
+
+
+# --- the register of limit overrides ----------------------------------------------------
+
+
+def test_a_sweep_builds_the_register_of_overrides_set_before_it_once(cloud: Cloud) -> None:
+    # GIVEN a deployment whose one limit override predates the register (its own item only)
+    slots = dynamodb.DynamoSlotStore(cloud.ddb, cloud.counts._table)
+    cloud.ddb.put_item(
+        TableName=cloud.counts._table,
+        Item={"tenant_id": {"S": "tenant-a"}, "slot": {"N": "-1"}, "limit": {"N": "3"}},
+    )
+    cloud.sweep.slots = slots
+    assert slots.overrides() is None
+    # WHEN the sweep runs, twice
+    first, second = cloud.sweep.run(), cloud.sweep.run()
+    # THEN the first built the register with the override, and the second left it as it was
+    assert (first.overrides, second.overrides) == (1, 1)
+    assert slots.overrides() == {"tenant-a": 3}

@@ -20,6 +20,7 @@ from cfnlint.decode import decode_str
 from packaging.requirements import Requirement
 from samtranslator.translator.transform import transform
 
+from fireline.adapters import dynamodb
 from fireline.domain import model
 from fireline.local import runtime
 from fireline.services import worker
@@ -1345,12 +1346,22 @@ def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
     # THEN of a schedule it may write a job's quota mark and its resend's time, nothing
     # else; it reads the held index, a tenant's jobs (before reducing its count), a job
     # by key, an occurrence row by key, and the slots table's usage items (scan, read,
-    # the count's conditional update)
+    # the count's conditional update); it may put the register of limit overrides, and
+    # no other item of the slots table
     assert scoped == {"SchedulesTable": {"dynamodb:UpdateItem"}}
     assert grants == {
         "SchedulesTable": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
         "OccurrencesTable": {"dynamodb:GetItem"},
-        "SlotsTable": {"dynamodb:Scan", "dynamodb:GetItem", "dynamodb:UpdateItem"},
+        "SlotsTable": {
+            "dynamodb:Scan",
+            "dynamodb:GetItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:PutItem",
+        },
+    }
+    (put,) = [s for s in _statements(role) if "dynamodb:PutItem" in _actions(s)]
+    assert put["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [dynamodb.OVERRIDES_TENANT]}
     }
     query = [s for s in _statements(role) if "dynamodb:Query" in _actions(s)]
     assert [s["Resource"] for s in query] == [

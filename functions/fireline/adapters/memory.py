@@ -18,7 +18,7 @@ import math
 import random
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -926,6 +926,10 @@ class MemorySlotStore:
     def __init__(self) -> None:
         self._slots: dict[str, dict[int, quota.Slot]] = defaultdict(dict)
         self._limits: dict[str, int] = {}
+        # The deployment's register of overrides, as DynamoSlotStore keeps it: absent
+        # (None) until a change or a build, and complete only once built.
+        self._register: dict[str, int] | None = None
+        self._complete = False
         self._lock = threading.Lock()
 
     def held(
@@ -960,10 +964,39 @@ class MemorySlotStore:
 
     def set_limit(self, tenant_id: str, limit: int | None) -> None:
         with self._lock:
+            register = dict(self._register or {})
+            if limit is None:
+                register.pop(tenant_id, None)
+            else:
+                register[tenant_id] = quota.check_limit(limit)
+            _check_register(register)  # before either write, as one transaction
+            self._register = register
             if limit is None:
                 self._limits.pop(tenant_id, None)
             else:
-                self._limits[tenant_id] = quota.check_limit(limit)
+                self._limits[tenant_id] = limit
+
+    def overrides(self) -> dict[str, int] | None:
+        with self._lock:
+            return dict(self._register or {}) if self._complete else None
+
+    def build_overrides(self) -> int:
+        with self._lock:
+            if not self._complete:
+                _check_register(self._limits)
+                self._register, self._complete = dict(self._limits), True
+            return len(self._register or {})
+
+    def set_limit_unregistered(self, tenant_id: str, limit: int) -> None:
+        """An override as a version before the register wrote it: its own item only."""
+        with self._lock:
+            self._limits[tenant_id] = quota.check_limit(limit)
+
+
+def _check_register(register: Mapping[str, int]) -> None:
+    """DynamoDB's 400 KB item limit on the register (see DynamoSlotStore)."""
+    if sum(quota.override_bytes(t, n) for t, n in register.items()) > quota.OVERRIDES_MAX_BYTES:
+        raise errors.OverridesFull()
 
 
 class MemoryDocumentStore:

@@ -13,7 +13,9 @@ points them at an emulator (the local cloud prints its URL).
     fireline admin signing show --tenant acme    # the keys a receiver verifies with
     fireline admin signing rotate --tenant acme [--overlap 86400]
     fireline admin quotas show|set|clear acme    # count quotas (fireline.cli.quotas)
+    fireline admin limits show|set|clear acme    # concurrency limit (fireline.cli.limits)
     fireline admin migrate listings               # older workflows and runs, listed
+    fireline admin migrate overrides              # the register of limit overrides
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fireline.cli import deployment
+from fireline.cli import limits as limits_cli
 from fireline.cli import migrate as migrate_cli
 from fireline.cli import quotas as quotas_cli
 from fireline.domain import api_keys, errors, signing
@@ -93,6 +96,8 @@ def add_admin_command(subparsers: Any) -> None:
 
     # Per-tenant count quotas: use and overrides (fireline.cli.quotas).
     quotas_cli.add_quota_commands(groups)
+    # Per-tenant concurrency limit overrides (fireline.cli.limits).
+    limits_cli.add_limit_commands(groups)
     # Older data brought up to this version's layout (fireline.cli.migrate).
     migrate_cli.add_migrate_commands(groups)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from fireline.domain import errors
@@ -49,3 +51,17 @@ def table(args: argparse.Namespace, *, output: str, env: str, what: str) -> tupl
             f"name the {what} table: --table, --stack or ${env}", field="table"
         )
     return session.client("dynamodb", endpoint_url=args.endpoint_url), name
+
+
+def reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A refused value or an AWS error is a message and exit code 1, not a traceback."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        refused: tuple[type[Exception], ...] = (errors.FirelineError, *aws_errors())
+        try:
+            return run(args)
+        except refused as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+
+    return guarded

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -38,15 +37,19 @@ def add_quota_commands(admin: argparse._SubParsersAction[argparse.ArgumentParser
     quotas = admin.add_parser("quotas", help="per-tenant count quotas: use and overrides")
     actions = quotas.add_subparsers(dest="quota_action", metavar="ACTION", required=True)
 
-    show = _leaf(actions, "show", "a tenant's quota use and overrides")
-    show.set_defaults(run=_reported(_show))
-    change = _leaf(actions, "set", "override quotas for a tenant (0: no limit)")
+    show = tenant_command(actions, "show", "a tenant's quota use and overrides")
+    show.set_defaults(run=deployment.reported(_show))
+    change = tenant_command(actions, "set", "override quotas for a tenant (0: no limit)")
     for name in quota.Quota:
         change.add_argument(
-            f"--{_flag(name)}", dest=name.value, metavar="N", type=_limit, help=_help(name)
+            f"--{_flag(name)}",
+            dest=name.value,
+            metavar="N",
+            type=limit_up_to(quota.MAX_QUOTA),
+            help=_help(name),
         )
-    change.set_defaults(run=_reported(_set))
-    clear = _leaf(actions, "clear", "back to the deployment's defaults")
+    change.set_defaults(run=deployment.reported(_set))
+    clear = tenant_command(actions, "clear", "back to the deployment's defaults")
     clear.add_argument(
         "--quota",
         dest="names",
@@ -54,12 +57,14 @@ def add_quota_commands(admin: argparse._SubParsersAction[argparse.ArgumentParser
         choices=[q.value for q in quota.Quota],
         help="only this quota (repeatable; default: every one)",
     )
-    clear.set_defaults(run=_reported(_clear))
+    clear.set_defaults(run=deployment.reported(_clear))
 
 
-def _leaf(
+def tenant_command(
     actions: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str
 ) -> argparse.ArgumentParser:
+    """A command on one tenant's items of the slots table (``TENANT``, the table's
+    options)."""
     parser = actions.add_parser(name, help=help, description=help)
     parser.add_argument("tenant", metavar="TENANT", help="the tenant id")
     deployment.add_table_options(parser, output=STACK_OUTPUT, env=TABLE_ENV, what="slots")
@@ -121,29 +126,20 @@ def _help(name: quota.Quota) -> str:
     return f"{name.value.replace('_', ' ')} (default: the deployment's)"
 
 
-def _limit(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
-    if not 0 <= number <= quota.MAX_QUOTA:
-        raise argparse.ArgumentTypeError(f"must be 0 (no limit) to {quota.MAX_QUOTA}")
-    return number
+def limit_up_to(maximum: int) -> Callable[[str], int]:
+    """An argument's type: a limit, 0 (no limit) to ``maximum``."""
+
+    def limit(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+        if not 0 <= number <= maximum:
+            raise argparse.ArgumentTypeError(f"must be 0 (no limit) to {maximum}")
+        return number
+
+    return limit
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """A refused value or an AWS error is a message and exit code 1, not a traceback."""
-
-    def guarded(args: argparse.Namespace) -> int:
-        refused: tuple[type[Exception], ...] = (errors.FirelineError, *deployment.aws_errors())
-        try:
-            return run(args)
-        except refused as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-
-    return guarded

@@ -40,6 +40,16 @@ class TooLarge(ValidationError):
     """The input is larger than its limit."""
 
 
+class OverridesFull(TooLarge):
+    """The register of tenant limit overrides is full (DynamoDB's 400 KB item limit):
+    nothing was written. Clear overrides no longer needed first."""
+
+    def __init__(
+        self, message: str | None = None, *, field: str | None = "concurrency_limit"
+    ) -> None:
+        super().__init__(message, field=field)
+
+
 class ScheduleSyntaxError(ValidationError):
     """The schedule expression cannot be parsed."""
 

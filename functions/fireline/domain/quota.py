@@ -39,10 +39,28 @@ class Slot:
         return self.expires_at_ms <= now_ms
 
 
+MAX_LIMIT = 10_000
+
+
 def check_limit(limit: int) -> int:
-    if limit < 0 or limit > 10_000:
-        raise errors.ValidationError("must be 0 (unlimited) to 10000", field="concurrency_limit")
+    if limit < 0 or limit > MAX_LIMIT:
+        raise errors.ValidationError(
+            f"must be 0 (unlimited) to {MAX_LIMIT}", field="concurrency_limit"
+        )
     return limit
+
+
+# The register of every tenant's limit override is one DynamoDB item: at most 400 KB, each
+# override its tenant id and a number (about 20,000 of 10-character ids, 5,500 of the
+# longest, 64 characters).
+OVERRIDES_MAX_BYTES = 400_000
+OVERRIDE_PREFIX = "limit:"  # an override's attribute in the register: the prefix, the tenant
+
+
+def override_bytes(tenant_id: str, limit: int) -> int:
+    """What one override adds to the register, as DynamoDB sizes an item: its attribute
+    name in UTF-8 and its number (a byte per two digits, and one)."""
+    return len((OVERRIDE_PREFIX + tenant_id).encode()) + len(str(limit)) // 2 + 2
 
 
 def free_slots(held: list[Slot], limit: int, now_ms: int) -> list[int]:

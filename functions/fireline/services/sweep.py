@@ -29,6 +29,10 @@ only, so what it reads is bounded by the tenant's limit, not its history). For e
    count is only reduced by what the sweep can prove is held by nothing (see
    :meth:`Sweep._reconcile`), with a write conditional on the count not having changed,
    so a reconcile never makes a count too low.
+
+Each run also makes sure the register of tenant limit overrides is built (see
+``SlotStore.build_overrides``): a new deployment, or one whose overrides were set before
+the register existed, has it within a run; once built, the check is one read.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class SweepReport:
     forgiven: int = 0  # units taken off counts
     unsent: int = 0  # resends that failed (sent by a later run)
     complete: bool = True  # False: the run stopped at MAX_SCAN_PAGES
+    overrides: int | None = None  # limit overrides in the register (None: not built)
 
 
 class Sweep:
@@ -91,8 +96,10 @@ class Sweep:
         grace: timedelta = GRACE,
         settle: timedelta = SETTLE,
         release_window: timedelta = RELEASE_WINDOW,
+        slots: ports.SlotStore | None = None,
     ) -> None:
         self.store = store
+        self.slots = slots
         self.schedules = schedules
         self.occurrences = occurrences
         self.queue = queue
@@ -103,6 +110,7 @@ class Sweep:
 
     def run(self) -> SweepReport:
         report = SweepReport()
+        report.overrides = self._register()
         cursor: str | None = None
         for _ in range(MAX_SCAN_PAGES):
             page = self.store.tenants_holding(
@@ -119,6 +127,21 @@ class Sweep:
             report.complete = False
         logger.info("sweep", extra={"action": "sweep.run", **vars(report)})
         return report
+
+    def _register(self) -> int | None:
+        """The register of limit overrides, built if it is not yet; the overrides it
+        holds. A failure is left to the next run: until then the workers read each
+        tenant's slots, as without a register."""
+        if self.slots is None:
+            return None
+        try:
+            return self.slots.build_overrides()
+        except Exception as exc:  # the sweep's other repairs do not wait for it
+            logger.warning(
+                "register of limit overrides not built",
+                extra={"action": "sweep.overrides", "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return None
 
     def _tenant(self, tenant_id: str, report: SweepReport) -> None:
         count = self.store.count(tenant_id, quota.Quota.ACTIVE_JOBS)

@@ -55,6 +55,10 @@ SLOT_MARGIN_SECONDS = 60
 BUFFER_HOLD_DEFERRALS = 3
 # Stop a job this long before the invocation would be killed, to record its outcome.
 STOP_MARGIN_SECONDS = 5.0
+# How long a worker keeps the register of tenant limit overrides before reading it again
+# (see Worker._take_slot): a limit set on a tenant that runs unlimited applies, at the
+# latest, to the runs that start this long after the change.
+OVERRIDES_CACHE_SECONDS = 10.0
 
 
 class Result(enum.StrEnum):
@@ -97,6 +101,7 @@ class WorkerConfig:
     class_max_concurrency: int = 0
     # One-off jobs hold a unit of their tenant's active jobs quota, given back at their end.
     jobs_counted: bool = False
+    overrides_cache_seconds: float = OVERRIDES_CACHE_SECONDS
 
     @property
     def class_limit(self) -> int:
@@ -185,6 +190,12 @@ class Worker:
         self.rng = rng or random.Random()
         self.long_jobs = long_jobs
         self.nodes = nodes
+        # The register of limit overrides as last read, and until when (the clock's
+        # monotonic seconds) it is used; None: unknown (no register yet, or a failed read).
+        self._overrides: Mapping[str, int] | None = None
+        self._overrides_until = -math.inf
+        self._overrides_lock = threading.Lock()
+        self._told_unbuilt = False
 
     def handle_batch(
         self,
@@ -629,10 +640,23 @@ class Worker:
         wait: the tenant runs its limit, or its share of this class, already. Both are
         counted on one read of the tenant's slots (see quota.CLASS_BAND).
 
+        A tenant the register of overrides shows unlimited (its override, else the
+        deployment's default, is 0) takes no slot and reads nothing: the register is read
+        once per ``overrides_cache_seconds`` per worker, not per run. So a limit set on a
+        tenant that ran unlimited (an override of N, or its override of 0 cleared under a
+        limited default) applies, at the latest, to the runs that start that long (and the
+        register's eventually consistent second) after the change; runs started before it
+        hold no slot, as ever when a limit is set. Every other
+        tenant (limited, or the register unknown: not built yet, or its read failed) reads
+        its slots and its own override, as before: a limit lifted or changed applies
+        from that read on.
+
         The read is eventually consistent: every slot is taken by a conditional put, so a
         stale list can cost a refused take, or a deferral a current one would have spared
         (a slot freed in the last second), never a run over the limit. A limit override
         changed in the last second applies from the next read, as if made a second later."""
+        if self._registered_limit(tenant_id) == quota.UNLIMITED:
+            return ()
         held, override = self.slots.held(tenant_id, consistent=False)
         limit = self.config.tenant_limit if override is None else override
         if limit == quota.UNLIMITED:
@@ -666,6 +690,41 @@ class Worker:
                 self.slots.give_back(tenant_id, in_class, key)
             return _AT_LIMIT
         return (number,) if in_class is None else (number, in_class)
+
+    def _registered_limit(self, tenant_id: str) -> int | None:
+        """The tenant's limit as the register says (its override, else the default);
+        None when the register is unknown."""
+        now = self.clock.monotonic()
+        # One read at a time: the batch's other records wait for it, not read it again.
+        with self._overrides_lock:
+            if now >= self._overrides_until:
+                self._overrides = self._read_overrides()
+                self._overrides_until = now + self.config.overrides_cache_seconds
+            overrides = self._overrides
+        if overrides is None:
+            return None
+        return overrides.get(tenant_id, self.config.tenant_limit)
+
+    def _read_overrides(self) -> Mapping[str, int] | None:
+        """The register; None (every tenant reads its own slots and override, as
+        without a register) when there is none yet or the read failed: a failed read
+        never stops a run, nor runs a limited tenant unlimited."""
+        try:
+            overrides = self.slots.overrides()
+        except Exception as exc:  # whatever failed, the per-run read still decides
+            logger.warning(
+                "limit overrides unread",
+                extra={"action": "worker.overrides", "error": f"{type(exc).__name__}: {exc}"},
+            )
+            self.metrics.add_metric("OverridesReadFailed", "Count", 1)
+            return None
+        if overrides is None and not self._told_unbuilt:
+            self._told_unbuilt = True  # once per container: the sweep builds it soon
+            logger.info(
+                "no register of limit overrides yet: every run reads its tenant's slots",
+                extra={"action": "worker.overrides"},
+            )
+        return overrides
 
     def _take_one(
         self,

@@ -234,7 +234,8 @@ SLOT_OPS = {
     "held": Op("dynamodb.Query"),
     "take": Op("dynamodb.PutItem", _slot_writes),
     "give_back": Op("dynamodb.DeleteItem", _slot_writes),
-    "set_limit": Op("dynamodb.PutItem", _slot_writes),
+    "set_limit": Op("dynamodb.TransactWriteItems", _slot_writes),
+    "overrides": Op("dynamodb.GetItem"),
 }
 
 
