@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,9 +15,10 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.idempotency import base as powertools_idempotency
 
-from fireline.adapters import memory
+from fireline.adapters import memory, threads
 from fireline.domain import occurrence
 from fireline.services import dispatch, schedules
+from fireline.services import worker as worker_module
 from fireline.services.worker import Result
 from helpers.memory_system import REMAINING_MS, MemorySystem
 
@@ -73,3 +75,90 @@ def test_a_recurring_fire_copies_only_its_key_and_neither_formats_nor_rebuilds_r
     # AND no fire time was written out again to check a key's spelling, and the store
     # rebuilt no row through dataclasses.replace (claim and completion copy the row once)
     assert calls == Counter()
+
+
+def every_minute(system: MemorySystem, fires: int) -> list[dict[str, Any]]:
+    """The messages of ``fires`` fires of one every-minute schedule, as the ticker sends
+    them (no rows yet), the clock at the last one's fire time."""
+    item = system.service.create(
+        "tenant-a",
+        schedules.ScheduleDraft(
+            spec="cron(* * * * *)", target={"type": "python", "handler": "noop"}
+        ),
+    )
+    assert item.next_fire is not None
+    bodies = [
+        dispatch.fire_message(item, item.next_fire + timedelta(minutes=n)) for n in range(fires)
+    ]
+    last = occurrence.parse_key(bodies[-1]["occurrence_key"]).fire_time
+    system.clock.advance((last - system.clock.now()).total_seconds())
+    return bodies
+
+
+def test_powertools_idempotency_is_set_up_once_per_worker_and_the_outcome_is_not_parsed_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a worker, and every construction of Powertools' idempotency counted from now on
+    system = MemorySystem()
+    bodies = every_minute(system, FIRES)
+    worker = system.worker(runner=system.runner(python=lambda handler, context, timeout: None))
+    calls: Counter[str] = Counter()
+    monkeypatch.setattr(
+        worker_module,
+        "IdempotencyConfig",
+        counting(calls, "config", worker_module.IdempotencyConfig),
+    )
+    monkeypatch.setattr(
+        worker_module,
+        "idempotent_function",
+        counting(calls, "decorate", worker_module.idempotent_function),
+    )
+    monkeypatch.setattr(
+        worker_module,
+        "OccurrenceIdempotency",
+        counting(calls, "layer", worker_module.OccurrenceIdempotency),
+    )
+    # AND every parse of JSON text counted (Powertools hands the outcome over as JSON)
+    monkeypatch.setattr(json, "loads", counting(calls, "json.loads", json.loads))
+    # WHEN it runs a batch of fires side by side, a thread each (as the handler does)
+    with threads.ThreadPool(FIRES, name="test-record") as pool:
+        results = worker.handle_batch(bodies, remaining_ms=lambda: REMAINING_MS, parallel=pool)
+    # THEN each ran once, claimed under Powertools and completed with its own outcome
+    assert results == [Result.SUCCEEDED] * FIRES
+    rows = [system.row(b) for b in bodies]
+    assert [(r.state, r.attempts) for r in rows] == [(occurrence.State.SUCCEEDED, 1)] * FIRES
+    assert [r.result["attempt"] if r.result else None for r in rows] == [1] * FIRES
+    # AND no fire built a configuration, a persistence layer or a guarded function of its
+    # own, nor parsed its outcome back from the JSON Powertools made of it
+    assert calls == Counter()
+
+
+def test_a_batch_reports_each_count_once_with_the_sums_of_its_fires() -> None:
+    # GIVEN a batch of fires
+    system = MemorySystem()
+    bodies = every_minute(system, FIRES)
+    worker = system.worker(runner=system.runner(python=lambda handler, context, timeout: None))
+    # WHEN the worker runs it, the records side by side
+    with threads.ThreadPool(FIRES, name="test-record") as pool:
+        results = worker.handle_batch(bodies, remaining_ms=lambda: REMAINING_MS, parallel=pool)
+    # THEN every fire succeeded, and the count of successes is one data point for the batch
+    # (a Powertools add_metric per batch, not per fire) with the same sum
+    assert results == [Result.SUCCEEDED] * FIRES
+    assert system.metrics.values("Succeeded") == [FIRES]
+    # AND the start lag, a distribution, keeps one value per fire (each first attempt's
+    # start less its fire time: the fires were a minute apart, the clock at the last)
+    assert sorted(system.metrics.values("StartLag")) == [n * 60_000 for n in range(FIRES)]
+
+
+def test_a_single_message_reports_its_counts_before_the_call_returns() -> None:
+    # GIVEN one fire handled on its own (a redelivery, a tool)
+    system = MemorySystem()
+    [body] = every_minute(system, 1)
+    worker = system.worker(runner=system.runner(python=lambda handler, context, timeout: None))
+    # WHEN the worker handles it, and then its repeat
+    first = worker.handle(body, remaining_ms=lambda: REMAINING_MS)
+    repeat = worker.handle(body, remaining_ms=lambda: REMAINING_MS)
+    # THEN each call's counts are out when it returns
+    assert (first, repeat) == (Result.SUCCEEDED, Result.SETTLED)
+    assert system.metrics.values("Succeeded") == [1]
+    assert system.metrics.values("DuplicateDeliveries") == [1]

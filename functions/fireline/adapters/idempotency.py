@@ -19,11 +19,17 @@ memory and DynamoDB adapters:
 - in-progress expiry: the claim holds the row until the invocation's end (the Lambda
   context's remaining time), measured on the injected clock, so a timed-out invocation's
   claim expires instead of blocking forever.
+
+One layer serves every record of a worker: what belongs to one record (its remaining
+time, the row its message stands for, its claim, its outcome) is kept per thread, and a
+record runs on one thread from its claim to its outcome, while the records of a batch
+run side by side. Built once, the layer and its configuration cost nothing per record.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -44,6 +50,7 @@ from fireline.domain import occurrence
 
 # Without a Lambda context (tests, scripts) a claim is held this long.
 DEFAULT_HOLD = timedelta(minutes=15)
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 class OccurrenceIdempotency(BasePersistenceLayer):
@@ -51,18 +58,35 @@ class OccurrenceIdempotency(BasePersistenceLayer):
         super().__init__()  # type: ignore[no-untyped-call]
         self._occurrences = occurrences
         self._clock = clock
-        self._remaining_ms: Callable[[], int] | None = None
-        self._intent: occurrence.Occurrence | None = None
-        #: The row as the last successful claim left it (its attempt number).
-        self.claimed: occurrence.Occurrence | None = None
+        self._record = threading.local()
 
     def bind(
         self, remaining_ms: Callable[[], int] | None, intent: occurrence.Occurrence | None = None
     ) -> None:
-        """The current invocation's remaining time (a claim lasts as long as it does), and
-        the row the message stands for, which the claim writes if it does not exist yet."""
-        self._remaining_ms = remaining_ms
-        self._intent = intent
+        """The current record's invocation's remaining time (a claim lasts as long as it
+        does), and the row its message stands for, which the claim writes if it does not
+        exist yet. For this thread, until the next bind."""
+        self._record.remaining_ms = remaining_ms
+        self._record.intent = intent
+        self._record.claimed = None
+        self._record.outcome = None
+
+    @property
+    def claimed(self) -> occurrence.Occurrence | None:
+        """The row as this thread's last successful claim left it (its attempt number)."""
+        return getattr(self._record, "claimed", None)
+
+    def returned(self, outcome: dict[str, Any]) -> dict[str, Any]:
+        """Note the outcome this thread's run returns, which Powertools then saves: the
+        completion writes it as it is rather than parsed back from Powertools' JSON."""
+        self._record.outcome = outcome
+        return outcome
+
+    def get_remaining_time_in_millis(self) -> int:
+        """This thread's record's remaining time, as a Lambda context tells it: Powertools
+        asks for it before each claim."""
+        remaining = getattr(self._record, "remaining_ms", None)
+        return remaining() if remaining is not None else int(DEFAULT_HOLD / _MILLISECOND)
 
     def _get_hashed_idempotency_key(self, data: dict[str, Any]) -> str | None:
         key = data.get("occurrence_key") if isinstance(data, dict) else None
@@ -81,22 +105,24 @@ class OccurrenceIdempotency(BasePersistenceLayer):
 
     def _put_record(self, data_record: DataRecord) -> None:
         now = self._clock.now()
-        hold = (
-            timedelta(milliseconds=self._remaining_ms())
-            if self._remaining_ms is not None
-            else DEFAULT_HOLD
-        )
+        remaining = getattr(self._record, "remaining_ms", None)
+        hold = timedelta(milliseconds=remaining()) if remaining is not None else DEFAULT_HOLD
         claimed, row = self._occurrences.claim(
-            data_record.idempotency_key, now=now, until=now + hold, intent=self._intent
+            data_record.idempotency_key,
+            now=now,
+            until=now + hold,
+            intent=getattr(self._record, "intent", None),
         )
         if claimed:
-            self.claimed = row
+            self._record.claimed = row
             return
-        self.claimed = None
+        self._record.claimed = None
         raise IdempotencyItemAlreadyExistsError(old_data_record=_record_of(row))
 
     def _update_record(self, data_record: DataRecord) -> None:
-        outcome = json.loads(data_record.response_data or "{}")
+        noted: dict[str, Any] | None = getattr(self._record, "outcome", None)
+        self._record.outcome = None
+        outcome = noted if noted is not None else json.loads(data_record.response_data or "{}")
         self._occurrences.settle(
             data_record.idempotency_key,
             state=occurrence.State(outcome["state"]),

@@ -36,7 +36,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             bodies,
             remaining_ms=context.get_remaining_time_in_millis,
             parallel=pool,
-            lambda_context=context,
         )
     for record, outcome in zip(records, outcomes, strict=True):
         if isinstance(outcome, Exception):

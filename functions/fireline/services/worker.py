@@ -121,6 +121,32 @@ class _NoMetrics:
         return None
 
 
+class _Tally:
+    """The worker's metrics, its counts summed until ``flush`` (the end of a batch, or of
+    a single message): one data point per count in place of one per fire, each a call to
+    Powertools' add_metric (which checks, formats and appends it). The sums are the same;
+    other units (StartLag, a distribution whose percentiles are alarmed on) go out one
+    value per fire as they come."""
+
+    def __init__(self, metrics: ports.Metrics) -> None:
+        self.inner = metrics
+        self._counts: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def add_metric(self, name: str, unit: str, value: float) -> None:
+        if unit != "Count":
+            self.inner.add_metric(name, unit, value)
+            return
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + value
+
+    def flush(self) -> None:
+        with self._lock:
+            counts, self._counts = self._counts, {}
+        for name, total in counts.items():
+            self.inner.add_metric(name, "Count", total)
+
+
 class Prefetch:
     """A batch's occurrence rows and schedules, read together at its start: a
     BatchGetItem per table for the batch in place of a GetItem per record for each.
@@ -186,7 +212,7 @@ class Worker:
         self.clock = clock
         self.runner = runner
         self.config = config or WorkerConfig()
-        self.metrics = metrics or _NoMetrics()
+        self.metrics = _Tally(metrics or _NoMetrics())
         self.rng = rng or random.Random()
         self.long_jobs = long_jobs
         self.nodes = nodes
@@ -196,6 +222,22 @@ class Worker:
         self._overrides_until = -math.inf
         self._overrides_lock = threading.Lock()
         self._told_unbuilt = False
+        # Powertools idempotency, set up once for every record: its configuration, the
+        # persistence layer (which keeps each record's claim per thread) and the guarded
+        # run. Built per record, they were a good part of a fire's CPU.
+        self._idempotency = OccurrenceIdempotency(self.occurrences, self.clock)
+        claim_config = IdempotencyConfig(
+            event_key_jmespath="occurrence_key", raise_on_no_idempotency_key=True
+        )
+        # Powertools reads the remaining time from a Lambda context: the layer answers
+        # with the current record's remaining_ms (in Lambda, the context's own).
+        claim_config.register_lambda_context(self._idempotency)  # type: ignore[arg-type]
+        self._guarded_run = idempotent_function(
+            self._run_claimed,
+            data_keyword_argument="message",
+            persistence_store=self._idempotency,
+            config=claim_config,
+        )
 
     def handle_batch(
         self,
@@ -203,7 +245,6 @@ class Worker:
         *,
         remaining_ms: Callable[[], int],
         parallel: ports.Parallel,
-        lambda_context: Any = None,
     ) -> list[Result | Exception]:
         """Process a batch's messages side by side: each record's deadline counts from
         its own start, so its place in the batch never decides its outcome. Each one's
@@ -211,18 +252,22 @@ class Worker:
 
         The batch's rows and schedules are read first, together (see Prefetch); the
         one-off jobs the batch settles give their units of quota back together after
-        the runs, one give-back per tenant (see :meth:`_give_back`)."""
+        the runs, one give-back per tenant (see :meth:`_give_back`). Its counts go out
+        summed, one data point per metric (see _Tally)."""
         prefetched = self.prefetch(bodies, parallel)
         ended: list[_Ended | None] = [None] * len(bodies)
 
         def run(index: int, body: dict[str, Any]) -> Result:
-            result, ended[index] = self._process(body, remaining_ms, lambda_context, prefetched)
+            result, ended[index] = self._process(body, remaining_ms, prefetched)
             return result
 
-        outcomes = parallel.run(
-            [functools.partial(run, index, body) for index, body in enumerate(bodies)]
-        )
-        return self._give_back(outcomes, ended)
+        try:
+            outcomes = parallel.run(
+                [functools.partial(run, index, body) for index, body in enumerate(bodies)]
+            )
+            return self._give_back(outcomes, ended)
+        finally:
+            self.metrics.flush()
 
     def prefetch(self, bodies: Sequence[dict[str, Any]], parallel: ports.Parallel) -> Prefetch:
         """The rows and schedules of a batch's fires, a batch read per table side by
@@ -274,25 +319,26 @@ class Worker:
         body: dict[str, Any],
         *,
         remaining_ms: Callable[[], int],
-        lambda_context: Any = None,
         prefetched: Prefetch = _NOTHING_PREFETCHED,
     ) -> Result:
         """Process one message. Raises Busy (redeliver later) or MissingIdempotencyKey."""
-        result, ended = self._process(body, remaining_ms, lambda_context, prefetched)
-        if ended is not None:
-            self.schedules.release(ended.tenant_id, ended.schedule_id, quota.Quota.ACTIVE_JOBS)
-        return result
+        try:
+            result, ended = self._process(body, remaining_ms, prefetched)
+            if ended is not None:
+                self.schedules.release(ended.tenant_id, ended.schedule_id, quota.Quota.ACTIVE_JOBS)
+            return result
+        finally:
+            self.metrics.flush()
 
     def _process(
         self,
         body: dict[str, Any],
         remaining_ms: Callable[[], int],
-        lambda_context: Any,
         prefetched: Prefetch = _NOTHING_PREFETCHED,
     ) -> tuple[Result, _Ended | None]:
         """One message's outcome, and the one-off job whose unit of quota it frees."""
         key = claims.occurrence_key_of(body)
-        result = self._handle(key, body, remaining_ms, lambda_context, prefetched)
+        result = self._handle(key, body, remaining_ms, prefetched)
         if result in _SETTLING and self.nodes is not None and workflow.is_node_key(key):
             # A workflow node settled (or this is a repeat of its outcome, whose event
             # may have been lost): tell the controller. It applies each outcome once.
@@ -350,7 +396,6 @@ class Worker:
         key: str,
         body: dict[str, Any],
         remaining_ms: Callable[[], int],
-        lambda_context: Any,
         prefetched: Prefetch,
     ) -> Result:
         if body.get("type") == "outcome":
@@ -412,9 +457,7 @@ class Worker:
             return self._start_long(item, row, slot, deadline, now, took_run, fresh=not stored)
         outcome: dict[str, Any] | None = None
         try:
-            outcome = self._run_once(
-                item, row, deadline, remaining_ms, lambda_context, fresh=not stored
-            )
+            outcome = self._run_once(item, row, deadline, remaining_ms, fresh=not stored)
         finally:
             if outcome is None or outcome["state"] not in _HANDED_ON:
                 # A run that ended otherwise (a failure to retry, dead, an error) gives its
@@ -801,38 +844,34 @@ class Worker:
         row: occurrence.Occurrence,
         deadline: int,
         remaining_ms: Callable[[], int],
-        lambda_context: Any,
         *,
         fresh: bool,
     ) -> dict[str, Any]:
-        config = IdempotencyConfig(
-            event_key_jmespath="occurrence_key", raise_on_no_idempotency_key=True
-        )
-        # Powertools reads the remaining time from a Lambda context; outside Lambda the
-        # caller's remaining_ms plays that part.
-        config.register_lambda_context(lambda_context or _Remaining(remaining_ms))  # type: ignore[arg-type]
-        # A persistence layer per record: the records of a batch run side by side, and
-        # the layer carries the record's claim between Powertools' calls.
-        layer = OccurrenceIdempotency(self.occurrences, self.clock)
-        layer.bind(remaining_ms, intent=row)
-
-        def run_occurrence(message: dict[str, Any]) -> dict[str, Any]:
-            claimed = layer.claimed
-            assert claimed is not None  # the claim (the record's put) just succeeded
-            return self._execute(item, claimed, deadline, remaining_ms, fresh=fresh)
-
-        guarded = idempotent_function(
-            run_occurrence,
-            data_keyword_argument="message",
-            persistence_store=layer,
-            config=config,
-        )
+        """Claim and run under Powertools idempotency (see adapters.idempotency)."""
+        self._idempotency.bind(remaining_ms, intent=row)
         try:
             # The record's key is all Powertools needs of the message (no payload
             # validation), and it deep-copies what it is given on every call.
-            return guarded(message={"occurrence_key": row.key})  # type: ignore[no-any-return]
+            return self._guarded_run(  # type: ignore[no-any-return]
+                item, deadline, remaining_ms, fresh, message={"occurrence_key": row.key}
+            )
         except IdempotencyAlreadyInProgressError as exc:
             raise Busy(str(exc)) from exc
+
+    def _run_claimed(
+        self,
+        item: model.Schedule,
+        deadline: int,
+        remaining_ms: Callable[[], int],
+        fresh: bool,
+        *,
+        message: dict[str, Any],
+    ) -> dict[str, Any]:
+        """What Powertools runs once the claim (the record's put) has succeeded."""
+        claimed = self._idempotency.claimed
+        assert claimed is not None  # the claim (the record's put) just succeeded
+        outcome = self._execute(item, claimed, deadline, remaining_ms, fresh=fresh)
+        return self._idempotency.returned(outcome)
 
     def _execute(
         self,
@@ -972,14 +1011,6 @@ class Worker:
         message = ports.OutboundMessage(body=body, delay_seconds=max(0, min(900, delay)))
         out = dispatch.Outbound(job_class, body["occurrence_key"], message)
         dispatch.send(self.queue, [out], dispatch.DispatchReport())
-
-
-@dataclass(frozen=True)
-class _Remaining:
-    remaining_ms: Callable[[], int]
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_ms()
 
 
 def _abandoned(row: occurrence.Occurrence, now: datetime) -> bool:
