@@ -254,6 +254,7 @@ class Worker:
         one-off jobs the batch settles give their units of quota back together after
         the runs, one give-back per tenant (see :meth:`_give_back`). Its counts go out
         summed, one data point per metric (see _Tally)."""
+        self._refresh_overrides()
         prefetched = self.prefetch(bodies, parallel)
         ended: list[_Ended | None] = [None] * len(bodies)
 
@@ -322,6 +323,7 @@ class Worker:
         prefetched: Prefetch = _NOTHING_PREFETCHED,
     ) -> Result:
         """Process one message. Raises Busy (redeliver later) or MissingIdempotencyKey."""
+        self._refresh_overrides()
         try:
             result, ended = self._process(body, remaining_ms, prefetched)
             if ended is not None:
@@ -737,16 +739,25 @@ class Worker:
     def _registered_limit(self, tenant_id: str) -> int | None:
         """The tenant's limit as the register says (its override, else the default);
         None when the register is unknown."""
-        now = self.clock.monotonic()
-        # One read at a time: the batch's other records wait for it, not read it again.
         with self._overrides_lock:
-            if now >= self._overrides_until:
-                self._overrides = self._read_overrides()
-                self._overrides_until = now + self.config.overrides_cache_seconds
             overrides = self._overrides
         if overrides is None:
             return None
         return overrides.get(tenant_id, self.config.tenant_limit)
+
+    def _refresh_overrides(self) -> None:
+        """Read the register again once its cache period is over. Called as a batch (or a
+        single message) starts, before its records run side by side: they all see the same
+        register and none waits on another's read (a lock held over the read would stall
+        every other record, and deadlock a simulator that runs threads one at a time)."""
+        now = self.clock.monotonic()
+        with self._overrides_lock:
+            if now < self._overrides_until:
+                return
+            self._overrides_until = now + self.config.overrides_cache_seconds
+        overrides = self._read_overrides()
+        with self._overrides_lock:
+            self._overrides = overrides
 
     def _read_overrides(self) -> Mapping[str, int] | None:
         """The register; None (every tenant reads its own slots and override, as
