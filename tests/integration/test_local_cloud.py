@@ -118,11 +118,22 @@ def test_a_long_job_runs_under_the_state_machine_with_heartbeats(cloud: LocalClo
 
 
 def test_the_status_screen_figures_come_from_the_emulator(cloud: LocalCloud) -> None:
-    # The ticker holds its lease while an invocation ticks; between one invocation's end
-    # (it gives the lease back) and the next rule's start, nothing holds it.
-    status = wait_for(lambda: (found := cloud.status())["lease"] is not None and found)
-    assert set(status["classes"]) == {"default", "short", "long"}
-    assert status["occurrences"].get("succeeded", 0) >= 1
+    # GIVEN a job of its own that succeeded (the suite spreads this module's tests over its
+    # workers, each with its own local cloud: another test's job may not be in this one)
+    status, job = call(
+        cloud,
+        "POST",
+        "/jobs",
+        {"delay_seconds": 0, "target": {"type": "python", "handler": "echo"}},
+    )
+    assert status == 201, job
+    wait_for(lambda: state_of(cloud, f"/jobs/{job['id']}") == "succeeded", timeout=120)
+    # WHEN the status screen is read while the ticker holds its lease (it holds it while an
+    # invocation ticks; between one invocation's end and the next rule's start, nothing does)
+    found = wait_for(lambda: (seen := cloud.status())["lease"] is not None and seen)
+    # THEN its figures are the emulator's: the classes' queues and the job's success
+    assert set(found["classes"]) == {"default", "short", "long"}
+    assert found["occurrences"].get("succeeded", 0) >= 1
     log = Path(cloud.options.log_path or "")
     assert '"action"' in log.read_text()  # the functions' structured logs were collected
 
