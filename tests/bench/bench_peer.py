@@ -59,10 +59,11 @@ WARMUP_SECONDS = 10
 DRAIN_SECONDS = 5
 # Fireline's worker invocations: batches of ten, enough of them to hold a second's fires
 # (a message is visible up to a second before its fire time and waits it out in the worker).
-INVOCATIONS = 50
+INVOCATIONS = int(os.environ.get("FIRELINE_PEER_INVOCATIONS", "50"))
 # A batch's records side by side on a pool of their own, as the deployed handler runs them
 # ("pool"), or one after another ("inline").
 RECORDS = os.environ.get("FIRELINE_PEER_RECORDS", "inline")
+TICKER_PHASE = float(os.environ.get("FIRELINE_PEER_TICKER_PHASE", "0"))
 APSCHEDULER_CONTENDERS = ("apscheduler.memory", "apscheduler.sqlite")
 CONTENDERS = (*APSCHEDULER_CONTENDERS, "fireline.memory")
 
@@ -240,23 +241,24 @@ class _Inline:
         return results
 
 
-class _LockedMetrics:
-    """Powertools Metrics shared by the invocations (deployed, each has its own)."""
+class _InvocationMetrics:
+    """One invocation's Powertools metrics, its own as in a deployed Lambda's process
+    (Powertools' Metrics keeps one set per process, so here each invocation thread has an
+    EphemeralMetrics: the same provider, its own set). ``flush`` is what the handlers'
+    log_metrics does after each invocation (and the ticker's after each tick): the
+    metrics so far written out as one EMF line, and cleared."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
+        from aws_lambda_powertools.metrics import EphemeralMetrics
+
+        self.inner = EphemeralMetrics(namespace="Fireline", service="fireline")
 
     def add_metric(self, name: str, unit: str, value: float) -> None:
-        with self._lock:
-            self.inner.add_metric(name=name, unit=unit, value=value)
+        self.inner.add_metric(name=name, unit=unit, value=value)
 
     def flush(self) -> None:
-        """What the handlers' log_metrics does after each invocation (and the ticker's
-        after each tick): the metrics so far written out as one EMF line, and cleared."""
-        with self._lock:
-            if self.inner.metric_set:
-                self.inner.flush_metrics()
+        if self.inner.metric_set:
+            self.inner.flush_metrics()
 
 
 def run_fireline() -> dict[str, Any]:
@@ -273,7 +275,7 @@ def run_fireline() -> dict[str, Any]:
     from fireline.sim import world as sim_world
 
     wiring.logger()  # the services' loggers' parent, as each Lambda handler makes it
-    metrics = _LockedMetrics(wiring.metrics())
+    ticker_metrics = _InvocationMetrics()
     clock = clock_adapter.SystemClock()
     schedules = memory.MemoryScheduleStore()
     occurrences = memory.MemoryOccurrenceStore()
@@ -320,25 +322,34 @@ def run_fireline() -> dict[str, Any]:
         clock=clock,
         owner="bench",
         config=config,
-        metrics=metrics,
-        after_tick=metrics.flush,
+        metrics=ticker_metrics,
+        after_tick=ticker_metrics.flush,
     )
-    the_worker = worker.Worker(
-        schedules=schedules,
-        occurrences=occurrences,
-        queue=queue,
-        slots=memory.MemorySlotStore(),
-        clock=clock,
-        runner=targets.TargetRunner(
-            registry=registry,
-            signing_key=lambda tenant_id: sim_world.SIMULATED_SIGNING_KEY,
-            lambda_client=lambda timeout, credentials: None,
-            sqs_client=lambda credentials: None,
-            python=sim_lambdas.run_inline,
-        ),
-        config=worker.WorkerConfig(tenant_limit=0),
-        metrics=metrics,
-    )
+    slots = memory.MemorySlotStore()
+    # The register of limit overrides (none here), as the sweep builds it within minutes of
+    # a deploy: an unlimited tenant's fire then reads nothing of the slots table.
+    slots.build_overrides()
+
+    def a_worker(metrics: _InvocationMetrics) -> worker.Worker:
+        """A worker Lambda's own Worker (deployed, each invocation's process makes one);
+        the tables and the queue are the ones every invocation shares."""
+        return worker.Worker(
+            schedules=schedules,
+            occurrences=occurrences,
+            queue=queue,
+            slots=slots,
+            clock=clock,
+            runner=targets.TargetRunner(
+                registry=registry,
+                signing_key=lambda tenant_id: sim_world.SIMULATED_SIGNING_KEY,
+                lambda_client=lambda timeout, credentials: None,
+                sqs_client=lambda credentials: None,
+                python=sim_lambdas.run_inline,
+            ),
+            config=worker.WorkerConfig(tenant_limit=0),
+            metrics=metrics,
+        )
+
     end = t0 + SECONDS + DRAIN_SECONDS
     stop = threading.Event()
     results: Counter[str] = Counter()
@@ -364,10 +375,12 @@ def run_fireline() -> dict[str, Any]:
             batches.put(None)
 
     def invocation() -> None:
-        """A worker Lambda: its batch's records one after another, the successes deleted."""
+        """A worker Lambda, warm: its batch's records one after another, the successes deleted."""
         side_by_side: ports.Parallel = (
             pools.ThreadPool(10, name="worker-record") if RECORDS == "pool" else _Inline()
         )
+        metrics = _InvocationMetrics()
+        the_worker = a_worker(metrics)
         while (got := batches.get()) is not None:
             outcomes = the_worker.handle_batch(
                 [m.body for m in got], remaining_ms=lambda: 900_000, parallel=side_by_side
@@ -385,8 +398,10 @@ def run_fireline() -> dict[str, Any]:
     if (spare := t0 - WARMUP_SECONDS - time.time()) < 0:
         print(f"set-up overran by {-spare:.1f} s: the warm-up has a backlog", file=sys.stderr)
     sleep_until(t0 - WARMUP_SECONDS)
-    for thread in [ticker_thread, mapping, *threads]:
+    for thread in [mapping, *threads]:
         thread.start()
+    sleep_until(t0 - WARMUP_SECONDS + TICKER_PHASE)
+    ticker_thread.start()
     sleep_until(t0)
     ticker_clock = time.pthread_getcpuclockid(ticker_thread.ident or 0)
     mapping_clock = time.pthread_getcpuclockid(mapping.ident or 0)
