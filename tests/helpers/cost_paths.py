@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
@@ -31,7 +31,7 @@ from fireline.adapters import dynamodb, quotas_dynamodb, threads
 from fireline.api import app as api_app
 from fireline.cost import meter, model
 from fireline.domain import occurrence, quota, workflow
-from fireline.services import schedules
+from fireline.services import dispatch, schedules
 from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
 
@@ -192,10 +192,11 @@ def deliver(system: System, worker: worker_service.Worker) -> int:
     jobs that succeeded.
 
     A batch holds what comes due together: deployed, each fire becomes visible at its
-    time, so a batch holds fires of one moment, of as many schedules. Here every fire
-    a pickup sent is visible at once (the clock jumps past them all), in the order the
-    ticker sent them, a schedule's fires together; so they are batched in fire time
-    order, as they would arrive."""
+    time (up to a second before it: the invocation waits, see ``_batch_wait``), so a
+    batch holds fires of one moment, of as many schedules. Here every fire a pickup sent
+    is visible at once (the clock jumps past them all), in the order the ticker sent
+    them, a schedule's fires together; so they are batched in fire time order, as they
+    would arrive."""
     log = system.log
     url = system.stack.queues["DefaultQueue"]
     succeeded = 0
@@ -215,12 +216,37 @@ def _fire_time(body: dict[str, Any]) -> datetime:
     return occurrence.parse_key(body["occurrence_key"]).fire_time
 
 
+def _batch_wait(system: System, batch: list[ports.ReceivedMessage]) -> float:
+    """How long, deployed, the batch's invocation is expected to hold its records before
+    their fire time (model.expected_wait): the longest of their waits, a batch's records
+    of one moment having become visible together. Here the clock jumps past every fire
+    before the worker runs, so nothing waits: the wait is billed apart. A record whose
+    occurrence row is written already was sent at or after its fire time (a trigger, or
+    sent again after a delivery: a retry, a deferral, a redelivery): it does not wait."""
+    with system.log.unmetered():
+        stored = system.occurrences.get_many([m.body["occurrence_key"] for m in batch])
+        ids = {(m.body["tenant_id"], m.body["schedule_id"]) for m in batch}
+        items = {(s.tenant_id, s.schedule_id): s for s in system.schedules.get_many(list(ids))}
+    waits = [0.0]
+    for message in batch:
+        body = message.body
+        if body["occurrence_key"] in stored:
+            continue
+        fire_time = _fire_time(body)
+        item = items.get((body["tenant_id"], body["schedule_id"]))
+        deliver_at = dispatch.deliver_time(item, fire_time) if item else fire_time
+        sent_at = datetime.fromtimestamp(body["sent_at_ms"] / 1000, UTC)
+        waits.append(model.expected_wait(fire_time, deliver_at, sent_at))
+    return max(waits)
+
+
 def _deliver_batch(
     system: System, worker: worker_service.Worker, url: str, batch: list[ports.ReceivedMessage]
 ) -> int:
     log = system.log
     payload = sum(len(json.dumps(m.body)) for m in batch)
     log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
+    log.hold("worker", _batch_wait(system, batch))
     # One thread: the records in turn, so the requests they make (and the slots they race
     # for) are the same on every run; the deployed handler runs them side by side.
     with log.within("worker"), threads.ThreadPool(1, name="worker-record") as pool:

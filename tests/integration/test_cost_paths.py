@@ -16,14 +16,18 @@ from typing import Any
 
 import pytest
 
+from fireline.cost import model, prices
 from helpers import cost_paths
 from helpers.system import System
 
 # Per fire (per node for workflow_node; a one-off job's creation is in its figures):
 # requests by service.Operation as billed, DynamoDB write units on the base tables,
-# index write units and read units. Rounded to 4 decimals. A worker reads the register
-# of limit overrides once per cache period (one GetItem per path here), and a tenant
-# without a limit reads nothing of its slots per fire (no Query).
+# index write units and read units, and the seconds worker invocations are expected to
+# hold fires that became visible before their time (half a second an invocation: these
+# fires are due on a whole second and sent ahead of it; a node is sent when it is due).
+# Rounded to 4 decimals. A worker reads the register of limit overrides once per cache
+# period (one GetItem per path here), and a tenant without a limit reads nothing of its
+# slots per fire (no Query).
 EXPECTED: dict[str, dict[str, Any]] = {
     "minutely": {
         "requests": {
@@ -38,6 +42,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 2.0909,
         "index_write_units": 0.1818,
         "read_units": 2.0303,
+        "worker_wait_seconds": 0.0606,
     },
     "every_second": {
         "requests": {
@@ -52,6 +57,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 2.0167,
         "index_write_units": 0.0333,
         "read_units": 1.7083,
+        "worker_wait_seconds": 0.05,
     },
     "one_off": {
         "requests": {
@@ -68,6 +74,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 5.2,
         "index_write_units": 2.0,
         "read_units": 3.7,
+        "worker_wait_seconds": 0.1,
     },
     "one_off_batched": {
         "requests": {
@@ -84,6 +91,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 4.24,
         "index_write_units": 2.0,
         "read_units": 2.34,
+        "worker_wait_seconds": 0.06,
     },
     "tenant_limited": {
         "requests": {
@@ -99,6 +107,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 3.0909,
         "index_write_units": 0.1818,
         "read_units": 2.6515,
+        "worker_wait_seconds": 0.0606,
     },
     "workflow_node": {
         "requests": {
@@ -117,6 +126,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 7.5833,
         "index_write_units": 0.1667,
         "read_units": 7.7917,
+        "worker_wait_seconds": 0.0,
     },
 }
 
@@ -158,6 +168,7 @@ def figures(measured: cost_paths.Measured) -> dict[str, Any]:
         "write_units": round(usage.write_units, 4),
         "index_write_units": round(usage.index_write_units, 4),
         "read_units": round(usage.read_units, 4),
+        "worker_wait_seconds": round(usage.wait_seconds.get("worker", 0.0), 4),
     }
     print(f"\n{found}")
     return found
@@ -180,3 +191,18 @@ def test_requests_and_units_per_workflow_node_are_pinned() -> None:
     # AND a node costs at most 8 write units, transactions at twice and index writes
     # included (the run's own writes spread over 12 nodes among them)
     assert found["write_units"] + found["index_write_units"] <= 8
+
+
+def test_a_worker_invocation_is_billed_its_wait_for_the_fire_time() -> None:
+    # GIVEN the minutely path: its fires sent by the ticker, whose clock stands at any
+    # phase of the second, with SQS's whole-second delays rounded down, so deployed each
+    # fire is visible up to a second early and the worker holds it until its time
+    with cost_paths.deployed_system() as system:
+        usage = SYSTEM_PATHS["minutely"](system).usage
+    lines = model.per_million(usage)["usd_by_service"]
+    # THEN each worker invocation is billed half a second (the expected wait) at 512 MB,
+    # as a line of its own
+    gb_seconds = usage.invocations["worker"] * 0.5 * 512 / 1024
+    assert lines["lambda.wait"] == pytest.approx(
+        gb_seconds * prices.LAMBDA_GB_SECOND_ARM.usd * 1e6, abs=1e-4
+    )

@@ -5,6 +5,7 @@ SQS requests per 64 KB chunk; and the model prices them from the one price file.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -317,3 +318,37 @@ def test_eventbridge_scheduler_alternatives_add_idempotencys_two_writes() -> Non
     assert plain["lambda.requests"] == pytest.approx(0.20)
     assert kept["dynamodb.writes"] == pytest.approx(1.25)
     assert "dynamodb.writes" not in plain
+
+
+def test_the_expected_wait_before_a_fire_time_follows_the_rounded_down_delay() -> None:
+    # GIVEN messages whose delays were worked out on a whole second, as the emulator's
+    # clock reads it (deployed, the sender's clock stands at any phase of the second)
+    sent = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    fire = sent + timedelta(seconds=60)
+    # THEN a fire on a whole second, sent ahead, is visible up to a second early: half
+    # a second's wait expected
+    assert model.expected_wait(fire, fire, sent) == pytest.approx(0.5)
+    # AND with 400 ms of jitter it is visible up to 600 ms before its fire time, as
+    # often as the phase passes 400 ms: (1 - 0.4)^2 / 2 expected
+    jittered = fire + timedelta(milliseconds=400)
+    assert model.expected_wait(fire, jittered, sent) == pytest.approx(0.18, abs=1e-3)
+    # AND jitter of a second or more, or a message sent at or after its fire time (a
+    # trigger, a retry), is never early
+    assert model.expected_wait(fire, fire + timedelta(seconds=1), sent) == 0.0
+    assert model.expected_wait(sent, sent, sent) == 0.0
+    assert model.expected_wait(sent - timedelta(seconds=30), sent, sent) == 0.0
+
+
+def test_the_wait_is_billed_as_lambda_duration_in_a_line_of_its_own() -> None:
+    # GIVEN a tenth of a 512 MB worker invocation that waits half a second
+    usage = model.Usage(billed={}, invocations={"worker": 0.1}, wait_seconds={"worker": 0.05})
+    lines = model.per_million(usage)["usd_by_service"]
+    # THEN the wait is Lambda's GB-second price, apart from the work's duration
+    assert lines["lambda.wait"] == pytest.approx(
+        0.05 * 0.5 * prices.LAMBDA_GB_SECOND_ARM.usd * 1e6, abs=1e-4
+    )
+    assert lines["lambda.duration"] == pytest.approx(
+        0.1 * model.MIN_BILLED_SECONDS * 0.5 * prices.LAMBDA_GB_SECOND_ARM.usd * 1e6, abs=1e-4
+    )
+    # AND spread over a minute's jobs, the wait is spread with the rest
+    assert model.Usage(billed={}).plus(usage, 0.5).wait_seconds == {"worker": 0.025}

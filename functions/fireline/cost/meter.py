@@ -186,6 +186,9 @@ class Meter:
     function_calls: Counter[str] = field(default_factory=Counter)
     cpu_seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     log_bytes: Counter[str] = field(default_factory=Counter)
+    #: Per function, the seconds its invocations hold messages until their fire time
+    #: (``hold``): billed as Lambda's duration, but no CPU the meter could measure.
+    wait_seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     function: str = ""  # the function being metered now ("" outside ``within``)
 
     _overhead: float = 0.0  # CPU spent in the meter's own hooks (and its reader)
@@ -209,7 +212,7 @@ class Meter:
         for counter in (
             self.requests, self.calls, self.billed, self.write_units_by, self.read_units_by,
             self.writes, self.item_writes, self.invocations, self.function_calls,
-            self.cpu_seconds, self.log_bytes,
+            self.cpu_seconds, self.log_bytes, self.wait_seconds,
         ):  # fmt: skip
             counter.clear()
         self.write_units = self.index_write_units = self.read_units = 0.0
@@ -255,6 +258,13 @@ class Meter:
             self.requests[operation.split(".", 1)[1]] += 1
             self.calls[operation] += 1
             self.billed[operation] += billed
+
+    def hold(self, function: str, seconds: float) -> None:
+        """Count ``seconds`` an invocation of ``function`` waits, holding a message that
+        became visible before its fire time (an expectation: fireline.cost.model's
+        ``expected_wait``)."""
+        with self._lock:
+            self.wait_seconds[function] += seconds
 
     def log_handler(self, formatter: logging.Formatter | None = None) -> logging.Handler:
         """A logging handler counting the bytes each function logs, as formatted by

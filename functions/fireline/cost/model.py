@@ -2,7 +2,7 @@
 
 Per job, by line: DynamoDB write units (base tables and indexes) and read units, billed
 requests of SQS, S3, Secrets Manager, Step Functions' state transitions, Lambda's
-invocations and duration, and CloudWatch Logs' ingestion.
+invocations, duration and wait, and CloudWatch Logs' ingestion.
 
 Lambda's duration is modelled, not measured: 5 ms of waiting per AWS call, plus the CPU
 seconds measured here scaled to the function's share of a vCPU (a full one at 1,769 MB,
@@ -10,6 +10,18 @@ proportionally less below); an invocation known to last a given wall time (the l
 ticker's, which ticks until its minute is up) is billed at least that. Logs are the bytes
 the product wrote, plus the platform's START, END and REPORT lines of each invocation.
 Requests that come through the API are billed API Gateway's REST request each.
+
+A worker invocation is also billed the time it holds a message that became visible before
+its fire time (``lambda.wait``, a line of its own). SQS counts a delay in whole seconds and
+the product rounds it down (dispatch.delay_until), and a sender's clock stands at any phase
+of the second, so a fire due on a whole second, sent ahead of its time, is visible up to a
+second early, and the worker sleeps until its time inside the invocation: half a second,
+expected. What is billed is that expectation, worked out by :func:`expected_wait` over
+:data:`SEND_PHASES` evenly spread phases of the sender's clock (no wall clock): about
+0.5 s for a fire on a whole second without jitter, less with jitter under a second, none
+for a message sent at or after its time (a trigger, a retry, a deferral, a redelivery).
+It is billed on top of the invocation's work, though the batch's first reads (a few ms)
+happen while it waits: a slight overstatement.
 
 The alternatives are priced from the same file: EventBridge Scheduler invoking a Lambda
 per fire, and the same with Powertools idempotency in its own table (2 writes a run).
@@ -19,14 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from fireline.cost import prices
+from fireline.services import dispatch
 
 SECONDS_PER_AWS_CALL = 0.005
 MIN_BILLED_SECONDS = 0.001  # Lambda bills each invocation by the millisecond, at least one
 FULL_VCPU_MB = 1769
 MILLION = 1_000_000
+#: The phases of the second, evenly spread, at which a sender's clock may stand when it
+#: works out a message's delay: a wait expected over them is deterministic.
+SEND_PHASES = 100
 
 _REQUEST_ID = "8f507cfc-1a2b-4697-b07a-ac58fc914c95"
 #: What Lambda itself logs per invocation (X-Ray tracing on, as deployed).
@@ -72,6 +89,9 @@ class Usage:
     # Per function, the wall time its invocations last whatever their work (Lambda bills
     # the wall clock): the least duration billed.
     wall_seconds: Mapping[str, float] = field(default_factory=dict)
+    # Per function, the time its invocations hold messages until their fire time, billed
+    # on top of their work (see expected_wait).
+    wait_seconds: Mapping[str, float] = field(default_factory=dict)
     log_bytes: float = 0.0  # the product's own lines
     state_transitions: float = 0.0
     scheduler_invocations: float = 0.0
@@ -90,6 +110,7 @@ class Usage:
             invocations={f: n * per for f, n in meter.invocations.items() if f in FUNCTIONS},
             aws_calls={f: n * per for f, n in meter.function_calls.items() if f in FUNCTIONS},
             cpu_seconds={f: n * per for f, n in meter.cpu_seconds.items() if f in FUNCTIONS},
+            wait_seconds={f: n * per for f, n in meter.wait_seconds.items() if f in FUNCTIONS},
             log_bytes=sum(meter.log_bytes.values()) * per,
             **extra,
         )
@@ -110,6 +131,7 @@ class Usage:
             aws_calls=add(self.aws_calls, other.aws_calls),
             cpu_seconds=add(self.cpu_seconds, other.cpu_seconds),
             wall_seconds=add(self.wall_seconds, other.wall_seconds),
+            wait_seconds=add(self.wait_seconds, other.wait_seconds),
             log_bytes=self.log_bytes + other.log_bytes * scale,
             state_transitions=self.state_transitions + other.state_transitions * scale,
             scheduler_invocations=self.scheduler_invocations + other.scheduler_invocations * scale,
@@ -133,6 +155,13 @@ class Usage:
             gb_seconds[name] = seconds * function.memory_mb / 1024
         return gb_seconds
 
+    def wait_gb_seconds(self) -> dict[str, float]:
+        """GB-seconds per function of holding messages until their fire time."""
+        return {
+            name: seconds * FUNCTIONS[name].memory_mb / 1024
+            for name, seconds in sorted(self.wait_seconds.items())
+        }
+
     def all_log_bytes(self) -> float:
         return self.log_bytes + sum(self.invocations.values()) * PLATFORM_LOG_BYTES
 
@@ -150,11 +179,13 @@ def dollars(usage: Usage) -> dict[str, float]:
             and (operations is None or op.split(".", 1)[1] in operations)
         )
 
+    def gb_seconds(by_function: dict[str, float]) -> float:
+        return sum(
+            gb_s * p.LAMBDA_GB_SECOND[FUNCTIONS[name].architecture].usd
+            for name, gb_s in by_function.items()
+        )
+
     s3_puts = requests("s3", p.S3_PUT_CLASS)
-    duration = sum(
-        gb_s * p.LAMBDA_GB_SECOND[FUNCTIONS[name].architecture].usd
-        for name, gb_s in usage.lambda_gb_seconds().items()
-    )
     lines = {
         "dynamodb.writes": usage.write_units * p.DYNAMODB_WRITE_REQUEST_UNIT.usd,
         "dynamodb.index_writes": usage.index_write_units * p.DYNAMODB_WRITE_REQUEST_UNIT.usd,
@@ -166,7 +197,8 @@ def dollars(usage: Usage) -> dict[str, float]:
         "stepfunctions": usage.state_transitions * p.STEP_FUNCTIONS_STATE_TRANSITION.usd,
         "scheduler": usage.scheduler_invocations * p.EVENTBRIDGE_SCHEDULER_INVOCATION.usd,
         "lambda.requests": sum(usage.invocations.values()) * p.LAMBDA_REQUEST.usd,
-        "lambda.duration": duration,
+        "lambda.duration": gb_seconds(usage.lambda_gb_seconds()),
+        "lambda.wait": gb_seconds(usage.wait_gb_seconds()),
         "logs": usage.all_log_bytes() * p.CLOUDWATCH_LOGS_INGESTION.usd,
     }
     return {line: usd for line, usd in lines.items() if usd}
@@ -176,6 +208,21 @@ def per_million(usage: Usage) -> dict[str, Any]:
     """$ per million jobs, all in, with its lines."""
     lines = {line: round(usd * MILLION, 4) for line, usd in dollars(usage).items()}
     return {"usd_per_million": round(sum(lines.values()), 4), "usd_by_service": lines}
+
+
+def expected_wait(fire_time: datetime, deliver_at: datetime, sent_at: datetime) -> float:
+    """Seconds a worker is expected to hold a message before its ``fire_time``: the
+    message is due to be visible at ``deliver_at`` (its fire time, plus any jitter) and
+    its delay was worked out at ``sent_at`` as the emulator's clock read it. Deployed, that
+    clock stands at any phase of the second; at each of :data:`SEND_PHASES` phases the
+    delay is the product's (dispatch.delay_until, rounded down) and SQS is taken to hold
+    the message from that moment."""
+    total = 0.0
+    for phase in range(SEND_PHASES):
+        now = sent_at + timedelta(seconds=(phase + 0.5) / SEND_PHASES)
+        visible = now + timedelta(seconds=dispatch.delay_until(deliver_at, now))
+        total += max(0.0, (fire_time - visible).total_seconds())
+    return total / SEND_PHASES
 
 
 def alternatives(*, target_cpu_seconds: float = 0.0) -> dict[str, dict[str, Any]]:
