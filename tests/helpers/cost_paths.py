@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
@@ -184,12 +184,13 @@ def deployed_worker(system: System, *, tenant_limit: int) -> worker_service.Work
     )
 
 
-def deliver(system: System, worker: worker_service.Worker) -> int:
+def deliver(system: System, worker: worker_service.Worker, *, sent_by_ticker: bool = True) -> int:
     """What the event source mapping does with what is visible now: batches of up to ten
     to a worker invocation each (the worker's handle_batch, as the deployed handler
     calls it), the batch's successes deleted in one request. Its empty polls are a fixed
     cost per queue, not per job: only the receives that found work are counted. The
-    jobs that succeeded.
+    jobs that succeeded. ``sent_by_ticker``: the ticker sent what is on the queue (it
+    counts delays from a margin past its clock, see model.expected_wait), else the API.
 
     A batch holds what comes due together: deployed, each fire becomes visible at its
     time (up to a second before it: the invocation waits, see ``_batch_wait``), so a
@@ -209,14 +210,17 @@ def deliver(system: System, worker: worker_service.Worker) -> int:
             return succeeded
         visible.sort(key=lambda m: _fire_time(m.body))
         for start in range(0, len(visible), 10):
-            succeeded += _deliver_batch(system, worker, url, visible[start : start + 10])
+            batch = visible[start : start + 10]
+            succeeded += _deliver_batch(
+                system, worker, url, batch, _batch_wait(system, batch, sent_by_ticker)
+            )
 
 
 def _fire_time(body: dict[str, Any]) -> datetime:
     return occurrence.parse_key(body["occurrence_key"]).fire_time
 
 
-def _batch_wait(system: System, batch: list[ports.ReceivedMessage]) -> float:
+def _batch_wait(system: System, batch: list[ports.ReceivedMessage], sent_by_ticker: bool) -> float:
     """How long, deployed, the batch's invocation is expected to hold its records before
     their fire time (model.expected_wait): the longest of their waits, a batch's records
     of one moment having become visible together. Here the clock jumps past every fire
@@ -227,6 +231,7 @@ def _batch_wait(system: System, batch: list[ports.ReceivedMessage]) -> float:
         stored = system.occurrences.get_many([m.body["occurrence_key"] for m in batch])
         ids = {(m.body["tenant_id"], m.body["schedule_id"]) for m in batch}
         items = {(s.tenant_id, s.schedule_id): s for s in system.schedules.get_many(list(ids))}
+    counted_from = dispatch.IN_FLIGHT if sent_by_ticker else timedelta(0)
     waits = [0.0]
     for message in batch:
         body = message.body
@@ -236,17 +241,21 @@ def _batch_wait(system: System, batch: list[ports.ReceivedMessage]) -> float:
         item = items.get((body["tenant_id"], body["schedule_id"]))
         deliver_at = dispatch.deliver_time(item, fire_time) if item else fire_time
         sent_at = datetime.fromtimestamp(body["sent_at_ms"] / 1000, UTC)
-        waits.append(model.expected_wait(fire_time, deliver_at, sent_at))
+        waits.append(model.expected_wait(fire_time, deliver_at, sent_at, counted_from=counted_from))
     return max(waits)
 
 
 def _deliver_batch(
-    system: System, worker: worker_service.Worker, url: str, batch: list[ports.ReceivedMessage]
+    system: System,
+    worker: worker_service.Worker,
+    url: str,
+    batch: list[ports.ReceivedMessage],
+    wait: float,
 ) -> int:
     log = system.log
     payload = sum(len(json.dumps(m.body)) for m in batch)
     log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
-    log.hold("worker", _batch_wait(system, batch))
+    log.hold("worker", wait)
     # One thread: the records in turn, so the requests they make (and the slots they race
     # for) are the same on every run; the deployed handler runs them side by side.
     with log.within("worker"), threads.ThreadPool(1, name="worker-record") as pool:
@@ -401,7 +410,7 @@ def _run_created(system: System, jobs: int) -> Measured:
     with system.log.within("ticker", invocations=1 / 55):
         system.ticker(use_lease=False).tick()
     system.clock.advance(900)
-    succeeded = deliver(system, worker)
+    succeeded = deliver(system, worker, sent_by_ticker=False)  # each create sent its jobs
     assert succeeded == jobs, (succeeded, jobs)
     return Measured.of(system.log, succeeded)
 

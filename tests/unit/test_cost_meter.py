@@ -13,6 +13,7 @@ import pytest
 from moto import mock_aws
 
 from fireline.cost import meter, model, prices
+from fireline.services import dispatch
 
 REGION = "us-east-1"
 TABLE = "items"
@@ -337,6 +338,20 @@ def test_the_expected_wait_before_a_fire_time_follows_the_rounded_down_delay() -
     assert model.expected_wait(fire, fire + timedelta(seconds=1), sent) == 0.0
     assert model.expected_wait(sent, sent, sent) == 0.0
     assert model.expected_wait(sent - timedelta(seconds=30), sent, sent) == 0.0
+
+
+def test_the_tickers_margin_on_its_delays_is_a_longer_wait() -> None:
+    # GIVEN a fire the ticker sends, its delay counted from dispatch.IN_FLIGHT (250 ms)
+    # past its clock's reading, so that a slow send never lands after the fire time
+    sent = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    fire = sent + timedelta(seconds=60)
+    # THEN it is visible a quarter of a second earlier than a send counted from the
+    # reading: 0.75 s expected, where the API's sends (no margin) wait 0.5 s
+    ticker = model.expected_wait(fire, fire, sent, counted_from=dispatch.IN_FLIGHT)
+    assert ticker == pytest.approx(0.75)
+    assert ticker - model.expected_wait(fire, fire, sent) == pytest.approx(0.25)
+    # AND a fire already due when sent still waits for nothing
+    assert model.expected_wait(sent, sent, sent, counted_from=dispatch.IN_FLIGHT) == 0.0
 
 
 def test_the_wait_is_billed_as_lambda_duration_in_a_line_of_its_own() -> None:
