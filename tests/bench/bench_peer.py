@@ -59,11 +59,10 @@ WARMUP_SECONDS = 10
 DRAIN_SECONDS = 5
 # Fireline's worker invocations: batches of ten, enough of them to hold a second's fires
 # (a message is visible up to a second before its fire time and waits it out in the worker).
-INVOCATIONS = int(os.environ.get("FIRELINE_PEER_INVOCATIONS", "50"))
+INVOCATIONS = 50
 # A batch's records side by side on a pool of their own, as the deployed handler runs them
 # ("pool"), or one after another ("inline").
 RECORDS = os.environ.get("FIRELINE_PEER_RECORDS", "inline")
-TICKER_PHASE = float(os.environ.get("FIRELINE_PEER_TICKER_PHASE", "0"))
 APSCHEDULER_CONTENDERS = ("apscheduler.memory", "apscheduler.sqlite")
 CONTENDERS = (*APSCHEDULER_CONTENDERS, "fireline.memory")
 
@@ -398,10 +397,8 @@ def run_fireline() -> dict[str, Any]:
     if (spare := t0 - WARMUP_SECONDS - time.time()) < 0:
         print(f"set-up overran by {-spare:.1f} s: the warm-up has a backlog", file=sys.stderr)
     sleep_until(t0 - WARMUP_SECONDS)
-    for thread in [mapping, *threads]:
+    for thread in [ticker_thread, mapping, *threads]:
         thread.start()
-    sleep_until(t0 - WARMUP_SECONDS + TICKER_PHASE)
-    ticker_thread.start()
     sleep_until(t0)
     ticker_clock = time.pthread_getcpuclockid(ticker_thread.ident or 0)
     mapping_clock = time.pthread_getcpuclockid(mapping.ident or 0)
@@ -425,8 +422,9 @@ def run_fireline() -> dict[str, Any]:
             "source_mapping_cpu_seconds": round(mapping_cpu, 2),
             "worker_results": dict(results),
             "settings": f"ticker (lookahead {config.lookahead_seconds} s, horizon "
-            f"{config.horizon_seconds} s) + worker, {INVOCATIONS} invocations of 10 "
-            "messages, memory adapters, INFO log line and metrics per fire, jobs on the "
+            f"{config.horizon_seconds} s, ticks {config.tick_phase} s into a second) + "
+            f"worker, {INVOCATIONS} invocations of 10 messages, each its own Worker and "
+            "metrics, memory adapters, the deployment's INFO logging, jobs on the "
             "invocation's thread",
         },
     )

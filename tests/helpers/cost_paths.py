@@ -241,7 +241,15 @@ def _batch_wait(system: System, batch: list[ports.ReceivedMessage], sent_by_tick
         item = items.get((body["tenant_id"], body["schedule_id"]))
         deliver_at = dispatch.deliver_time(item, fire_time) if item else fire_time
         sent_at = datetime.fromtimestamp(body["sent_at_ms"] / 1000, UTC)
-        waits.append(model.expected_wait(fire_time, deliver_at, sent_at, counted_from=counted_from))
+        waits.append(
+            model.expected_wait(
+                fire_time,
+                deliver_at,
+                sent_at,
+                counted_from=counted_from,
+                at_its_phase=sent_by_ticker,
+            )
+        )
     return max(waits)
 
 
@@ -317,7 +325,9 @@ def pickup_cycle(
             tk.tick()
             system.clock.advance(1)
         system.sqs_client.purge_queue(QueueUrl=system.stack.queues["DefaultQueue"])
-    system.clock.advance(pickup_at - (system.clock.monotonic() - started))
+    # The metered tick at the phase of the second the leased ticker's ticks start at.
+    phase = ticker_service.TickerConfig().tick_phase
+    system.clock.advance(pickup_at - (system.clock.monotonic() - started) + phase)
     system.log.reset()
     with system.log.within("ticker", invocations=1 / 55):
         report = tk.tick()

@@ -42,7 +42,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 2.0909,
         "index_write_units": 0.1818,
         "read_units": 2.0303,
-        "worker_wait_seconds": 0.0909,
+        "worker_wait_seconds": 0.0485,
     },
     "every_second": {
         "requests": {
@@ -57,7 +57,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 2.0167,
         "index_write_units": 0.0333,
         "read_units": 1.7083,
-        "worker_wait_seconds": 0.075,
+        "worker_wait_seconds": 0.04,
     },
     "one_off": {
         "requests": {
@@ -107,7 +107,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 3.0909,
         "index_write_units": 0.1818,
         "read_units": 2.6515,
-        "worker_wait_seconds": 0.0909,
+        "worker_wait_seconds": 0.0485,
     },
     "workflow_node": {
         "requests": {
@@ -194,16 +194,15 @@ def test_requests_and_units_per_workflow_node_are_pinned() -> None:
 
 
 def test_a_worker_invocation_is_billed_its_wait_for_the_fire_time() -> None:
-    # GIVEN the minutely path: its fires sent by the ticker, whose clock stands at any
-    # phase of the second, with SQS's whole-second delays rounded down and counted from
-    # the ticker's quarter-second margin, so deployed each fire is visible up to 1.25 s
-    # early and the worker holds it until its time
+    # GIVEN the minutely path: its fires sent by the ticker, whose ticks start 0.6 into a
+    # second, with SQS's whole-second delays rounded down and counted from the ticker's
+    # quarter-second margin, so deployed each fire is visible 0.4 s early and the worker
+    # holds it until its time
     with cost_paths.deployed_system() as system:
         usage = SYSTEM_PATHS["minutely"](system).usage
     lines = model.per_million(usage)["usd_by_service"]
-    # THEN each worker invocation is billed three quarters of a second (the expected
-    # wait) at 512 MB, as a line of its own
-    gb_seconds = usage.invocations["worker"] * 0.75 * 512 / 1024
+    # THEN each worker invocation is billed that wait at 512 MB, as a line of its own
+    gb_seconds = usage.invocations["worker"] * 0.4 * 512 / 1024
     assert lines["lambda.wait"] == pytest.approx(
         gb_seconds * prices.LAMBDA_GB_SECOND_ARM.usd * 1e6, abs=1e-4
     )

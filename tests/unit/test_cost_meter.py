@@ -13,7 +13,7 @@ import pytest
 from moto import mock_aws
 
 from fireline.cost import meter, model, prices
-from fireline.services import dispatch
+from fireline.services import dispatch, ticker
 
 REGION = "us-east-1"
 TABLE = "items"
@@ -352,6 +352,25 @@ def test_the_tickers_margin_on_its_delays_is_a_longer_wait() -> None:
     assert ticker - model.expected_wait(fire, fire, sent) == pytest.approx(0.25)
     # AND a fire already due when sent still waits for nothing
     assert model.expected_wait(sent, sent, sent, counted_from=dispatch.IN_FLIGHT) == 0.0
+
+
+def test_a_sender_that_chooses_its_phase_is_billed_the_wait_at_that_phase() -> None:
+    # GIVEN the ticker's sends, at the phase its ticks start at (0.6 into a second)
+    phase = ticker.TickerConfig().tick_phase
+    sent = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC) + timedelta(seconds=phase)
+    fire = datetime(2026, 1, 1, 12, 1, 0, tzinfo=UTC)
+
+    def wait(at: datetime) -> float:
+        return model.expected_wait(
+            fire, fire, at, counted_from=dispatch.IN_FLIGHT, at_its_phase=True
+        )
+
+    # THEN a fire on a whole second waits what is left of the second: 0.4 s
+    assert wait(sent) == pytest.approx(1 - phase)
+    # AND a send later in the second waits less, until its delay, counted from 0.25 s on,
+    # crosses into the next second: then it waits longest (never arrives late)
+    assert wait(sent + timedelta(milliseconds=100)) == pytest.approx(0.3)
+    assert wait(sent + timedelta(milliseconds=200)) == pytest.approx(1.2)
 
 
 def test_the_wait_is_billed_as_lambda_duration_in_a_line_of_its_own() -> None:

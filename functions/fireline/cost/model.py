@@ -15,14 +15,15 @@ A worker invocation is also billed the time it holds a message that became visib
 its fire time (``lambda.wait``, a line of its own). SQS counts a delay in whole seconds and
 the product rounds it down (dispatch.delay_until), and a sender's clock stands at any phase
 of the second, so a fire due on a whole second, sent ahead of its time, is visible up to a
-second early, and the worker sleeps until its time inside the invocation. The ticker
-counts each delay from a quarter of a second past its clock's reading (dispatch.IN_FLIGHT,
-so that a slow send is never late), which makes its fires visible up to 1.25 s early:
-0.75 s, expected. What is billed is that expectation, worked out by :func:`expected_wait`
-over :data:`SEND_PHASES` evenly spread phases of the sender's clock (no wall clock): about
-0.75 s for a ticker's fire on a whole second without jitter and 0.5 s for a job the API
-sends (it counts from its reading), less with jitter under a second, none for a message
-sent at or after its time (a trigger, a retry, a deferral, a redelivery).
+second early, and the worker sleeps until its time inside the invocation. What is billed
+is the wait expected (:func:`expected_wait`, no wall clock). The API's clock stands at any
+phase of the second: averaged over :data:`SEND_PHASES` evenly spread phases, a job it sends
+on a whole second waits 0.5 s. The ticker starts its ticks at a set phase of the second
+(``TickerConfig.tick_phase``, 0.6) and counts each delay from a quarter of a second past its
+clock's reading (dispatch.IN_FLIGHT, so that a slow send is never late): its fires on a
+whole second are visible 0.4 s early, as the metered tick's clock stands at that phase.
+Less with jitter under a second; none for a message sent at or after its time (a trigger, a
+retry, a deferral, a redelivery).
 It is billed on top of the invocation's work, though the batch's first reads (a few ms)
 happen while it waits: a slight overstatement.
 
@@ -219,23 +220,34 @@ def expected_wait(
     sent_at: datetime,
     *,
     counted_from: timedelta = timedelta(0),
+    at_its_phase: bool = False,
 ) -> float:
     """Seconds a worker is expected to hold a message before its ``fire_time``: the
     message is due to be visible at ``deliver_at`` (its fire time, plus any jitter) and
-    its delay was worked out at ``sent_at`` as the emulator's clock read it. Deployed, that
-    clock stands at any phase of the second; at each of :data:`SEND_PHASES` phases the
-    delay is the product's (dispatch.delay_until, rounded down), counted from
-    ``counted_from`` past the clock's reading as the sender counts it (the ticker's
-    dispatch.IN_FLIGHT), and SQS is taken to hold the message from the reading itself.
-    The real moment SQS takes it is a few milliseconds later, so this is an upper bound
-    by those milliseconds; the sender's margin is not: it is an early arrival it buys,
-    and billed."""
+    its delay was worked out at ``sent_at`` as the emulator's clock read it, counted from
+    ``counted_from`` past that reading as the sender counts it (the ticker's
+    dispatch.IN_FLIGHT), rounded down (dispatch.delay_until). SQS is taken to hold the
+    message from the reading itself: the real moment is a few milliseconds later, so
+    this is an upper bound by those milliseconds.
+
+    Deployed, an API request's clock stands at any phase of the second: the wait is
+    averaged over :data:`SEND_PHASES` evenly spread phases. ``at_its_phase``: the sender
+    chooses its phase (the ticker starts its ticks at ``TickerConfig.tick_phase``), and
+    the emulator's clock stands there: the wait is the one at ``sent_at`` itself."""
+    if at_its_phase:
+        return _wait(fire_time, deliver_at, sent_at, counted_from)
     total = 0.0
     for phase in range(SEND_PHASES):
         now = sent_at + timedelta(seconds=(phase + 0.5) / SEND_PHASES)
-        visible = now + timedelta(seconds=dispatch.delay_until(deliver_at, now + counted_from))
-        total += max(0.0, (fire_time - visible).total_seconds())
+        total += _wait(fire_time, deliver_at, now, counted_from)
     return total / SEND_PHASES
+
+
+def _wait(
+    fire_time: datetime, deliver_at: datetime, now: datetime, counted_from: timedelta
+) -> float:
+    visible = now + timedelta(seconds=dispatch.delay_until(deliver_at, now + counted_from))
+    return max(0.0, (fire_time - visible).total_seconds())
 
 
 def alternatives(*, target_cpu_seconds: float = 0.0) -> dict[str, dict[str, Any]]:

@@ -74,6 +74,16 @@ class TickerConfig:
     round_entries_min: int = 32
     round_entries_max: int = 1_000
     tick_seconds: float = 1.0
+    # How far into a second of the wall clock (a fraction of tick_seconds) a tick starts
+    # while the ticker keeps up. SQS counts delays in whole seconds and a delay is rounded
+    # down, counted from dispatch.IN_FLIGHT past the send's clock reading, so a fire due
+    # on a whole second (as cron and rate fires are) sent f into a second is visible
+    # 1 - f early while f + IN_FLIGHT is under the second's end, 1.25 - f once past it;
+    # the worker invocation that takes it holds it until its time, billed. Ticks that
+    # start 0.6 into the second send before 0.75 unless their reads run long: a wait of
+    # 0.25 to 0.4 s, where ticks at any phase made it 0.75 s on average. A tick that runs
+    # long only waits longer, never makes a fire late.
+    tick_phase: float = 0.6
     # A pass starts again from the top of the index after this long, so fires that
     # became due meanwhile are not left behind the rest of a long pass.
     pass_seconds: float = 5.0
@@ -86,6 +96,8 @@ class TickerConfig:
             raise errors.ValidationError(
                 "need 0 <= lookahead <= horizon <= 900 seconds", field="horizon_seconds"
             )
+        if not 0 <= self.tick_phase < 1:
+            raise errors.ValidationError("must be 0 or more and less than 1", field="tick_phase")
         if not 1 <= self.groups <= self.shards:
             raise errors.ValidationError(
                 f"must be 1 to the number of shards ({self.shards})", field="groups"
@@ -231,6 +243,7 @@ class Ticker:
         try:
             while remaining_ms() > self.config.stop_before_end_ms:
                 drained = True
+                started = self.clock.monotonic()
                 try:
                     tick = self.tick(remaining_ms)
                     drained = tick.drained
@@ -251,7 +264,10 @@ class Ticker:
                 next_tick += self.config.tick_seconds
                 wait = next_tick - self.clock.monotonic()
                 if drained and wait > 0:
-                    self.clock.sleep(wait)
+                    # Keeping up: the next tick at the phase of the wall clock's second
+                    # (tick_phase), about a period after this one started.
+                    self.clock.sleep(self._until_phase(started))
+                    next_tick = self.clock.monotonic()
                 elif wait <= 0:
                     next_tick = self.clock.monotonic()  # behind: do not burst to catch up
         except errors.LeaseLost:
@@ -263,6 +279,19 @@ class Ticker:
             raise
         self._release()
         return report
+
+    def _until_phase(self, started: float) -> float:
+        """Seconds from now to the next moment ``tick_phase`` into a period of the wall
+        clock that is at least half a period after the tick that ``started`` (on the
+        monotonic clock): ticks land on the phase, never two in a row a moment apart (a
+        clock that reads a hair before the phase after sleeping up to it)."""
+        period = self.config.tick_seconds
+        into = self.clock.now().timestamp() % period
+        wait = (self.config.tick_phase * period - into) % period
+        earliest = started + period / 2 - self.clock.monotonic()
+        while wait < earliest:
+            wait += period
+        return wait
 
     def _release(self) -> None:
         """Hand the lease over now, so the next invocation need not wait for the TTL."""
