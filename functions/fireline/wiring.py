@@ -23,10 +23,13 @@ from botocore.config import Config
 from fireline import jobs, ports
 from fireline.adapters import (
     api_keys_dynamodb,
-    dynamodb,
+    leases_dynamodb,
+    occurrences_dynamodb,
     quotas_dynamodb,
     s3,
+    schedules_dynamodb,
     secretsmanager,
+    slots_dynamodb,
     sqs,
     stepfunctions,
     sweep_dynamodb,
@@ -238,8 +241,8 @@ def quota_store() -> quotas_dynamodb.DynamoQuotaStore | None:
 
 
 @functools.cache
-def schedule_store() -> dynamodb.DynamoScheduleStore:
-    return dynamodb.DynamoScheduleStore(
+def schedule_store() -> schedules_dynamodb.DynamoScheduleStore:
+    return schedules_dynamodb.DynamoScheduleStore(
         dynamodb_client(),
         settings().schedules_table,
         shards=settings().shards,
@@ -248,13 +251,15 @@ def schedule_store() -> dynamodb.DynamoScheduleStore:
 
 
 @functools.cache
-def occurrence_store() -> dynamodb.DynamoOccurrenceStore:
-    return dynamodb.DynamoOccurrenceStore(dynamodb_client(), settings().occurrences_table)
+def occurrence_store() -> occurrences_dynamodb.DynamoOccurrenceStore:
+    return occurrences_dynamodb.DynamoOccurrenceStore(
+        dynamodb_client(), settings().occurrences_table
+    )
 
 
 @functools.cache
-def lease_store() -> dynamodb.DynamoLeaseStore:
-    return dynamodb.DynamoLeaseStore(dynamodb_client(), settings().leases_table)
+def lease_store() -> leases_dynamodb.DynamoLeaseStore:
+    return leases_dynamodb.DynamoLeaseStore(dynamodb_client(), settings().leases_table)
 
 
 @functools.cache
@@ -296,8 +301,8 @@ def signing_keys() -> keys.SigningKeys:
 
 
 @functools.cache
-def slot_store() -> dynamodb.DynamoSlotStore:
-    return dynamodb.DynamoSlotStore(dynamodb_client(), settings().slots_table)
+def slot_store() -> slots_dynamodb.DynamoSlotStore:
+    return slots_dynamodb.DynamoSlotStore(dynamodb_client(), settings().slots_table)
 
 
 @functools.cache

@@ -26,7 +26,14 @@ import pytest
 from moto import mock_aws
 
 from fireline import ports
-from fireline.adapters import dynamodb, memory, sqs
+from fireline.adapters import (
+    leases_dynamodb,
+    memory,
+    occurrences_dynamodb,
+    schedules_dynamodb,
+    slots_dynamodb,
+    sqs,
+)
 from fireline.domain import model
 from helpers import dynalite
 from helpers.aws import REGION, Stack, serialized_item_writes, sqs_follows
@@ -66,16 +73,18 @@ class _Moto:
 
     def schedule_store(self) -> ports.ScheduleStore:
         table = self._fresh().tables["SchedulesTable"]
-        return dynamodb.DynamoScheduleStore(self._ddb(), table, shards=SHARDS)
+        return schedules_dynamodb.DynamoScheduleStore(self._ddb(), table, shards=SHARDS)
 
     def occurrence_store(self) -> ports.OccurrenceStore:
-        return dynamodb.DynamoOccurrenceStore(self._ddb(), self._fresh().tables["OccurrencesTable"])
+        return occurrences_dynamodb.DynamoOccurrenceStore(
+            self._ddb(), self._fresh().tables["OccurrencesTable"]
+        )
 
     def lease_store(self) -> ports.LeaseStore:
-        return dynamodb.DynamoLeaseStore(self._ddb(), self._fresh().tables["LeasesTable"])
+        return leases_dynamodb.DynamoLeaseStore(self._ddb(), self._fresh().tables["LeasesTable"])
 
     def slot_store(self) -> ports.SlotStore:
-        return dynamodb.DynamoSlotStore(self._ddb(), self._fresh().tables["SlotsTable"])
+        return slots_dynamodb.DynamoSlotStore(self._ddb(), self._fresh().tables["SlotsTable"])
 
     def work_queue(self, clock: memory.FakeClock) -> ports.WorkQueue:
         stack = self._fresh()
@@ -132,16 +141,16 @@ class _Dynalite:
         return ddb, dynalite.create_table(ddb, logical)
 
     def schedule_store(self) -> ports.ScheduleStore:
-        return dynamodb.DynamoScheduleStore(*self._table("SchedulesTable"), shards=SHARDS)
+        return schedules_dynamodb.DynamoScheduleStore(*self._table("SchedulesTable"), shards=SHARDS)
 
     def occurrence_store(self) -> ports.OccurrenceStore:
-        return dynamodb.DynamoOccurrenceStore(*self._table("OccurrencesTable"))
+        return occurrences_dynamodb.DynamoOccurrenceStore(*self._table("OccurrencesTable"))
 
     def lease_store(self) -> ports.LeaseStore:
-        return dynamodb.DynamoLeaseStore(*self._table("LeasesTable"))
+        return leases_dynamodb.DynamoLeaseStore(*self._table("LeasesTable"))
 
     def slot_store(self) -> ports.SlotStore:
-        return dynamodb.DynamoSlotStore(*self._table("SlotsTable"))
+        return slots_dynamodb.DynamoSlotStore(*self._table("SlotsTable"))
 
     def work_queue(self, clock: memory.FakeClock) -> ports.WorkQueue:
         pytest.skip("dynalite is DynamoDB only: the queue's contract runs on memory and moto")

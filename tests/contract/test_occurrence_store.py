@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from fireline import ports
-from fireline.adapters import dynamodb
+from fireline.adapters import occurrences_dynamodb
 from fireline.domain import errors
 from fireline.domain.occurrence import State
 from helpers.aws import REGION, Stack, serialized_item_writes, unprocessed_keys
@@ -88,7 +88,7 @@ def test_given_a_throttled_table_when_got_many_then_unprocessed_keys_go_again_af
         client = boto3.client("dynamodb", region_name=REGION)
         slept: list[float] = []
         table = Stack.create(prefix="unprocessed").tables["OccurrencesTable"]
-        store = dynamodb.DynamoOccurrenceStore(client, table, sleep=slept.append)
+        store = occurrences_dynamodb.DynamoOccurrenceStore(client, table, sleep=slept.append)
         rows = [an_occurrence("nightly", START + i * MINUTE) for i in range(5)]
         for row in rows:
             assert store.put_new(row)

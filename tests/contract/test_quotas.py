@@ -19,7 +19,13 @@ import pytest
 from moto import mock_aws
 
 from fireline import ports
-from fireline.adapters import dynamodb, memory, quotas_dynamodb, workflows_dynamodb
+from fireline.adapters import (
+    memory,
+    quotas_dynamodb,
+    schedules_dynamodb,
+    slots_dynamodb,
+    workflows_dynamodb,
+)
 from fireline.domain import errors, model, quota, workflow
 from helpers.aws import REGION, Stack, serialized_item_writes
 from helpers.faults import FaultPlan
@@ -61,14 +67,14 @@ def _moto() -> Iterator[Stores]:
             client, stack.tables["SlotsTable"], sleep=lambda _: None
         )
         yield Stores(
-            schedules=dynamodb.DynamoScheduleStore(
+            schedules=schedules_dynamodb.DynamoScheduleStore(
                 client, stack.tables["SchedulesTable"], shards=SHARDS, quotas=quotas
             ),
             quotas=quotas,
             workflows=workflows_dynamodb.DynamoWorkflowStore(
                 client, stack.tables["WorkflowsTable"], quotas=quotas
             ),
-            slots=dynamodb.DynamoSlotStore(client, stack.tables["SlotsTable"]),
+            slots=slots_dynamodb.DynamoSlotStore(client, stack.tables["SlotsTable"]),
             client=client,
         )
 

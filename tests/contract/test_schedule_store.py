@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from fireline import ports
-from fireline.adapters import dynamodb
+from fireline.adapters import schedules_dynamodb
 from fireline.domain import errors, model
 from helpers.aws import REGION, Stack, serialized_item_writes, unprocessed_keys
 
@@ -147,7 +147,9 @@ def test_given_a_throttled_table_when_fetched_together_then_unprocessed_keys_go_
         client = boto3.client("dynamodb", region_name=REGION)
         slept: list[float] = []
         table = Stack.create(prefix="unprocessed").tables["SchedulesTable"]
-        store = dynamodb.DynamoScheduleStore(client, table, shards=SHARDS, sleep=slept.append)
+        store = schedules_dynamodb.DynamoScheduleStore(
+            client, table, shards=SHARDS, sleep=slept.append
+        )
         items = [a_schedule(f"s-{n}") for n in range(4)]
         for item in items:
             store.create(item)

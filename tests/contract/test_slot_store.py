@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from fireline import ports
-from fireline.adapters import dynamodb, memory
+from fireline.adapters import dynamodb, memory, slots_dynamodb
 from fireline.domain import errors, quota
 
 from .support import OTHER_TENANT, TENANT
@@ -23,11 +23,11 @@ def set_before_the_register(store: ports.SlotStore, tenant_id: str, limit: int) 
     if isinstance(store, memory.MemorySlotStore):
         store.set_limit_unregistered(tenant_id, limit)
         return
-    assert isinstance(store, dynamodb.DynamoSlotStore)
+    assert isinstance(store, slots_dynamodb.DynamoSlotStore)
     store._client.put_item(
         TableName=store._table,
         Item=dynamodb._encode(
-            {"tenant_id": tenant_id, "slot": dynamodb.LIMIT_SLOT, "limit": limit}
+            {"tenant_id": tenant_id, "slot": slots_dynamodb.LIMIT_SLOT, "limit": limit}
         ),
     )
 

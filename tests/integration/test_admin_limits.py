@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from fireline.adapters import dynamodb
+from fireline.adapters import slots_dynamodb
 from fireline.cli import main as cli
 from helpers.aws import REGION, Stack
 
@@ -25,8 +25,8 @@ def table() -> Iterator[str]:
         yield Stack.create(prefix="limits").tables["SlotsTable"]
 
 
-def store(table: str) -> dynamodb.DynamoSlotStore:
-    return dynamodb.DynamoSlotStore(boto3.client("dynamodb", region_name=REGION), table)
+def store(table: str) -> slots_dynamodb.DynamoSlotStore:
+    return slots_dynamodb.DynamoSlotStore(boto3.client("dynamodb", region_name=REGION), table)
 
 
 def run(table: str, *argv: str) -> int:

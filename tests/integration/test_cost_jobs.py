@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from fireline.adapters import dynamodb, quotas_dynamodb
+from fireline.adapters import quotas_dynamodb, schedules_dynamodb
 from fireline.domain import quota, workflow
 from fireline.services import schedules
 from helpers import cost_paths
@@ -88,7 +88,7 @@ def counted() -> Iterator[tuple[System, schedules.ScheduleService, Writes]]:
     with moto_system() as system:
         tables = system.stack.tables
         counts = quotas_dynamodb.DynamoQuotaStore(system.ddb, tables["SlotsTable"])
-        system.schedules = dynamodb.DynamoScheduleStore(
+        system.schedules = schedules_dynamodb.DynamoScheduleStore(
             system.ddb, tables["SchedulesTable"], quotas=counts
         )
         service = schedules.ScheduleService(

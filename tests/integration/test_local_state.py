@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from fireline.adapters import dynamodb, quotas_dynamodb
+from fireline.adapters import quotas_dynamodb, slots_dynamodb
 from fireline.domain import quota
 from fireline.local.cloud import LocalCloud, LocalOptions
 from helpers.local_cloud import KEY, call
@@ -21,9 +21,11 @@ def quota_use(cloud: LocalCloud) -> dict[quota.Quota, int]:
     return dict(counts.usage("tenant-a").used)
 
 
-def slots(cloud: LocalCloud) -> dynamodb.DynamoSlotStore:
+def slots(cloud: LocalCloud) -> slots_dynamodb.DynamoSlotStore:
     assert cloud.deployed is not None
-    return dynamodb.DynamoSlotStore(cloud.client("dynamodb"), cloud.deployed.physical("SlotsTable"))
+    return slots_dynamodb.DynamoSlotStore(
+        cloud.client("dynamodb"), cloud.deployed.physical("SlotsTable")
+    )
 
 
 def options(state_dir: Path) -> LocalOptions:

@@ -21,7 +21,14 @@ import pytest
 from moto import mock_aws
 
 from fireline import ports
-from fireline.adapters import dynamodb, memory, quotas_dynamodb, sqs, workflows_dynamodb
+from fireline.adapters import (
+    memory,
+    occurrences_dynamodb,
+    quotas_dynamodb,
+    schedules_dynamodb,
+    sqs,
+    workflows_dynamodb,
+)
 from fireline.api import app as api_app
 from fireline.domain import errors, model, quota, schedule
 from fireline.services import dispatch, schedules, workflows
@@ -185,9 +192,9 @@ def _moto() -> Iterator[Quotas]:
         queue = sqs.SqsWorkQueue(boto3.client("sqs", region_name=REGION), urls, {})
         yield _build(
             memory.FakeClock(START),
-            dynamodb.DynamoScheduleStore(ddb, tables["SchedulesTable"], quotas=counts),
+            schedules_dynamodb.DynamoScheduleStore(ddb, tables["SchedulesTable"], quotas=counts),
             counts,
-            dynamodb.DynamoOccurrenceStore(ddb, tables["OccurrencesTable"]),
+            occurrences_dynamodb.DynamoOccurrenceStore(ddb, tables["OccurrencesTable"]),
             queue,
             workflows_dynamodb.DynamoWorkflowStore(ddb, tables["WorkflowsTable"], quotas=counts),
             memory.MemoryDocumentStore(),
@@ -381,10 +388,14 @@ def test_a_counted_create_and_job_end_cost_two_plain_writes_and_a_delete_one_tra
         log = RequestLog()
         log.attach(ddb)
         counts = quotas_dynamodb.DynamoQuotaStore(ddb, stack.tables["SlotsTable"])
-        store = dynamodb.DynamoScheduleStore(ddb, stack.tables["SchedulesTable"], quotas=counts)
+        store = schedules_dynamodb.DynamoScheduleStore(
+            ddb, stack.tables["SchedulesTable"], quotas=counts
+        )
         service = schedules.ScheduleService(
             schedules=store,
-            occurrences=dynamodb.DynamoOccurrenceStore(ddb, stack.tables["OccurrencesTable"]),
+            occurrences=occurrences_dynamodb.DynamoOccurrenceStore(
+                ddb, stack.tables["OccurrencesTable"]
+            ),
             queue=memory.MemoryWorkQueue(memory.FakeClock(START)),
             clock=memory.FakeClock(START),
             quotas=LIMITS,

@@ -21,7 +21,14 @@ import pytest
 from moto import mock_aws
 
 from fireline import ports
-from fireline.adapters import dynamodb, memory, quotas_dynamodb, sweep_dynamodb
+from fireline.adapters import (
+    memory,
+    occurrences_dynamodb,
+    quotas_dynamodb,
+    schedules_dynamodb,
+    slots_dynamodb,
+    sweep_dynamodb,
+)
 from fireline.domain import model, quota, schedule
 from fireline.services import schedules, sweep
 from fireline.services import worker as worker_service
@@ -104,8 +111,8 @@ class Cloud:
     clock: memory.FakeClock
     ddb: Any
     counts: Counts
-    store: dynamodb.DynamoScheduleStore
-    occurrences: dynamodb.DynamoOccurrenceStore
+    store: schedules_dynamodb.DynamoScheduleStore
+    occurrences: occurrences_dynamodb.DynamoOccurrenceStore
     queue: CrashingQueue
     service: schedules.ScheduleService
     index: LaggingIndex
@@ -171,8 +178,8 @@ def cloud(aws: None) -> Cloud:
     clock = memory.FakeClock(START)
     counts = Counts(ddb, tables["SlotsTable"], sleep=lambda s: None)
     counts.held_back = []
-    store = dynamodb.DynamoScheduleStore(ddb, tables["SchedulesTable"], quotas=counts)
-    occurrences = dynamodb.DynamoOccurrenceStore(ddb, tables["OccurrencesTable"])
+    store = schedules_dynamodb.DynamoScheduleStore(ddb, tables["SchedulesTable"], quotas=counts)
+    occurrences = occurrences_dynamodb.DynamoOccurrenceStore(ddb, tables["OccurrencesTable"])
     queue = CrashingQueue(memory.MemoryWorkQueue(clock))
     service = schedules.ScheduleService(
         schedules=store,
@@ -484,7 +491,7 @@ def test_a_job_the_index_never_listed_keeps_its_unit(cloud: Cloud) -> None:
 
 def test_a_sweep_builds_the_register_of_overrides_set_before_it_once(cloud: Cloud) -> None:
     # GIVEN a deployment whose one limit override predates the register (its own item only)
-    slots = dynamodb.DynamoSlotStore(cloud.ddb, cloud.counts._table)
+    slots = slots_dynamodb.DynamoSlotStore(cloud.ddb, cloud.counts._table)
     cloud.ddb.put_item(
         TableName=cloud.counts._table,
         Item={"tenant_id": {"S": "tenant-a"}, "slot": {"N": "-1"}, "limit": {"N": "3"}},

@@ -20,7 +20,7 @@ from cfnlint.decode import decode_str
 from packaging.requirements import Requirement
 from samtranslator.translator.transform import transform
 
-from fireline.adapters import dynamodb
+from fireline.adapters import slots_dynamodb
 from fireline.domain import model
 from fireline.local import runtime
 from fireline.services import worker
@@ -1361,7 +1361,7 @@ def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
     }
     (put,) = [s for s in _statements(role) if "dynamodb:PutItem" in _actions(s)]
     assert put["Condition"] == {
-        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [dynamodb.OVERRIDES_TENANT]}
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [slots_dynamodb.OVERRIDES_TENANT]}
     }
     query = [s for s in _statements(role) if "dynamodb:Query" in _actions(s)]
     assert [s["Resource"] for s in query] == [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fireline.adapters import dynamodb
+from fireline.adapters import dynamodb, schedules_dynamodb
 from fireline.domain import model, occurrence, policies, schedule
 from fireline.services import claims, ticker
 from fireline.services.schedules import ScheduleDraft
@@ -68,7 +68,7 @@ def write_schedules(system: System, total: int, due: int) -> None:
             spec_text=str(timing.spec),
             next_fire=fire,
         )
-        items.append(dynamodb.schedule_to_item(item, model.DEFAULT_SHARDS))
+        items.append(schedules_dynamodb.schedule_to_item(item, model.DEFAULT_SHARDS))
     table = system.stack.tables["SchedulesTable"]
     for start in range(0, len(items), 25):
         system.ddb.batch_write_item(
@@ -519,7 +519,7 @@ def _job(**fields: Any) -> Any:
 def test_one_unreadable_schedule_does_not_stop_the_others(system: System) -> None:
     # GIVEN a good schedule and, beside it, an item no code can read (a corrupt spec)
     good = create(system)
-    bad = dynamodb.schedule_to_item(good, model.DEFAULT_SHARDS)
+    bad = schedules_dynamodb.schedule_to_item(good, model.DEFAULT_SHARDS)
     bad.update(schedule_id="sch_corrupt", spec="cron(61 * * * *)")
     system.ddb.put_item(TableName=system.stack.tables["SchedulesTable"], Item=dynamodb._encode(bad))
     system.clock.advance(55)

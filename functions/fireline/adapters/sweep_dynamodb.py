@@ -19,7 +19,6 @@ from botocore.exceptions import ClientError
 
 from fireline import ports
 from fireline.adapters.dynamodb import (
-    HELD_INDEX,
     _code,
     _decode,
     _encode,
@@ -29,6 +28,7 @@ from fireline.adapters.dynamodb import (
     _translated,
 )
 from fireline.adapters.quotas_dynamodb import LAST_WRITE, USAGE_SLOT, used_attribute
+from fireline.adapters.schedules_dynamodb import HELD_INDEX
 from fireline.domain import errors, model, quota
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from fireline.cli import deployment, quotas
 from fireline.domain import quota
 
 if TYPE_CHECKING:
-    from fireline.adapters import dynamodb
+    from fireline.adapters import slots_dynamodb
 
 
 def add_limit_commands(admin: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,13 +48,13 @@ def add_limit_commands(admin: argparse._SubParsersAction[argparse.ArgumentParser
     clear.set_defaults(run=deployment.reported(_clear))
 
 
-def store(args: argparse.Namespace) -> dynamodb.DynamoSlotStore:
-    from fireline.adapters import dynamodb
+def store(args: argparse.Namespace) -> slots_dynamodb.DynamoSlotStore:
+    from fireline.adapters import slots_dynamodb
 
     client, table = deployment.table(
         args, output=quotas.STACK_OUTPUT, env=quotas.TABLE_ENV, what="slots"
     )
-    return dynamodb.DynamoSlotStore(client, table)
+    return slots_dynamodb.DynamoSlotStore(client, table)
 
 
 def _show(args: argparse.Namespace) -> int:

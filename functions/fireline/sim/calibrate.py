@@ -117,15 +117,15 @@ def _cpu_per_call(call: Callable[[int], object], repeats: int) -> float:
 def measure(repeats: int = 200) -> sim_network.SdkCost:
     """Client CPU (seconds of this machine's CPU) of each operation the ticker and the
     workers make, through the production adapters."""
-    from fireline.adapters import dynamodb, sqs
+    from fireline.adapters import occurrences_dynamodb, schedules_dynamodb, sqs
 
     start = datetime(2026, 5, 1, 12, tzinfo=UTC)
     with _moto_server() as endpoint:
         ddb, sqs_client = _clients(endpoint)
         _tables(ddb)
         queue_url = sqs_client.create_queue(QueueName="default")["QueueUrl"]
-        schedules = dynamodb.DynamoScheduleStore(ddb, "schedules")
-        occurrences = dynamodb.DynamoOccurrenceStore(ddb, "occurrences")
+        schedules = schedules_dynamodb.DynamoScheduleStore(ddb, "schedules")
+        occurrences = occurrences_dynamodb.DynamoOccurrenceStore(ddb, "occurrences")
         queue = sqs.SqsWorkQueue(sqs_client, {"default": queue_url})
         timing = schedule.Timing(spec=schedule.parse_spec("cron(0 * * * * *)"))
         items = [

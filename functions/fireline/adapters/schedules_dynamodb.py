@@ -1,0 +1,483 @@
+"""DynamoDB implementation of the ScheduleStore port.
+
+The schedules table (see infra/template.yaml): (tenant_id, schedule_id); sparse GSI
+``due`` on (due_shard, next_fire_ms), KEYS_ONLY. Only active schedules carry the two index
+attributes. Sparse GSI ``held`` on (held_by, held_fire_ms), KEYS_ONLY: a one-off job enters
+it with its quota mark and leaves it with the mark's removal, so it lists each tenant's
+live jobs for the sweep. Creates and deletes that count a quota take and give back its
+units through the quota store (see fireline.adapters.quotas_dynamodb).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools import Logger
+from botocore.exceptions import ClientError
+
+from fireline import ports
+from fireline.adapters.dynamodb import (
+    BACKOFF_SECONDS,
+    Unwritten,
+    _batch_get,
+    _batch_write,
+    _code,
+    _decode,
+    _encode,
+    _from_ms,
+    _ms,
+    _opt_from_ms,
+    _query_page,
+    _translated,
+)
+from fireline.domain import errors, model, policies, quota, retry, schedule
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from fireline.adapters.quotas_dynamodb import DynamoQuotaStore
+else:
+    DynamoDBClient = TransactWriteItemTypeDef = Any
+
+logger = Logger(service="fireline", child=True)
+DUE_INDEX = "due"
+HELD_INDEX = "held"
+
+
+def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
+    timing = item.timing
+    record: dict[str, Any] = {
+        "tenant_id": item.tenant_id,
+        "schedule_id": item.schedule_id,
+        "kind": item.kind.value,
+        "spec": item.spec_text,
+        "timezone": timing.timezone,
+        "dst_gap": timing.dst.gap.value,
+        "dst_repeat": timing.dst.repeat.value,
+        "start_ms": _ms(timing.start) if timing.start else None,
+        "end_ms": _ms(timing.end) if timing.end else None,
+        "description": item.description,
+        "job_class": item.job_class,
+        # Nested documents as JSON text: DynamoDB numbers would come back as Decimal and
+        # floats would not go in at all.
+        "target": json.dumps(item.target, separators=(",", ":")),
+        "payload": json.dumps(item.payload, separators=(",", ":")),
+        "retry": json.dumps(asdict(item.retry)),
+        "misfire": json.dumps(asdict(item.misfire)),
+        "overlap": item.overlap.value,
+        "jitter_seconds": item.jitter_seconds,
+        "deadline_seconds": item.deadline_seconds,
+        "state": item.state.value,
+        "version": item.version,
+        "created_at_ms": _ms(item.created_at) if item.created_at else None,
+        "updated_at_ms": _ms(item.updated_at) if item.updated_at else None,
+        "paused_at_ms": _ms(item.paused_at) if item.paused_at else None,
+        "quota_held": True if item.quota_held else None,
+    }
+    if item.next_fire is not None:
+        # The two attributes that put the item in the sparse due index.
+        record["next_fire_ms"] = _ms(item.next_fire)
+        record["due_shard"] = item.shard(shards)
+    if item.quota_held and item.kind is model.Kind.JOB:
+        # The two that put it in the sparse held index, as long as it holds its unit
+        # (release removes them with the mark): the sweep's list of a tenant's live jobs.
+        spec = item.timing.spec
+        assert isinstance(spec, schedule.AtSpec)
+        record["held_by"] = item.tenant_id
+        record["held_fire_ms"] = _ms(spec.when)
+    return record
+
+
+def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
+    timing = schedule.Timing(
+        spec=schedule.parse_spec(record["spec"]),
+        timezone=record["timezone"],
+        dst=schedule.DstPolicy(
+            gap=schedule.GapPolicy(record["dst_gap"]),
+            repeat=schedule.RepeatPolicy(record["dst_repeat"]),
+        ),
+        start=_opt_from_ms(record.get("start_ms")),
+        end=_opt_from_ms(record.get("end_ms")),
+    )
+    deadline = record.get("deadline_seconds")
+    return model.Schedule(
+        tenant_id=record["tenant_id"],
+        schedule_id=record["schedule_id"],
+        timing=timing,
+        spec_text=record["spec"],
+        kind=model.Kind(record["kind"]),
+        description=record.get("description", ""),
+        job_class=record["job_class"],
+        target=json.loads(record["target"]),
+        payload=json.loads(record["payload"]),
+        retry=retry.RetryPolicy(**json.loads(record["retry"])),
+        misfire=policies.Misfire(**json.loads(record["misfire"])),
+        overlap=policies.OverlapPolicy(record["overlap"]),
+        jitter_seconds=int(record.get("jitter_seconds", 0)),
+        deadline_seconds=None if deadline is None else int(deadline),
+        state=model.ScheduleState(record["state"]),
+        version=int(record["version"]),
+        next_fire=_opt_from_ms(record.get("next_fire_ms")),
+        created_at=_opt_from_ms(record.get("created_at_ms")),
+        updated_at=_opt_from_ms(record.get("updated_at_ms")),
+        paused_at=_opt_from_ms(record.get("paused_at_ms")),
+        quota_held=bool(record.get("quota_held", False)),
+    )
+
+
+# A job's release sends its mark's removal this many times while its fate is unknown.
+RELEASE_ATTEMPTS = 3
+
+
+class DynamoScheduleStore:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        shards: int = model.DEFAULT_SHARDS,
+        quotas: DynamoQuotaStore | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._client = client
+        self._table = table_name
+        self.shards = shards
+        self._sleep = sleep  # the waits before a batch's unprocessed keys or items go again
+        # Where creates take and deletes give back quota units (None: nothing counted).
+        self._quotas = quotas
+
+    def _backoff(self, attempt: int) -> None:
+        self._sleep(min(BACKOFF_SECONDS * 2**attempt, 1.0))
+
+    def _key(self, tenant_id: str, schedule_id: str) -> dict[str, Any]:
+        return _encode({"tenant_id": tenant_id, "schedule_id": schedule_id})
+
+    def _counted(self) -> DynamoQuotaStore:
+        if self._quotas is None:
+            raise errors.ValidationError("this deployment counts no quotas", field="quota")
+        return self._quotas
+
+    def create(self, item: model.Schedule, *, charge: quota.Charge | None = None) -> None:
+        if charge is not None:
+            self._create_charged(item, charge)
+            return
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(schedule_to_item(item, self.shards)),
+                    # Two creates racing for the same id (a retried request): one wins.
+                    ConditionExpression="attribute_not_exists(#sid)",
+                    ExpressionAttributeNames={"#sid": "schedule_id"},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                raise errors.AlreadyExists(f"schedule {item.schedule_id} exists") from exc
+            raise
+
+    def _create_charged(self, item: model.Schedule, charge: quota.Charge) -> None:
+        """The unit first, then the item (see fireline.adapters.quotas_dynamodb): the count
+        is never below the items holding units, so a tenant is never over its limit."""
+        quotas = self._counted()
+        quotas.take(item.tenant_id, charge)
+        try:
+            self.create(replace(item, quota_held=True))
+        except errors.AlreadyExists:
+            # A retried create (the same id, from its Idempotency-Key) found its first
+            # attempt's item: the unit just taken is not a second one.
+            quotas.give_back(item.tenant_id, charge.quota)
+            raise
+
+    def create_many(
+        self,
+        items: Sequence[model.Schedule],
+        *,
+        charge: quota.Charge | None = None,
+        first_new: bool = False,
+    ) -> None:
+        tenant_id = model.batch_tenant(items)
+        if tenant_id is None:
+            return
+        if first_new and self.get(tenant_id, items[0].schedule_id) is not None:
+            # Read before the units are taken: a retried batch at its tenant's limit
+            # (its own units holding it there) must learn it is one, not be refused.
+            raise errors.AlreadyExists(f"schedule {items[0].schedule_id} exists")
+        quotas = self._counted() if charge is not None else None
+        if quotas is not None and charge is not None:
+            # The units first, all in one write, then the items: the count is never below
+            # the items holding units (see fireline.adapters.quotas_dynamodb).
+            quotas.take(tenant_id, charge, len(items))
+            items = [replace(i, quota_held=True) for i in items]
+
+        def give_back(count: int) -> None:
+            if quotas is not None and charge is not None and count:
+                quotas.give_back(tenant_id, charge.quota, count)
+
+        rest = items
+        if first_new:
+            try:
+                self.create(items[0])  # conditional on the id being new: a racing retry
+            except errors.AlreadyExists:
+                give_back(len(items))  # nothing of this call was written
+                raise
+            rest = items[1:]
+        try:
+            _batch_write(
+                self._client,
+                self._table,
+                [schedule_to_item(i, self.shards) for i in rest],
+                what="schedules",
+                backoff=self._backoff,
+            )
+        except Unwritten as exc:
+            # Items known not written hold no unit: theirs go back (those whose request
+            # went unanswered keep theirs: a count too high, never too low).
+            give_back(len(exc.unwritten))
+            raise
+
+    def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
+        return bool(self.release_many(tenant_id, [schedule_id], refund))
+
+    def release_many(
+        self, tenant_id: str, schedule_ids: Sequence[str], refund: quota.Quota
+    ) -> builtins.list[str]:
+        quotas = self._counted()
+        released = [
+            schedule_id
+            for schedule_id in dict.fromkeys(schedule_ids)
+            if self._unmark(tenant_id, schedule_id)
+        ]
+        if released:
+            # After the marks are gone, never before, and once for all of them: a crash
+            # in between leaves the count too high by those (a create refused early),
+            # never too low (a tenant over its limit); their repeats find no mark.
+            quotas.give_back(tenant_id, refund, len(released))
+        return released
+
+    def _unmark(self, tenant_id: str, schedule_id: str) -> bool:
+        """Remove a job's quota mark; False when it had none."""
+        token = secrets.token_hex(8)
+        for attempt in range(RELEASE_ATTEMPTS):
+            try:
+                with _translated():
+                    self._client.update_item(
+                        TableName=self._table,
+                        Key=self._key(tenant_id, schedule_id),
+                        # The job leaves the held index with its mark.
+                        UpdateExpression="REMOVE #held, #by, #fire SET #released = :token",
+                        # The mark goes once: a second release (a redelivery, a retried
+                        # cancel) fails here and gives nothing back...
+                        ConditionExpression="attribute_exists(#held)",
+                        ExpressionAttributeNames={
+                            "#held": "quota_held",
+                            "#released": "quota_released",
+                            "#by": "held_by",
+                            "#fire": "held_fire_ms",
+                        },
+                        ExpressionAttributeValues={":token": {"S": token}},
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    )
+                return True
+            except errors.Unavailable:
+                # Its fate unknown (a lost answer): sent again, it finds its own token.
+                if attempt == RELEASE_ATTEMPTS - 1:
+                    raise
+            except ClientError as exc:
+                if _code(exc) != "ConditionalCheckFailedException":
+                    raise
+                # ...unless it is this call's own write, sent again after a lost answer.
+                old = _decode(exc.response.get("Item") or {})  # type: ignore[arg-type]
+                return bool(old.get("quota_released") == token)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def get(
+        self, tenant_id: str, schedule_id: str, *, consistent: bool = True
+    ) -> model.Schedule | None:
+        with _translated():
+            response = self._client.get_item(
+                TableName=self._table,
+                Key=self._key(tenant_id, schedule_id),
+                ConsistentRead=consistent,
+            )
+        record = response.get("Item")
+        return schedule_from_item(_decode(record)) if record else None
+
+    def get_many(
+        self, keys: Sequence[tuple[str, str]], *, consistent: bool = True
+    ) -> builtins.list[model.Schedule]:
+        items = _batch_get(
+            self._client,
+            self._table,
+            [{"tenant_id": t, "schedule_id": s} for t, s in dict.fromkeys(keys)],
+            what="schedules",
+            sleep=self._sleep,
+            consistent=consistent,
+        )
+        found: list[model.Schedule] = []
+        for record in items:
+            try:
+                found.append(schedule_from_item(record))
+            except (errors.FirelineError, ValueError, OverflowError, KeyError) as exc:
+                # One unreadable item must not stop the ticker for every tenant: it is
+                # left out (and logged) and the rest of the page goes on.
+                logger.error(
+                    "unreadable schedule",
+                    extra={
+                        "action": "store.bad_item",
+                        "key": str(record.get("schedule_id")),
+                        "error": str(exc),
+                    },
+                )
+        return found
+
+    def list(
+        self, tenant_id: str, *, limit: int, cursor: str | None = None
+    ) -> ports.Page[model.Schedule]:
+        items, next_cursor = _query_page(
+            self._client,
+            table=self._table,
+            partition=("tenant_id", tenant_id),
+            cursor_keys=("tenant_id", "schedule_id"),
+            limit=limit,
+            cursor=cursor,
+        )
+        return ports.Page([schedule_from_item(r) for r in items], next_cursor)
+
+    def replace(self, item: model.Schedule, *, expected_version: int) -> None:
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(schedule_to_item(item, self.shards)),
+                    # Optimistic concurrency: two updates from the same read cannot both land.
+                    # (A ticker's advance does not change the version: a replace after it
+                    # rewrites next_fire, and the version bump voids what it materialized.)
+                    # The quota mark must be as read: a job's unit given back meanwhile
+                    # (its end) is not marked held again, to be given back twice.
+                    ConditionExpression=(
+                        "attribute_exists(#sid) AND #v = :v AND "
+                        + (
+                            "attribute_exists(#held)"
+                            if item.quota_held
+                            else "attribute_not_exists(#held)"
+                        )
+                    ),
+                    ExpressionAttributeNames={
+                        "#sid": "schedule_id",
+                        "#v": "version",
+                        "#held": "quota_held",
+                    },
+                    ExpressionAttributeValues={":v": {"N": str(expected_version)}},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+            if "Item" not in exc.response:
+                raise errors.NotFound(f"schedule {item.schedule_id} does not exist") from exc
+            raise errors.ConflictError(
+                f"schedule {item.schedule_id} changed since version {expected_version}"
+            ) from exc
+
+    def delete(
+        self, tenant_id: str, schedule_id: str, *, refund: quota.Quota | None = None
+    ) -> bool:
+        if refund is not None:
+            quotas = self._counted()
+            remove: TransactWriteItemTypeDef = {
+                "Delete": {
+                    "TableName": self._table,
+                    "Key": self._key(tenant_id, schedule_id),
+                    # Only an item holding its unit gives it back: a retried delete (after
+                    # a lost answer) finds nothing and gives nothing back twice.
+                    "ConditionExpression": "attribute_exists(#held)",
+                    "ExpressionAttributeNames": {"#held": "quota_held"},
+                }
+            }
+            return not quotas.transact([remove, quotas.refund(tenant_id, refund)])
+        with _translated():
+            response = self._client.delete_item(
+                TableName=self._table,
+                Key=self._key(tenant_id, schedule_id),
+                ReturnValues="ALL_OLD",
+            )
+        return "Attributes" in response
+
+    def due(
+        self, shard: int, *, until: datetime, limit: int, cursor: str | None = None
+    ) -> ports.Page[ports.DueEntry]:
+        kwargs: dict[str, Any] = {}
+        if cursor is not None:
+            # Our own cursor (the ticker's, never a client's): the index key it stopped at.
+            kwargs["ExclusiveStartKey"] = _encode(json.loads(cursor))
+        with _translated():
+            response = self._client.query(
+                TableName=self._table,
+                IndexName=DUE_INDEX,
+                KeyConditionExpression="#shard = :shard AND #next <= :until",
+                ExpressionAttributeNames={"#shard": "due_shard", "#next": "next_fire_ms"},
+                ExpressionAttributeValues={
+                    ":shard": {"N": str(shard)},
+                    ":until": {"N": str(_ms(until))},
+                },
+                Limit=limit,
+                **kwargs,
+            )
+        entries = [_decode(r) for r in response.get("Items", [])]
+        last = response.get("LastEvaluatedKey")
+        return ports.Page(
+            [
+                ports.DueEntry(e["tenant_id"], e["schedule_id"], _from_ms(e["next_fire_ms"]))
+                for e in entries
+            ],
+            json.dumps(_decode(last), default=int) if last else None,
+        )
+
+    def advance(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        *,
+        expected_next_fire: datetime,
+        expected_version: int,
+        next_fire: datetime | None,
+        now: datetime,
+    ) -> bool:
+        names = {"#next": "next_fire_ms", "#v": "version", "#upd": "updated_at_ms"}
+        values: dict[str, Any] = {
+            ":expected": {"N": str(_ms(expected_next_fire))},
+            ":v": {"N": str(expected_version)},
+            ":now": {"N": str(_ms(now))},
+        }
+        if next_fire is None:
+            update = "SET #upd = :now, #state = :completed REMOVE #next, #shard"
+            names |= {"#state": "state", "#shard": "due_shard"}
+            values[":completed"] = {"S": model.ScheduleState.COMPLETED.value}
+        else:
+            update = "SET #next = :next, #upd = :now"
+            values[":next"] = {"N": str(_ms(next_fire))}
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=_encode({"tenant_id": tenant_id, "schedule_id": schedule_id}),
+                    UpdateExpression=update,
+                    # Only the next fire and version we read may move: a stale ticker cannot
+                    # move a schedule backwards or advance past a newer version's fire.
+                    ConditionExpression="#next = :expected AND #v = :v",
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True

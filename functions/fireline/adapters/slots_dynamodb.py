@@ -1,0 +1,297 @@
+"""DynamoDB implementation of the SlotStore port: tenants' concurrency slots and limit
+overrides.
+
+The slots table (see infra/template.yaml): (tenant_id, slot), one item per held slot, slot
+-1 for the tenant's limit override (slot -2 is its quota use: see
+fireline.adapters.quotas_dynamodb). The register of every tenant's override is one more
+item, changed in one transaction with the override itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from fireline.adapters.dynamodb import (
+    BACKOFF_SECONDS,
+    _applied,
+    _cancellation_reasons,
+    _code,
+    _decode,
+    _encode,
+    _translated,
+)
+from fireline.domain import errors, quota
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+else:
+    DynamoDBClient = TransactWriteItemTypeDef = Any
+
+LIMIT_SLOT = -1  # the item that holds a tenant's limit override sorts before its slots
+# The register of every tenant's override is item (OVERRIDES_TENANT, LIMIT_SLOT): no tenant
+# id has a '#' (api_keys.TENANT_ID) and no overlap scope starts with one, so it is nobody's.
+OVERRIDES_TENANT = "#overrides"
+OVERRIDES_KEY = {"tenant_id": {"S": OVERRIDES_TENANT}, "slot": {"N": str(LIMIT_SLOT)}}
+# The register's own attributes beside one per override (quota.OVERRIDE_PREFIX + tenant):
+# ``complete`` once it holds every override (set by build_overrides), and ``version``,
+# which every change moves on, so a build knows whether a change landed while it scanned.
+REGISTER_COMPLETE = "complete"
+REGISTER_VERSION = "version"
+# A change that meets another, or a build that loses its race with changes, goes again
+# this many times, then gives up (errors.Unavailable: try again).
+BUILD_ATTEMPTS = 5
+
+
+class DynamoSlotStore:
+    """(tenant_id, slot): one item per held slot, and slot -1 for the limit override.
+
+    One consistent Query reads a tenant's slots and override together. The deployment's
+    register (item ``OVERRIDES_KEY``) holds every tenant's override too, so a worker
+    learns with one read every few seconds which tenants run unlimited (and need no read
+    of their slots at all). An override and its entry in the register are written in one
+    transaction; the register is complete (``complete``) once built from the override
+    items (:meth:`build_overrides`), which the overrides set before it existed need.
+    """
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._client = client
+        self._table = table_name
+        self._sleep = sleep  # the wait before a change that met another goes again
+
+    def held(
+        self, tenant_id: str, *, consistent: bool = True
+    ) -> tuple[builtins.list[quota.Slot], int | None]:
+        slots: list[quota.Slot] = []
+        limit: int | None = None
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            # From the limit override on: the items before it (quota use) are not slots.
+            "KeyConditionExpression": "#tid = :tid AND #slot >= :first",
+            "ExpressionAttributeNames": {"#tid": "tenant_id", "#slot": "slot"},
+            "ExpressionAttributeValues": {
+                ":tid": {"S": tenant_id},
+                ":first": {"N": str(LIMIT_SLOT)},
+            },
+            "ConsistentRead": consistent,
+        }
+        while True:
+            with _translated():
+                response = self._client.query(**kwargs)
+            for raw in response.get("Items", []):
+                record = _decode(raw)
+                if int(record["slot"]) == LIMIT_SLOT:
+                    limit = int(record["limit"])
+                else:
+                    slots.append(
+                        quota.Slot(
+                            int(record["slot"]), record["holder"], int(record["expires_at_ms"])
+                        )
+                    )
+            if "LastEvaluatedKey" not in response:
+                return slots, limit
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def take(
+        self,
+        tenant_id: str,
+        number: int,
+        holder: str,
+        *,
+        now_ms: int,
+        expires_at_ms: int,
+        replacing: str | None = None,
+    ) -> bool:
+        condition = "attribute_not_exists(#slot) OR #exp <= :now"
+        names = {"#slot": "slot", "#exp": "expires_at_ms"}
+        values: dict[str, Any] = {":now": {"N": str(now_ms)}}
+        if replacing is not None:
+            # A slot whose holder's run is over, handed on without a give-back: of two
+            # workers that saw the same finished holder, one takes it.
+            condition += " OR #holder = :replacing"
+            names["#holder"] = "holder"
+            values[":replacing"] = {"S": replacing}
+        try:
+            with _translated():
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=_encode(
+                        {
+                            "tenant_id": tenant_id,
+                            "slot": number,
+                            "holder": holder,
+                            "expires_at_ms": expires_at_ms,
+                            # DynamoDB's TTL sweeps long-expired slots (seconds, not ms).
+                            "expires_at": expires_at_ms // 1000 + 3600,
+                        }
+                    ),
+                    # Two workers racing for one slot: one takes it. An expired slot (its
+                    # holder died) is free again, so a crash never leaks a slot for good.
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def give_back(self, tenant_id: str, number: int, holder: str) -> None:
+        try:
+            with _translated():
+                self._client.delete_item(
+                    TableName=self._table,
+                    Key=_encode({"tenant_id": tenant_id, "slot": number}),
+                    # Only the holder frees it: after an expiry someone else may hold it.
+                    ConditionExpression="#holder = :holder",
+                    ExpressionAttributeNames={"#holder": "holder"},
+                    ExpressionAttributeValues={":holder": {"S": holder}},
+                )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    def set_limit(self, tenant_id: str, limit: int | None) -> None:
+        key = _encode({"tenant_id": tenant_id, "slot": LIMIT_SLOT})
+        names = {"#entry": quota.OVERRIDE_PREFIX + tenant_id, "#version": REGISTER_VERSION}
+        values: dict[str, Any] = {":one": {"N": "1"}}
+        own: TransactWriteItemTypeDef
+        if limit is None:
+            own = {"Delete": {"TableName": self._table, "Key": key}}
+            change = "REMOVE #entry ADD #version :one"
+        else:
+            number = {"N": str(quota.check_limit(limit))}
+            own = {"Put": {"TableName": self._table, "Item": {**key, "limit": number}}}
+            change = "SET #entry = :limit ADD #version :one"
+            values[":limit"] = number
+        # One transaction: the tenant's own item (what ``held`` reads) and its entry in
+        # the register (what ``overrides`` reads) never disagree. A register not built
+        # yet is created or changed all the same, and stays incomplete until built.
+        register: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": OVERRIDES_KEY,
+                "UpdateExpression": change,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+        }
+        for attempt in range(BUILD_ATTEMPTS):
+            try:
+                with _translated(), _register_size():
+                    self._client.transact_write_items(TransactItems=[own, register])
+                return
+            except ClientError as exc:
+                # Two changes at once (an operator's and a build's): neither applied.
+                if "TransactionConflict" not in _cancellation_reasons(exc):
+                    raise
+            self._sleep(BACKOFF_SECONDS * 2**attempt)
+        raise errors.Unavailable("the register of limit overrides kept changing; try again")
+
+    def overrides(self) -> dict[str, int] | None:
+        with _translated():
+            response = self._client.get_item(
+                TableName=self._table, Key=OVERRIDES_KEY, ConsistentRead=False
+            )
+        return _complete_register(response.get("Item"))
+
+    def build_overrides(self) -> int:
+        for _ in range(BUILD_ATTEMPTS):
+            with _translated():
+                found = self._client.get_item(
+                    TableName=self._table, Key=OVERRIDES_KEY, ConsistentRead=True
+                ).get("Item")
+            registered = _complete_register(found)
+            if registered is not None:
+                return len(registered)
+            version = int(found[REGISTER_VERSION]["N"]) if found else None
+            # Every override set before this read is in its own item, read consistently
+            # below; one set after it moves the version on, and the put below is refused.
+            overrides = self._override_items()
+            item: dict[str, Any] = {
+                **OVERRIDES_KEY,
+                REGISTER_COMPLETE: {"BOOL": True},
+                REGISTER_VERSION: {"N": str((version or 0) + 1)},
+                **{quota.OVERRIDE_PREFIX + t: {"N": str(n)} for t, n in overrides.items()},
+            }
+            if version is None:
+                condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(#v)"}
+            else:
+                condition = {
+                    "ConditionExpression": "#v = :v",
+                    "ExpressionAttributeValues": {":v": {"N": str(version)}},
+                }
+            put = functools.partial(
+                self._client.put_item,
+                TableName=self._table,
+                Item=item,
+                ExpressionAttributeNames={"#v": REGISTER_VERSION},
+                **condition,
+            )
+            with _register_size():
+                if _applied(put):
+                    return len(overrides)
+        raise errors.Unavailable("limit overrides kept changing during the build; run it again")
+
+    def _override_items(self) -> dict[str, int]:
+        """Every tenant's override item, read consistently (a scan of the table: the
+        held slots and one or two items per tenant)."""
+        overrides: dict[str, int] = {}
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "FilterExpression": "#slot = :limit AND #tid <> :register",
+            "ExpressionAttributeNames": {"#slot": "slot", "#tid": "tenant_id"},
+            "ExpressionAttributeValues": {
+                ":limit": {"N": str(LIMIT_SLOT)},
+                ":register": {"S": OVERRIDES_TENANT},
+            },
+            "ConsistentRead": True,
+        }
+        while True:
+            with _translated():
+                response = self._client.scan(**kwargs)
+            for raw in response.get("Items", []):
+                record = _decode(raw)
+                overrides[str(record["tenant_id"])] = int(record["limit"])
+            if "LastEvaluatedKey" not in response:
+                return overrides
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def _complete_register(item: dict[str, Any] | None) -> dict[str, int] | None:
+    """The overrides a register item holds; None unless it is complete."""
+    if not item or not item.get(REGISTER_COMPLETE, {}).get("BOOL"):
+        return None
+    prefix = quota.OVERRIDE_PREFIX
+    return {
+        name[len(prefix) :]: int(value["N"])
+        for name, value in item.items()
+        if name.startswith(prefix)
+    }
+
+
+@contextmanager
+def _register_size() -> Iterator[None]:
+    """DynamoDB's refusal of a register past its 400 KB item limit, as OverridesFull
+    (a transaction is refused whole: the tenant's own item is not written either)."""
+    try:
+        yield
+    except ClientError as exc:
+        too_large = _code(exc) == "ValidationException" and "size" in str(exc).lower()
+        if too_large or "ValidationError" in _cancellation_reasons(exc):
+            raise errors.OverridesFull() from exc
+        raise
