@@ -27,7 +27,7 @@ from typing import Any
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from fireline import ports
-from fireline.adapters import dynamodb, quotas_dynamodb, threads
+from fireline.adapters import quotas_dynamodb, schedules_dynamodb, threads
 from fireline.api import app as api_app
 from fireline.cost import meter, model
 from fireline.domain import occurrence, quota, workflow
@@ -112,7 +112,7 @@ def deployed_system(
     with moto_system() as system, logs_counted(system.log):
         tables = system.stack.tables
         system.quotas = counts(system.ddb, tables["SlotsTable"], sleep=sleep)
-        system.schedules = dynamodb.DynamoScheduleStore(
+        system.schedules = schedules_dynamodb.DynamoScheduleStore(
             system.ddb, tables["SchedulesTable"], quotas=system.quotas, sleep=sleep
         )
         system.service = schedules.ScheduleService(

@@ -19,7 +19,6 @@ from moto import mock_aws
 
 from fireline import ports
 from fireline.adapters import (
-    dynamodb,
     leases_dynamodb,
     memory,
     occurrences_dynamodb,
@@ -47,11 +46,6 @@ from fireline.services import (
 from .aws import REGION, RequestLog, Stack, emulator_cpu, serialized_item_writes, sqs_follows
 from .flows import Flow, node, signing_key, wide_dag
 from .transactions import item_scoped_transactions
-
-# tests/helpers/cost_paths.py still builds its schedule store as dynamodb.DynamoScheduleStore:
-# the name stays reachable there, for the tests only, until that file imports
-# schedules_dynamodb. Remove this line with it.
-dynamodb.DynamoScheduleStore = schedules_dynamodb.DynamoScheduleStore  # type: ignore[attr-defined]
 
 START = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 LOCAL_EGRESS = egress_rules.EgressPolicy.parse("*", "127.0.0.0/8,::1/128")
