@@ -127,10 +127,12 @@ def test_signing_in_shows_the_overview_and_the_examples(cloud: LocalCloud, page:
     shot(page, "overview")
 
     # AND the schedules page lists the local cloud's examples, described, with the last
-    # outcome of the one every 10 seconds once it has fired
-    (every_ten,) = [
-        s for s in call(cloud, "GET", "/schedules")[1]["items"] if s["spec"].startswith("cron(*/10")
-    ]
+    # outcome of the one every 10 seconds once it has fired (beside them, the schedules
+    # the file's other tests made for tenant A, when they ran first)
+    listed = call(cloud, "GET", "/schedules")[1]["items"]
+    examples = [s["id"] for s in listed if "example" in s["payload"]]
+    assert len(examples) == 4
+    (every_ten,) = [s for s in listed if s["spec"].startswith("cron(*/10")]
     wait_for(
         lambda: call(cloud, "GET", f"/schedules/{every_ten['id']}/occurrences?state=succeeded")[1][
             "items"
@@ -140,12 +142,16 @@ def test_signing_in_shows_the_overview_and_the_examples(cloud: LocalCloud, page:
     expect(page.get_by_text("every 10 seconds", exact=False).first).to_be_visible()
     expect(page.get_by_text("At 09:30", exact=False).first).to_be_visible()
     rows = page.locator("tbody tr")
-    expect(rows).to_have_count(4)
-    # filtering by target type narrows it to the workflow's schedule
+    expect(rows).to_have_count(len(listed))
+    for example in examples:
+        expect(page.locator(f"tr[data-id='{example}']")).to_be_visible()
+    # filtering by target type narrows it to the workflow's schedule (an example's)
     page.get_by_label("Target type").select_option("workflow")
     expect(rows).to_have_count(1)
+    one_of_examples = re.compile(f"^({'|'.join(map(re.escape, examples))})$")
+    expect(rows.first).to_have_attribute("data-id", one_of_examples)
     page.get_by_label("Target type").select_option("")
-    expect(rows).to_have_count(4)
+    expect(rows).to_have_count(len(listed))
     # (its newest fire may be running at that moment: any state of a fire that was)
     last = page.locator(f"tr[data-id='{every_ten['id']}'] td.last .badge")
     expect(last).to_have_text(re.compile("^(succeeded|running|queued)$"))

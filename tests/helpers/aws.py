@@ -31,6 +31,7 @@ import boto3
 from cfnlint.decode import cfn_yaml
 
 from fireline.cost import meter
+from fireline.local import emulator
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
@@ -204,36 +205,10 @@ def _resolve(value: Any, refs: dict[str, str]) -> str:
 # --- moto as DynamoDB and SQS behave ---------------------------------------------------
 
 
-@contextlib.contextmanager
-def serialized_item_writes() -> Iterator[None]:
-    """DynamoDB applies each item write atomically (condition check and write together)
-    and a read sees an item before or after a write, never half of one; moto has no
-    lock, so threads racing in-process could both pass a condition, or read an item an
-    update is still filling in. One lock around moto's item calls gives the tests
-    DynamoDB's guarantee."""
-    lock = threading.RLock()
-    backend = "moto.dynamodb.models.DynamoDBBackend"
-    from moto.dynamodb.models import DynamoDBBackend
-
-    with contextlib.ExitStack() as patches:
-        for name in (
-            "put_item",
-            "update_item",
-            "delete_item",
-            "transact_write_items",
-            "get_item",
-            "query",
-            "scan",
-            "batch_get_item",
-        ):
-            original = getattr(DynamoDBBackend, name)
-
-            def locked(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-                with lock:
-                    return _original(*args, **kwargs)
-
-            patches.enter_context(mock.patch(f"{backend}.{name}", locked))
-        yield
+def serialized_item_writes() -> contextlib.AbstractContextManager[None]:
+    """DynamoDB's atomic item calls for tests that drive moto in memory from threads (as
+    the local cloud gives its embedded emulator)."""
+    return emulator.atomic_item_calls()
 
 
 @contextlib.contextmanager

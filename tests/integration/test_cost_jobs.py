@@ -82,6 +82,13 @@ def per(figures: dict[str, Any], count: int) -> dict[str, Any]:
     }
 
 
+def purge(system: System) -> None:
+    """Empty every queue: the messages other tests of the file left are not this test's
+    (the file shares one system, and its tests may run in any order)."""
+    for url in system.stack.queues.values():
+        system.sqs_client.purge_queue(QueueUrl=url)
+
+
 @pytest.fixture(scope="module")
 def counted() -> Iterator[tuple[System, schedules.ScheduleService, Writes]]:
     """One local cloud for the file, with the deployment's default quotas counted."""
@@ -107,10 +114,15 @@ def test_a_one_off_job_due_soon_costs_four_plain_writes_beside_its_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     system, service, writes = counted
+    purge(system)
     draft = schedules.JobDraft(delay_seconds=60, target=PYTHON)
+    ids: list[str] = []
     # WHEN ten jobs due in a minute are created
     created = writes.measure(
-        system, lambda: [service.create_job("tenant-a", draft) for _ in range(JOBS)]
+        system,
+        lambda: ids.extend(
+            service.create_job("tenant-a", draft).job.schedule_id for _ in range(JOBS)
+        ),
     )
     # AND the ticker ticks past their time
     tk = system.ticker(use_lease=False)
@@ -139,7 +151,7 @@ def test_a_one_off_job_due_soon_costs_four_plain_writes_beside_its_run(
         print(f"  worker (run and end) {per(ran, JOBS)}")
     # THEN each ran once, and gave its unit back
     assert results == {"succeeded": JOBS}
-    assert {service.get_job("tenant-a", j).state for j in list_jobs(service)} == {"succeeded"}
+    assert {service.get_job("tenant-a", j).state for j in ids} == {"succeeded"}
     # AND its create was the count's conditional increment and the job's put (with its
     # held index entry, no due index entry), and one message (no transaction, no read)
     assert created["writes"] == {"UpdateItem SlotsTable": JOBS, "PutItem SchedulesTable": JOBS}
@@ -162,10 +174,6 @@ def test_a_one_off_job_due_soon_costs_four_plain_writes_beside_its_run(
     # AND without a tenant limit nothing of the slots is read per job (the register of
     # overrides, read once, says the tenant is unlimited)
     assert "Query" not in ran["requests"]
-
-
-def list_jobs(service: schedules.ScheduleService) -> list[str]:
-    return [view.job.schedule_id for view in service.list_jobs("tenant-a", limit=JOBS).items]
 
 
 def test_a_one_off_job_due_later_waits_in_the_due_index(
@@ -193,9 +201,7 @@ def test_a_workflow_node_costs_at_most_eight_write_units_with_its_index_writes(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     system, _, writes = counted
-    # The jobs of the tests above are not this run's: their messages go
-    for url in system.stack.queues.values():
-        system.sqs_client.purge_queue(QueueUrl=url)
+    purge(system)
     with item_scoped_transactions():
         flow = flow_on(system)
         names, edges = wide_dag(NODES)

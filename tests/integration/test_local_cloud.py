@@ -118,8 +118,8 @@ def test_a_long_job_runs_under_the_state_machine_with_heartbeats(cloud: LocalClo
 
 
 def test_the_status_screen_figures_come_from_the_emulator(cloud: LocalCloud) -> None:
-    # GIVEN a job of its own that succeeded (the suite spreads this module's tests over its
-    # workers, each with its own local cloud: another test's job may not be in this one)
+    # GIVEN a job of its own that succeeded (run alone, or before the file's other tests,
+    # no other test's job is in this local cloud)
     status, job = call(
         cloud,
         "POST",

@@ -28,7 +28,7 @@ import boto3
 
 from fireline.adapters import api_keys_dynamodb, memory_keys, secretsmanager
 from fireline.domain import errors
-from fireline.local import deploy, runtime, state
+from fireline.local import deploy, emulator, runtime, state
 from fireline.services import keys
 
 REGION = "us-east-1"
@@ -95,6 +95,8 @@ class LocalCloud:
         self.rules: list[runtime.ScheduleRule] = []
         self._server: Any = None
         self._http: Any = None
+        # What the embedded emulator holds while it runs (its item calls made atomic).
+        self._emulating = contextlib.ExitStack()
         self.endpoint_url = ""
         self.api_url = ""
         self.deployed: deploy.Deployed | None = None
@@ -113,6 +115,9 @@ class LocalCloud:
             self._server = ThreadedMotoServer(
                 ip_address=o.host, port=o.emulator_port, verbose=False
             )
+            # Its server answers each request on a thread of its own, and the functions'
+            # writes race the API's reads: each item call is made atomic, as in DynamoDB.
+            self._emulating.enter_context(emulator.atomic_item_calls())
             self._server.start()
             host, port = self._server.get_host_and_port()
             self.endpoint_url = f"http://{host}:{port}"
@@ -172,6 +177,7 @@ class LocalCloud:
             state.save(self, self.options.state_dir)
         if self._server is not None:
             self._server.stop()
+        self._emulating.close()
 
     def __enter__(self) -> LocalCloud:
         return self.start()
