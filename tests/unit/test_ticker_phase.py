@@ -5,13 +5,13 @@ whole seconds): the worker invocation that holds them waits that long, billed.""
 from __future__ import annotations
 
 import itertools
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from fireline.adapters import memory
-from fireline.domain import errors
+from fireline.domain import errors, occurrence
 from fireline.services import schedules, ticker
 from helpers.memory_system import MemorySystem
 
@@ -63,6 +63,30 @@ def test_ticks_start_at_the_phase_of_the_second_after_the_first() -> None:
     gaps = {round((b - a).total_seconds(), 3) for a, b in itertools.pairwise(starts[1:])}
     assert gaps == {1.0}
     assert len(starts) == 10
+
+
+def test_a_fire_sent_by_a_tick_at_the_phase_is_visible_that_much_before_its_time() -> None:
+    # GIVEN a one-off fire on a whole second that a leased ticker first picks up a few
+    # seconds into its invocation, which started 0.137 s into a second
+    system = MemorySystem()
+    system.clock.advance(0.137)
+    config = ticker.TickerConfig()
+    start = system.clock.now().replace(microsecond=0)
+    fire = start + timedelta(seconds=config.lookahead_seconds + 3)
+    system.service.create(
+        "tenant-a",
+        schedules.ScheduleDraft(
+            spec=f"at({occurrence.format_fire_time(fire)})",
+            target={"type": "python", "handler": "noop"},
+        ),
+    )
+    # WHEN the ticker runs for ten seconds
+    ticks_of(system, config, 10)
+    # THEN its message turns visible what was left of the second the tick sent it in,
+    # 0.4 s before its fire time (ticks at any phase: anything up to 1.25 s)
+    visible = system.queue.next_visible_at("default")
+    assert visible is not None
+    assert (fire - visible).total_seconds() == pytest.approx(1 - config.tick_phase)
 
 
 def test_a_phase_outside_the_second_is_refused() -> None:

@@ -239,7 +239,6 @@ class Ticker:
             self.metrics.add_metric("LeaseBusy", "Count", 1)
             return RunReport(acquired=False, stopped="not_acquired")
         report = RunReport(acquired=True, stopped="time", token=self._token())
-        next_tick = self.clock.monotonic()
         try:
             while remaining_ms() > self.config.stop_before_end_ms:
                 drained = True
@@ -261,15 +260,12 @@ class Ticker:
                     self.metrics.add_metric("TicksFailed", "Count", 1)
                 if self.after_tick is not None:
                     self.after_tick()
-                next_tick += self.config.tick_seconds
-                wait = next_tick - self.clock.monotonic()
-                if drained and wait > 0:
+                behind = self.clock.monotonic() - started >= self.config.tick_seconds
+                if drained and not behind:
                     # Keeping up: the next tick at the phase of the wall clock's second
-                    # (tick_phase), about a period after this one started.
+                    # (tick_phase), about a period after this one started. Behind, or with
+                    # work left, the next tick starts at once (never a burst to catch up).
                     self.clock.sleep(self._until_phase(started))
-                    next_tick = self.clock.monotonic()
-                elif wait <= 0:
-                    next_tick = self.clock.monotonic()  # behind: do not burst to catch up
         except errors.LeaseLost:
             report.stopped = "lease_lost"
             logger.warning("lease lost: stopping", extra={"action": "ticker.lease_lost"})
