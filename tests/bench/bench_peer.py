@@ -382,7 +382,10 @@ def run_fireline() -> dict[str, Any]:
         the_worker = a_worker(metrics)
         while (got := batches.get()) is not None:
             outcomes = the_worker.handle_batch(
-                [m.body for m in got], remaining_ms=lambda: 900_000, parallel=side_by_side
+                [m.body for m in got],
+                remaining_ms=lambda: 900_000,
+                parallel=side_by_side,
+                receive_counts=[m.receive_count for m in got],
             )
             metrics.flush()
             results.update(type(o).__name__ if isinstance(o, Exception) else o for o in outcomes)

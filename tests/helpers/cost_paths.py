@@ -268,7 +268,10 @@ def _deliver_batch(
     # for) are the same on every run; the deployed handler runs them side by side.
     with log.within("worker"), threads.ThreadPool(1, name="worker-record") as pool:
         outcomes = worker.handle_batch(
-            [m.body for m in batch], remaining_ms=lambda: 60_000, parallel=pool
+            [m.body for m in batch],
+            remaining_ms=lambda: 60_000,
+            parallel=pool,
+            receive_counts=[m.receive_count for m in batch],
         )
     succeeded = 0
     done = []
@@ -325,7 +328,8 @@ def pickup_cycle(
             tk.tick()
             system.clock.advance(1)
         system.sqs_client.purge_queue(QueueUrl=system.stack.queues["DefaultQueue"])
-    # The metered tick at the phase of the second the leased ticker's ticks start at.
+    # The metered tick at the phase of the second the leased ticker's ticks start at: it
+    # holds its sends until its send phase, as deployed.
     phase = ticker_service.TickerConfig().tick_phase
     system.clock.advance(pickup_at - (system.clock.monotonic() - started) + phase)
     system.log.reset()

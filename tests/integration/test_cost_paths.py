@@ -23,15 +23,17 @@ from helpers.system import System
 # Per fire (per node for workflow_node; a one-off job's creation is in its figures):
 # requests by service.Operation as billed, DynamoDB write units on the base tables,
 # index write units and read units, and the seconds worker invocations are expected to
-# hold fires that became visible before their time (half a second an invocation: these
-# fires are due on a whole second and sent ahead of it; a node is sent when it is due).
+# hold fires that became visible before their time (0.15 s an invocation of the ticker's
+# fires, sent 0.85 into a second; half a second of the API's jobs, sent at any phase:
+# these fires are due on a whole second and sent ahead of it; a node is sent when it is
+# due).
 # Rounded to 4 decimals. A worker reads the register of limit overrides once per cache
 # period (one GetItem per path here), and a tenant without a limit reads nothing of its
 # slots per fire (no Query).
 EXPECTED: dict[str, dict[str, Any]] = {
     "minutely": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.303,
+            "dynamodb.BatchGetItem": 0.1818,
             "dynamodb.GetItem": 1.0303,
             "dynamodb.Query": 0.4848,
             "dynamodb.UpdateItem": 2.0909,
@@ -41,12 +43,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 2.0909,
         "index_write_units": 0.1818,
-        "read_units": 2.0303,
-        "worker_wait_seconds": 0.0485,
+        "read_units": 1.5303,
+        "worker_wait_seconds": 0.0182,
     },
     "every_second": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.2167,
+            "dynamodb.BatchGetItem": 0.1167,
             "dynamodb.GetItem": 1.0167,
             "dynamodb.Query": 0.2667,
             "dynamodb.UpdateItem": 2.0167,
@@ -56,13 +58,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 2.0167,
         "index_write_units": 0.0333,
-        "read_units": 1.7083,
-        "worker_wait_seconds": 0.04,
+        "read_units": 1.2083,
+        "worker_wait_seconds": 0.015,
     },
     "one_off": {
         "requests": {
             "apigateway.Request": 1.0,
-            "dynamodb.BatchGetItem": 0.4,
+            "dynamodb.BatchGetItem": 0.2,
             "dynamodb.GetItem": 1.2,
             "dynamodb.PutItem": 1.0,
             "dynamodb.Query": 3.2,
@@ -73,13 +75,13 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 5.2,
         "index_write_units": 2.0,
-        "read_units": 3.7,
+        "read_units": 3.2,
         "worker_wait_seconds": 0.1,
     },
     "one_off_batched": {
         "requests": {
             "apigateway.Request": 0.12,
-            "dynamodb.BatchGetItem": 0.24,
+            "dynamodb.BatchGetItem": 0.12,
             "dynamodb.BatchWriteItem": 0.12,
             "dynamodb.GetItem": 1.04,
             "dynamodb.Query": 0.64,
@@ -90,12 +92,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 4.24,
         "index_write_units": 2.0,
-        "read_units": 2.34,
+        "read_units": 1.84,
         "worker_wait_seconds": 0.06,
     },
     "tenant_limited": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.303,
+            "dynamodb.BatchGetItem": 0.1818,
             "dynamodb.GetItem": 1.2727,
             "dynamodb.PutItem": 1.0,
             "dynamodb.Query": 1.4848,
@@ -106,8 +108,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 3.0909,
         "index_write_units": 0.1818,
-        "read_units": 2.6515,
-        "worker_wait_seconds": 0.0485,
+        "read_units": 2.1515,
+        "worker_wait_seconds": 0.0182,
     },
     "workflow_node": {
         "requests": {
@@ -194,15 +196,15 @@ def test_requests_and_units_per_workflow_node_are_pinned() -> None:
 
 
 def test_a_worker_invocation_is_billed_its_wait_for_the_fire_time() -> None:
-    # GIVEN the minutely path: its fires sent by the ticker, whose ticks start 0.6 into a
-    # second, with SQS's whole-second delays rounded down and counted from the ticker's
-    # quarter-second margin, so deployed each fire is visible 0.4 s early and the worker
-    # holds it until its time
+    # GIVEN the minutely path: its fires sent by the ticker 0.85 into a second (its send
+    # phase), with SQS's whole-second delays rounded down and counted from the ticker's
+    # tenth-of-a-second margin, so deployed each fire is visible 0.15 s early and the
+    # worker holds it until its time
     with cost_paths.deployed_system() as system:
         usage = SYSTEM_PATHS["minutely"](system).usage
     lines = model.per_million(usage)["usd_by_service"]
     # THEN each worker invocation is billed that wait at 512 MB, as a line of its own
-    gb_seconds = usage.invocations["worker"] * 0.4 * 512 / 1024
+    gb_seconds = usage.invocations["worker"] * 0.15 * 512 / 1024
     assert lines["lambda.wait"] == pytest.approx(
         gb_seconds * prices.LAMBDA_GB_SECOND_ARM.usd * 1e6, abs=1e-4
     )

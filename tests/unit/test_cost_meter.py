@@ -341,22 +341,23 @@ def test_the_expected_wait_before_a_fire_time_follows_the_rounded_down_delay() -
 
 
 def test_the_tickers_margin_on_its_delays_is_a_longer_wait() -> None:
-    # GIVEN a fire the ticker sends, its delay counted from dispatch.IN_FLIGHT (250 ms)
+    # GIVEN a fire the ticker sends, its delay counted from dispatch.IN_FLIGHT (100 ms)
     # past its clock's reading, so that a slow send never lands after the fire time
     sent = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
     fire = sent + timedelta(seconds=60)
-    # THEN it is visible a quarter of a second earlier than a send counted from the
-    # reading: 0.75 s expected, where the API's sends (no margin) wait 0.5 s
+    # THEN over every phase it is visible a tenth of a second earlier than a send
+    # counted from the reading: 0.6 s expected, where the API's sends (no margin) wait 0.5 s
     ticker = model.expected_wait(fire, fire, sent, counted_from=dispatch.IN_FLIGHT)
-    assert ticker == pytest.approx(0.75)
-    assert ticker - model.expected_wait(fire, fire, sent) == pytest.approx(0.25)
+    assert timedelta(milliseconds=100) == dispatch.IN_FLIGHT
+    assert ticker == pytest.approx(0.6)
+    assert ticker - model.expected_wait(fire, fire, sent) == pytest.approx(0.1)
     # AND a fire already due when sent still waits for nothing
     assert model.expected_wait(sent, sent, sent, counted_from=dispatch.IN_FLIGHT) == 0.0
 
 
 def test_a_sender_that_chooses_its_phase_is_billed_the_wait_at_that_phase() -> None:
-    # GIVEN the ticker's sends, at the phase its ticks start at (0.6 into a second)
-    phase = ticker.TickerConfig().tick_phase
+    # GIVEN the ticker's sends ahead of their fires, at its send phase (0.85 into a second)
+    phase = ticker.TickerConfig().send_phase
     sent = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC) + timedelta(seconds=phase)
     fire = datetime(2026, 1, 1, 12, 1, 0, tzinfo=UTC)
 
@@ -365,24 +366,11 @@ def test_a_sender_that_chooses_its_phase_is_billed_the_wait_at_that_phase() -> N
             fire, fire, at, counted_from=dispatch.IN_FLIGHT, at_its_phase=True
         )
 
-    # THEN a fire on a whole second waits what is left of the second: 0.4 s
+    # THEN a fire on a whole second waits what is left of the second: 0.15 s
     assert wait(sent) == pytest.approx(1 - phase)
-    # AND a send later in the second waits less, until its delay, counted from 0.25 s on,
-    # crosses into the next second: then it waits longest (never arrives late)
-    assert wait(sent + timedelta(milliseconds=100)) == pytest.approx(0.3)
-    assert wait(sent + timedelta(milliseconds=200)) == pytest.approx(1.2)
-
-
-def test_the_wait_is_billed_as_lambda_duration_in_a_line_of_its_own() -> None:
-    # GIVEN a tenth of a 512 MB worker invocation that waits half a second
-    usage = model.Usage(billed={}, invocations={"worker": 0.1}, wait_seconds={"worker": 0.05})
-    lines = model.per_million(usage)["usd_by_service"]
-    # THEN the wait is Lambda's GB-second price, apart from the work's duration
-    assert lines["lambda.wait"] == pytest.approx(
-        0.05 * 0.5 * prices.LAMBDA_GB_SECOND_ARM.usd * 1e6, abs=1e-4
-    )
-    assert lines["lambda.duration"] == pytest.approx(
-        0.1 * model.MIN_BILLED_SECONDS * 0.5 * prices.LAMBDA_GB_SECOND_ARM.usd * 1e6, abs=1e-4
-    )
-    # AND spread over a minute's jobs, the wait is spread with the rest
-    assert model.Usage(billed={}).plus(usage, 0.5).wait_seconds == {"worker": 0.025}
+    # AND a send earlier in the second waits longer; one later waits less, until its
+    # delay, counted from 0.1 s on, crosses into the next second: then it waits longest
+    # (never arrives late)
+    assert wait(sent - timedelta(milliseconds=250)) == pytest.approx(0.4)
+    assert wait(sent + timedelta(milliseconds=40)) == pytest.approx(0.11)
+    assert wait(sent + timedelta(milliseconds=60)) == pytest.approx(1.09)

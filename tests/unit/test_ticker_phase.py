@@ -1,6 +1,8 @@
-"""The leased ticker's ticks start at a set phase of the wall clock's second, so the fires
-it sends turn visible a short, known time before their fire time (SQS counts delays in
-whole seconds): the worker invocation that holds them waits that long, billed."""
+"""The leased ticker's ticks start at a set phase of the wall clock's second, and a round
+that picked up fires ahead of their time sends them at a later set phase, so they turn
+visible a short, known time before their fire time (SQS counts delays in whole seconds):
+the worker invocation that holds them waits that long, billed. A fire due sooner is
+never held back for it."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ from fireline.services import schedules, ticker
 from helpers.memory_system import MemorySystem
 
 
-def ticks_of(system: MemorySystem, config: ticker.TickerConfig, seconds: float) -> list[datetime]:
-    """When each tick of a leased ticker invocation of ``seconds`` started (wall clock)."""
-    leased = ticker.Ticker(
+def ticker_of(
+    system: MemorySystem, config: ticker.TickerConfig, *, use_lease: bool = True
+) -> ticker.Ticker:
+    return ticker.Ticker(
         schedules=system.schedules,
         occurrences=system.occurrences,
         queue=system.queue,
@@ -27,7 +30,13 @@ def ticks_of(system: MemorySystem, config: ticker.TickerConfig, seconds: float) 
         owner="invocation",
         config=config,
         metrics=system.metrics,
+        use_lease=use_lease,
     )
+
+
+def ticks_of(system: MemorySystem, config: ticker.TickerConfig, seconds: float) -> list[datetime]:
+    """When each tick of a leased ticker invocation of ``seconds`` started (wall clock)."""
+    leased = ticker_of(system, config)
     starts: list[datetime] = []
     tick = leased.tick
 
@@ -65,6 +74,16 @@ def test_ticks_start_at_the_phase_of_the_second_after_the_first() -> None:
     assert len(starts) == 10
 
 
+def one_off_at(system: MemorySystem, fire: datetime) -> None:
+    system.service.create(
+        "tenant-a",
+        schedules.ScheduleDraft(
+            spec=f"at({occurrence.format_fire_time(fire)})",
+            target={"type": "python", "handler": "noop"},
+        ),
+    )
+
+
 def test_a_fire_sent_by_a_tick_at_the_phase_is_visible_that_much_before_its_time() -> None:
     # GIVEN a one-off fire on a whole second that a leased ticker first picks up a few
     # seconds into its invocation, which started 0.137 s into a second
@@ -73,23 +92,57 @@ def test_a_fire_sent_by_a_tick_at_the_phase_is_visible_that_much_before_its_time
     config = ticker.TickerConfig()
     start = system.clock.now().replace(microsecond=0)
     fire = start + timedelta(seconds=config.lookahead_seconds + 3)
-    system.service.create(
-        "tenant-a",
-        schedules.ScheduleDraft(
-            spec=f"at({occurrence.format_fire_time(fire)})",
-            target={"type": "python", "handler": "noop"},
-        ),
-    )
+    one_off_at(system, fire)
     # WHEN the ticker runs for ten seconds
     ticks_of(system, config, 10)
-    # THEN its message turns visible what was left of the second the tick sent it in,
-    # 0.4 s before its fire time (ticks at any phase: anything up to 1.25 s)
+    # THEN the tick that picked it up (0.6 into a second) sent it at the send phase, 0.85
+    # into the second: its message turns visible what was left of that second, 0.15 s
+    # before its fire time (sends at any phase: anything up to 1.1 s)
     visible = system.queue.next_visible_at("default")
     assert visible is not None
-    assert (fire - visible).total_seconds() == pytest.approx(1 - config.tick_phase)
+    assert config.send_phase == 0.85
+    assert (fire - visible).total_seconds() == pytest.approx(1 - config.send_phase)
+    # AND the message says it was sent then (a claim's row keeps it as its queued time)
+    system.clock.advance((visible - system.clock.now()).total_seconds())
+    [message] = system.queue.receive("default")
+    assert message.body["sent_at_ms"] % 1000 == 850
 
 
-def test_a_phase_outside_the_second_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("into", "due_in", "visible_in"),
+    [
+        # a round at the tick's phase with a fire due 0.6 s ago: visible at once
+        (0.6, -0.6, 0.0),
+        # a round whose reads ran past the send phase: sent at once, so a fire on the
+        # next whole second but one is visible a second on, 1.05 s before its time (its
+        # delay, counted from 0.1 s on, crosses into the next second)
+        (0.95, 2.05, 1.0),
+    ],
+)
+def test_a_round_sends_at_once_when_holding_would_make_a_fire_later_or_its_phase_has_passed(
+    into: float, due_in: float, visible_in: float
+) -> None:
+    # GIVEN a fire on a whole second, and a tick that starts ``into`` a second
+    system = MemorySystem()
+    fire = system.clock.now().replace(microsecond=0) + timedelta(seconds=5)
+    one_off_at(system, fire)
+    system.clock.advance((fire - system.clock.now()).total_seconds() - due_in)
+    started = system.clock.now()
+    assert round(started.microsecond / 1_000_000, 3) == into
+    # WHEN it ticks
+    report = ticker_of(system, ticker.TickerConfig(), use_lease=False).tick()
+    # THEN it sent the fire without waiting for the send phase
+    assert report.dispatched.sent == 1
+    assert system.clock.now() == started
+    visible = system.queue.next_visible_at("default")
+    assert visible is not None
+    assert (visible - started).total_seconds() == pytest.approx(visible_in)
+    assert report.enqueue_lags_ms == [max(0.0, -due_in * 1000)]
+
+
+@pytest.mark.parametrize(("phase", "value"), [("tick_phase", 1.0), ("send_phase", 0.9)])
+def test_a_phase_outside_the_second_is_refused(phase: str, value: float) -> None:
+    # send_phase 0.9: a delay counted from 0.1 s past it would cross into the next second
     with pytest.raises(errors.ValidationError) as refused:
-        ticker.TickerConfig(tick_phase=1.0)
-    assert refused.value.field == "tick_phase"
+        ticker.TickerConfig(**{phase: value})
+    assert refused.value.field == phase

@@ -18,10 +18,11 @@ of the second, so a fire due on a whole second, sent ahead of its time, is visib
 second early, and the worker sleeps until its time inside the invocation. What is billed
 is the wait expected (:func:`expected_wait`, no wall clock). The API's clock stands at any
 phase of the second: averaged over :data:`SEND_PHASES` evenly spread phases, a job it sends
-on a whole second waits 0.5 s. The ticker starts its ticks at a set phase of the second
-(``TickerConfig.tick_phase``, 0.6) and counts each delay from a quarter of a second past its
-clock's reading (dispatch.IN_FLIGHT, so that a slow send is never late): its fires on a
-whole second are visible 0.4 s early, as the metered tick's clock stands at that phase.
+on a whole second waits 0.5 s. The ticker sends fires picked up ahead of their time at a
+set phase of the second (``TickerConfig.send_phase``, 0.85) and counts each delay from a
+tenth of a second past its clock's reading (dispatch.IN_FLIGHT, so that a slow send is
+rarely late): its fires on a whole second are visible 0.15 s early, as the metered tick's
+clock stands at that phase when it sends.
 Less with jitter under a second; none for a message sent at or after its time (a trigger, a
 retry, a deferral, a redelivery).
 It is billed on top of the invocation's work, though the batch's first reads (a few ms)
@@ -232,8 +233,8 @@ def expected_wait(
 
     Deployed, an API request's clock stands at any phase of the second: the wait is
     averaged over :data:`SEND_PHASES` evenly spread phases. ``at_its_phase``: the sender
-    chooses its phase (the ticker starts its ticks at ``TickerConfig.tick_phase``), and
-    the emulator's clock stands there: the wait is the one at ``sent_at`` itself."""
+    chooses its phase (the ticker sends at ``TickerConfig.send_phase``), and the
+    emulator's clock stands there: the wait is the one at ``sent_at`` itself."""
     if at_its_phase:
         return _wait(fire_time, deliver_at, sent_at, counted_from)
     total = 0.0

@@ -25,17 +25,20 @@ metrics = wiring.metrics()
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     records = event.get("Records") or []
     bodies: list[dict[str, Any]] = []
+    receive_counts: list[int] = []
     failures: list[dict[str, str]] = []
     for record in records:
         try:
             bodies.append(json.loads(record["body"]))
         except (KeyError, TypeError, ValueError):
             bodies.append({})  # refused below, like any message without a key
+        receive_counts.append(_receive_count(record))
     with threads.ThreadPool(max(1, len(bodies)), name="worker-record") as pool:
         outcomes = wiring.worker().handle_batch(
             bodies,
             remaining_ms=context.get_remaining_time_in_millis,
             parallel=pool,
+            receive_counts=receive_counts,
         )
     for record, outcome in zip(records, outcomes, strict=True):
         if isinstance(outcome, Exception):
@@ -49,3 +52,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             )
             failures.append({"itemIdentifier": record["messageId"]})
     return {"batchItemFailures": failures}
+
+
+def _receive_count(record: dict[str, Any]) -> int:
+    """SQS's ApproximateReceiveCount of the record; 0 where it is missing (unknown: the
+    worker then reads as for a redelivery)."""
+    attributes = record.get("attributes")
+    count = attributes.get("ApproximateReceiveCount") if isinstance(attributes, dict) else None
+    try:
+        return int(count) if count is not None else 0
+    except (TypeError, ValueError):
+        return 0

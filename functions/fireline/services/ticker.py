@@ -74,16 +74,19 @@ class TickerConfig:
     round_entries_min: int = 32
     round_entries_max: int = 1_000
     tick_seconds: float = 1.0
-    # How far into a second of the wall clock (a fraction of tick_seconds) a tick starts
-    # while the ticker keeps up. SQS counts delays in whole seconds and a delay is rounded
-    # down, counted from dispatch.IN_FLIGHT past the send's clock reading, so a fire due
-    # on a whole second (as cron and rate fires are) sent f into a second is visible
-    # 1 - f early while f + IN_FLIGHT is under the second's end, 1.25 - f once past it;
-    # the worker invocation that takes it holds it until its time, billed. Ticks that
-    # start 0.6 into the second send before 0.75 unless their reads run long: a wait of
-    # 0.25 to 0.4 s, where ticks at any phase made it 0.75 s on average. A tick that runs
-    # long only waits longer, never makes a fire late.
+    # SQS counts delays in whole seconds and a delay is rounded down, counted from
+    # dispatch.IN_FLIGHT (0.1 s) past the send's clock reading: a fire due on a whole
+    # second (as cron and rate fires are) sent f into a second is visible 1 - f early
+    # while f + IN_FLIGHT is under the second's end, 2 - f once past it, and the worker
+    # invocation that takes it holds it until its time, billed. So while the ticker keeps
+    # up, its ticks start tick_phase into a second of the wall clock (a fraction of
+    # tick_seconds), and a round done reading between tick_phase and send_phase into a
+    # second holds its sends until send_phase, unless one of its fires is due sooner:
+    # they are visible 1 - send_phase early, 0.15 s, where sends at any phase made it
+    # 0.6 s on average. A round that reads past the send phase sends at once, and its
+    # fires wait longer, never late.
     tick_phase: float = 0.6
+    send_phase: float = 0.85
     # A pass starts again from the top of the index after this long, so fires that
     # became due meanwhile are not left behind the rest of a long pass.
     pass_seconds: float = 5.0
@@ -98,6 +101,12 @@ class TickerConfig:
             )
         if not 0 <= self.tick_phase < 1:
             raise errors.ValidationError("must be 0 or more and less than 1", field="tick_phase")
+        if not 0 <= self.send_phase < 1 - dispatch.IN_FLIGHT.total_seconds():
+            raise errors.ValidationError(
+                f"must be 0 or more and less than {1 - dispatch.IN_FLIGHT.total_seconds()}"
+                " (a send's delay counts from dispatch.IN_FLIGHT past its clock)",
+                field="send_phase",
+            )
         if not 1 <= self.groups <= self.shards:
             raise errors.ValidationError(
                 f"must be 1 to the number of shards ({self.shards})", field="groups"
@@ -557,9 +566,10 @@ class Ticker:
     def _send(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
         pending: list[dispatch.Outbound] = []
         fire_times: dict[str, datetime] = {}
+        sending_at = self._hold_until_send_phase(pickups, now)
         for pickup in pickups:
             for fire_time in pickup.plan.fires:
-                out = dispatch.outbound(pickup.item, fire_time, now)
+                out = dispatch.outbound(pickup.item, fire_time, sending_at)
                 pickup.keys.append(out.key)
                 pending.append(out)
                 fire_times[out.key] = fire_time
@@ -584,6 +594,24 @@ class Ticker:
             kept = [p for p in pickups if not failed.intersection(p.keys)]
             report.held_back += len(pickups) - len(kept)
             pickups[:] = kept
+
+    def _hold_until_send_phase(self, pickups: list[_Pickup], now: datetime) -> datetime:
+        """Wait until ``send_phase`` into the second when this round is done reading
+        between ``tick_phase`` and then and none of its fires is due before that moment
+        and its send's way to SQS (see TickerConfig): the clock then, or ``now``."""
+        into = round(now.microsecond / 1_000_000, 3)  # to the ms: a tick lands on its phase
+        config = self.config
+        if not config.tick_phase <= into < config.send_phase:
+            return now
+        hold = config.send_phase - into
+        earliest = min(
+            (dispatch.deliver_time(p.item, f) for p in pickups for f in p.plan.fires),
+            default=None,
+        )
+        if earliest is None or earliest < now + timedelta(seconds=hold) + dispatch.IN_FLIGHT:
+            return now
+        self.clock.sleep(hold)
+        return self.clock.now()
 
     def _advance(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> list[_Pickup]:
         """Move each schedule past what it sent; the pickups whose advance went through."""

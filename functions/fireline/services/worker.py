@@ -245,17 +245,19 @@ class Worker:
         *,
         remaining_ms: Callable[[], int],
         parallel: ports.Parallel,
+        receive_counts: Sequence[int] | None = None,
     ) -> list[Result | Exception]:
         """Process a batch's messages side by side: each record's deadline counts from
         its own start, so its place in the batch never decides its outcome. Each one's
         Result, or the exception it raised (Busy: leave it to SQS), in order.
+        ``receive_counts``: SQS's ApproximateReceiveCount of each message, where known.
 
         The batch's rows and schedules are read first, together (see Prefetch); the
         one-off jobs the batch settles give their units of quota back together after
         the runs, one give-back per tenant (see :meth:`_give_back`). Its counts go out
         summed, one data point per metric (see _Tally)."""
         self._refresh_overrides()
-        prefetched = self.prefetch(bodies, parallel)
+        prefetched = self.prefetch(bodies, parallel, receive_counts)
         ended: list[_Ended | None] = [None] * len(bodies)
 
         def run(index: int, body: dict[str, Any]) -> Result:
@@ -270,14 +272,28 @@ class Worker:
         finally:
             self.metrics.flush()
 
-    def prefetch(self, bodies: Sequence[dict[str, Any]], parallel: ports.Parallel) -> Prefetch:
+    def prefetch(
+        self,
+        bodies: Sequence[dict[str, Any]],
+        parallel: ports.Parallel,
+        receive_counts: Sequence[int] | None = None,
+    ) -> Prefetch:
         """The rows and schedules of a batch's fires, a batch read per table side by
         side. A message this cannot read for (no key, a long job's outcome) reads what
         it needs itself, and so does every record if a batch read fails: the reads
-        are a saving, never a new way for a batch to fail."""
+        are a saving, never a new way for a batch to fail.
+
+        A fire whose sender wrote no row (the message says ``no_row``: the ticker's, a
+        one-off job's), on its first delivery, has no row to read unless another message
+        for it came first (a ticker's redo after a crash) or a cancel wrote it: its row
+        is taken as absent, unread. Every answer of the read it saves is decided again
+        by the claim, which writes the row only where none exists and refuses a row
+        another delivery holds or settled (see ``Worker._read_row``)."""
+        counts = receive_counts if receive_counts is not None else [0] * len(bodies)
         keys: list[str] = []
+        unwritten: list[str] = []
         schedule_keys: list[tuple[str, str]] = []
-        for body in bodies:
+        for body, count in zip(bodies, counts, strict=True):
             key = body.get("occurrence_key")
             if body.get("type") == "outcome" or not isinstance(key, str):
                 continue
@@ -285,20 +301,21 @@ class Worker:
                 schedule_id = occurrence.parse_key(key).schedule_id
             except errors.ValidationError:
                 continue  # the record's own handling refuses it
-            keys.append(key)
+            (unwritten if count == 1 and body.get("no_row") is True else keys).append(key)
             tenant_id = body.get("tenant_id")
             if isinstance(tenant_id, str) and tenant_id and not workflow.is_node_key(key):
                 schedule_keys.append((tenant_id, schedule_id))
-        if not keys:
+        if not keys and not unwritten:
             return _NOTHING_PREFETCHED
-        reads: list[Callable[[], Any]] = [
-            functools.partial(self.occurrences.get_many, keys, consistent=False)
-        ]
+        reads: list[Callable[[], Any]] = []
+        if keys:
+            reads.append(functools.partial(self.occurrences.get_many, keys, consistent=False))
         if schedule_keys:
             reads.append(
                 functools.partial(self.schedules.get_many, schedule_keys, consistent=False)
             )
-        rows, *found = parallel.run(reads)
+        found = parallel.run(reads) if reads else []
+        rows = found.pop(0) if keys else {}
         schedules = found[0] if found else []
         for failed in (r for r in (rows, schedules) if isinstance(r, Exception)):
             logger.warning(
@@ -306,7 +323,10 @@ class Worker:
                 extra={"action": "worker.prefetch", "error": f"{type(failed).__name__}: {failed}"},
             )
         return Prefetch(
-            {} if isinstance(rows, Exception) else {k: rows.get(k) for k in keys},
+            {
+                **dict.fromkeys(unwritten),
+                **({} if isinstance(rows, Exception) else {k: rows.get(k) for k in keys}),
+            },
             {}
             if isinstance(schedules, Exception)
             else {
@@ -466,6 +486,11 @@ class Worker:
                 # slots back; a finished one leaves them to be handed on (see _take_one).
                 self._release_slot(item.tenant_id, key, slot)
             self._end_run(item, key, took_run)
+        if self._idempotency.claimed is None:
+            # The claim was refused: another delivery (or a cancel) settled the row
+            # first, and Powertools replayed its outcome, already acted on there.
+            self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
+            return Result.SETTLED
         return self._after(body, row, outcome)
 
     def _read_row(self, key: str, prefetched: Prefetch) -> occurrence.Occurrence | None:
@@ -476,7 +501,8 @@ class Worker:
         its attempt count again after the claim. Only the answers that end the delivery
         without a write must be current: a settled row stays settled (terminal states
         are never left), except a dead one, which a redrive reopens, and a running one
-        may have ended since. Those two are read again consistently."""
+        may have ended since. Those two are read again consistently. A first delivery
+        of a message whose sender wrote no row reads nothing (see :meth:`prefetch`)."""
         row = prefetched.row(key, lambda: self.occurrences.get(key, consistent=False))
         if row is not None and row.state in (occurrence.State.DEAD, occurrence.State.RUNNING):
             row = self.occurrences.get(key)

@@ -195,6 +195,7 @@ class WorkerFleet:
                     [m.body for m in received],
                     remaining_ms=lambda: int((deadline - k.now()) * 1000),
                     parallel=sim_network.SimPool(k, len(received)),
+                    receive_counts=[m.receive_count for m in received],
                 )
             )
 
