@@ -84,7 +84,9 @@ class TickerConfig:
     # second holds its sends until send_phase, unless one of its fires is due sooner:
     # they are visible 1 - send_phase early, 0.15 s, where sends at any phase made it
     # 0.6 s on average. A round that reads past the send phase sends at once, and its
-    # fires wait longer, never late.
+    # fires wait longer, never late: a tick is several rounds while they are small, so in
+    # the latency-model simulation most fires still go out after the send phase (README,
+    # Cost: "What the model's wait leaves out").
     tick_phase: float = 0.6
     send_phase: float = 0.85
     # A pass starts again from the top of the index after this long, so fires that
