@@ -33,13 +33,13 @@ from helpers.system import System
 EXPECTED: dict[str, dict[str, Any]] = {
     "minutely": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.1818,
+            "dynamodb.BatchGetItem": 0.1515,
             "dynamodb.GetItem": 1.0303,
             "dynamodb.Query": 0.4848,
             "dynamodb.UpdateItem": 2.0909,
             "sqs.DeleteMessageBatch": 0.1212,
             "sqs.ReceiveMessage": 0.1212,
-            "sqs.SendMessageBatch": 0.1515,
+            "sqs.SendMessageBatch": 0.1212,
         },
         "write_units": 2.0909,
         "index_write_units": 0.1818,
@@ -97,14 +97,14 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
     "tenant_limited": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.1818,
+            "dynamodb.BatchGetItem": 0.1515,
             "dynamodb.GetItem": 1.2727,
             "dynamodb.PutItem": 1.0,
             "dynamodb.Query": 1.4848,
             "dynamodb.UpdateItem": 2.0909,
             "sqs.DeleteMessageBatch": 0.1212,
             "sqs.ReceiveMessage": 0.1212,
-            "sqs.SendMessageBatch": 0.1515,
+            "sqs.SendMessageBatch": 0.1212,
         },
         "write_units": 3.0909,
         "index_write_units": 0.1818,

@@ -146,3 +146,106 @@ def test_a_phase_outside_the_second_is_refused(phase: str, value: float) -> None
     with pytest.raises(errors.ValidationError) as refused:
         ticker.TickerConfig(**{phase: value})
     assert refused.value.field == phase
+
+
+def minutely_in_every_shard(system: MemorySystem, count: int) -> None:
+    for _ in range(count):
+        system.service.create(
+            "tenant-a",
+            schedules.ScheduleDraft(
+                spec="cron(* * * * *)", target={"type": "python", "handler": "noop"}
+            ),
+        )
+
+
+def test_a_ticker_that_kept_up_reads_every_shard_in_its_passs_first_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN 200 every-minute schedules over the 16 shards, and a ticker whose every read
+    # of a shard's page is noted with the round it was made in
+    system = MemorySystem()
+    minutely_in_every_shard(system, 200)
+    tk = ticker_of(system, ticker.TickerConfig(), use_lease=False)
+    reads: list[tuple[int, int]] = []
+    rounds = [0]
+    due, one_round = system.schedules.due, tk._round
+
+    def noted_due(shard: int, **kwargs: Any) -> Any:
+        reads.append((rounds[0], shard))
+        return due(shard, **kwargs)
+
+    def counted_round(*args: Any) -> None:
+        rounds[0] += 1
+        one_round(*args)
+
+    monkeypatch.setattr(system.schedules, "due", noted_due)
+    monkeypatch.setattr(tk, "_round", counted_round)
+    # WHEN a cold ticker's first pass runs (its rounds sized by pace: a shard or two each)
+    cold = tk.tick()
+    assert cold.drained and cold.advanced == 200
+    cold_first = {shard for n, shard in reads if n == 1}
+    # AND a pass comes after it, which kept up, with fires to pick up again (the first
+    # pass sent fires up to the horizon; the next comes within the lookahead)
+    reads.clear()
+    rounds[0] = 0
+    system.clock.advance(960 - ticker.TickerConfig().lookahead_seconds)
+    warm = tk.tick()
+    # THEN the cold pass's first round read two shards, the warm one's every shard
+    assert warm.advanced == 200
+    assert len(cold_first) == 2
+    assert {shard for n, shard in reads if n == 1} == set(range(16))
+
+
+class SlowSends:
+    """A queue whose every send takes ``seconds`` of the clock (a second's worth of
+    batches, their client CPU), noting when each message turns visible."""
+
+    def __init__(self, system: MemorySystem, seconds: float) -> None:
+        self.system = system
+        self.seconds = seconds
+        self.visible: dict[str, datetime] = {}
+
+    def send_batch(self, job_class: str, messages: Any) -> list[str]:
+        now = self.system.clock.now()
+        for message in messages:
+            self.visible[message.body["occurrence_key"]] = now + timedelta(
+                seconds=message.delay_seconds
+            )
+        failed = self.system.queue.send_batch(job_class, messages)
+        self.system.clock.advance(self.seconds)
+        return list(failed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.system.queue, name)
+
+
+def test_a_round_holds_its_sends_to_end_by_the_send_phase_as_long_as_the_last_ones_took() -> None:
+    # GIVEN a ticker whose last round's sends took 0.2 s
+    system = MemorySystem()
+    config = ticker.TickerConfig()
+    start = system.clock.now().replace(microsecond=0)
+    one_off_at(system, start + timedelta(seconds=config.lookahead_seconds + 1))
+    queue = SlowSends(system, 0.2)
+    tk = ticker.Ticker(
+        schedules=system.schedules,
+        occurrences=system.occurrences,
+        queue=queue,  # type: ignore[arg-type]
+        leases=memory.MemoryLeaseStore(),
+        clock=system.clock,
+        owner="invocation",
+        config=config,
+        use_lease=False,
+    )
+    system.clock.advance((start + timedelta(seconds=2.6) - system.clock.now()).total_seconds())
+    assert tk.tick().dispatched.sent == 1
+    # WHEN a later tick at the tick phase picks up a fire due on a whole second
+    second = start + timedelta(seconds=config.lookahead_seconds + 3)
+    one_off_at(system, second)
+    system.clock.advance((start + timedelta(seconds=3.6) - system.clock.now()).total_seconds())
+    report = tk.tick()
+    # THEN it sent at the send phase less those 0.2 s, 0.65 into the second: the fire is
+    # visible 0.35 s early (a send at 0.85 that took as long would leave what came after
+    # it past the phase, visible over a second early)
+    assert report.dispatched.sent == 1
+    [key] = report.dispatched.keys
+    assert (second - queue.visible[key]).total_seconds() == pytest.approx(0.35)

@@ -83,10 +83,12 @@ class TickerConfig:
     # tick_seconds), and a round done reading between tick_phase and send_phase into a
     # second holds its sends until send_phase, unless one of its fires is due sooner:
     # they are visible 1 - send_phase early, 0.15 s, where sends at any phase made it
-    # 0.6 s on average. A round that reads past the send phase sends at once, and its
-    # fires wait longer, never late: a tick is several rounds while they are small, so in
-    # the latency-model simulation most fires still go out after the send phase (README,
-    # Cost: "What the model's wait leaves out").
+    # 0.6 s on average. The hold ends early enough for the sends to be out by the send
+    # phase, as long as the last round's took; and while the ticker keeps up, a pass's
+    # first round reads every shard, so a steady tick is one round, its sends together.
+    # A round that reads past the phase sends at once, and its fires wait longer, never
+    # late. (In the latency-model simulation: 0.25 s on average at 580 fires a second,
+    # where rounds of a shard or two, each sending in turn, left 0.79 s.)
     tick_phase: float = 0.6
     send_phase: float = 0.85
     # A pass starts again from the top of the index after this long, so fires that
@@ -239,6 +241,12 @@ class Ticker:
         # lagging index may list them again for a while, and they need no read to skip.
         self._advanced_from: dict[tuple[str, str, datetime], float] = {}
         self._slowest_round = 0.0  # monotonic seconds
+        # How long the last round's sends took, first to last (monotonic seconds): a round
+        # holds its sends to end by the send phase, not to start at it.
+        self._send_span = 0.0
+        # Did the last pass keep up (drained within a tick)? Then the next pass's first
+        # round reads every shard; a cold ticker, or one behind, sizes its rounds by pace.
+        self._kept_up = False
         self._round_entries = self.config.round_entries_min
 
     # --- the invocation loop ---------------------------------------------------------------
@@ -414,6 +422,9 @@ class Ticker:
             took = self.clock.monotonic() - round_started
             self._slowest_round = max(self._slowest_round, took)
             self._size_rounds(report.due_read - read_before, took)
+        self._kept_up = report.drained and (
+            self.clock.monotonic() - started < self.config.tick_seconds
+        )
         self._emit(report)
         return report
 
@@ -451,12 +462,22 @@ class Ticker:
         report: TickReport,
     ) -> None:
         self.keep_lease()
-        # Pages of at least MIN_PAGE entries (a Query costs the same for 2 entries as for
-        # 50), from as many shards as the round's size takes: those whose stream is
-        # furthest behind in fire time, so a pass goes earliest first across shards too.
-        page_size = max(MIN_PAGE, math.ceil(self._round_entries / len(cursors)))
-        count = max(1, math.ceil(self._round_entries / page_size))
-        shards = sorted(cursors, key=lambda s: (frontier.get(s, _DAWN), s))[:count]
+        if report.rounds == 0 and self._kept_up:
+            # While the ticker keeps up, a pass's first round reads a page of every shard,
+            # the round's size shared out: a steady tick is then one round, its sends held
+            # together to the send phase (see TickerConfig), where rounds of a shard or two
+            # each sent most of a tick's fires after it. (A round's size grows while rounds
+            # fill up and fit in round_seconds, so a steady tick's pages soon hold what is
+            # due.)
+            page_size = max(1, math.ceil(self._round_entries / len(cursors)))
+            shards = sorted(cursors)
+        else:
+            # Pages of at least MIN_PAGE entries (a Query costs the same for 2 entries as
+            # for 50), from as many shards as the round's size takes: those whose stream is
+            # furthest behind in fire time, so a pass goes earliest first across shards too.
+            page_size = max(MIN_PAGE, math.ceil(self._round_entries / len(cursors)))
+            count = max(1, math.ceil(self._round_entries / page_size))
+            shards = sorted(cursors, key=lambda s: (frontier.get(s, _DAWN), s))[:count]
         pages = self._all(
             [
                 functools.partial(
@@ -581,9 +602,11 @@ class Ticker:
             return
         self.keep_lease()
         guarded = _GuardedQueue(self.queue, self._guarded)
+        sending = self.clock.monotonic()
         failed = dispatch.send_batches(
             guarded, pending, report.dispatched, self.parallel, self.clock
         )
+        self._send_span = self.clock.monotonic() - sending
         if guarded.lease_lost:
             raise errors.LeaseLost("lease no longer trusted")
         sent_at = self.clock.now()
@@ -603,9 +626,12 @@ class Ticker:
         and its send's way to SQS (see TickerConfig): the clock then, or ``now``."""
         into = round(now.microsecond / 1_000_000, 3)  # to the ms: a tick lands on its phase
         config = self.config
-        if not config.tick_phase <= into < config.send_phase:
+        # Sends take a while (a second's worth of batches, each its client CPU): the last
+        # of them must still go out before the phase, so the hold ends that much earlier.
+        phase = min(config.send_phase, config.send_phase - self._send_span)
+        if not config.tick_phase <= into < phase:
             return now
-        hold = config.send_phase - into
+        hold = phase - into
         earliest = min(
             (dispatch.deliver_time(p.item, f) for p in pickups for f in p.plan.fires),
             default=None,
