@@ -23,7 +23,7 @@ set phase of the second (``TickerConfig.send_phase``, 0.85) and counts each dela
 tenth of a second past its clock's reading (dispatch.IN_FLIGHT, so that a slow send is
 rarely late): its fires on a whole second are visible 0.15 s early, as the metered tick's
 clock stands at that phase when it sends. That is a floor: a deployed tick's sends take
-time, and the latency-model simulation measures its fires visible 0.25 s early on average
+time, and the latency-model simulation measures its fires visible 0.24 s early on average
 at 580 fires a second (the README's Cost says what that leaves out).
 Less with jitter under a second; none for a message sent at or after its time (a trigger, a
 retry, a deferral, a redelivery).

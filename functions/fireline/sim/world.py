@@ -195,6 +195,7 @@ class Spread:
     p50: float
     p99: float
     max: float
+    mean: float = 0.0  # what a total scales with (a worker's billed wait, for one)
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Spread:
@@ -205,11 +206,12 @@ class Spread:
         def pick(q: float) -> float:
             return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
-        return cls(len(ordered), pick(0.50), pick(0.99), ordered[-1])
+        return cls(len(ordered), pick(0.50), pick(0.99), ordered[-1], sum(ordered) / len(ordered))
 
     def as_dict(self, digits: int = 3) -> dict[str, float]:
         return {
             "count": self.count,
+            "mean": round(self.mean, digits),
             "p50": round(self.p50, digits),
             "p99": round(self.p99, digits),
             "max": round(self.max, digits),
