@@ -621,14 +621,15 @@ class Ticker:
             pickups[:] = kept
 
     def _hold_until_send_phase(self, pickups: list[_Pickup], now: datetime) -> datetime:
-        """Wait until ``send_phase`` into the second when this round is done reading
-        between ``tick_phase`` and then and none of its fires is due before that moment
-        and its send's way to SQS (see TickerConfig): the clock then, or ``now``."""
+        """Wait until ``send_phase`` into the second, less the last round's send span,
+        when this round is done reading between ``tick_phase`` and then and none of its
+        fires is due before that moment and its send's way to SQS (see TickerConfig): the
+        clock then, or ``now``."""
         into = round(now.microsecond / 1_000_000, 3)  # to the ms: a tick lands on its phase
         config = self.config
         # Sends take a while (a second's worth of batches, each its client CPU): the last
         # of them must still go out before the phase, so the hold ends that much earlier.
-        phase = min(config.send_phase, config.send_phase - self._send_span)
+        phase = config.send_phase - self._send_span
         if not config.tick_phase <= into < phase:
             return now
         hold = phase - into
