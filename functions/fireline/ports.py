@@ -65,7 +65,7 @@ class ScheduleStore(Protocol):
         *,
         charge: quota.Charge | None = None,
         first_new: bool = False,
-    ) -> None:
+    ) -> builtins.list[model.Schedule]:
         """Store new schedules (a batch's jobs) of one tenant, whose ids no item has: a
         fresh id each, or ids the caller read as missing. Unlike ``create`` the writes are
         not conditional on the id (a batch write takes no condition): an item of that id
@@ -73,11 +73,12 @@ class ScheduleStore(Protocol):
         the others, conditional on its id being new: AlreadyExists if it is taken, with
         nothing written (and no unit kept).
 
-        With ``charge``, a unit per item is taken first, all in one conditional write: if
-        they would pass the limit it raises QuotaExceeded and writes nothing. Unavailable
-        when some items stay unwritten; the units of the items known unwritten are given
-        back, and those of the items whose write went unanswered are kept (a count too
-        high, never too low)."""
+        With ``charge``, a unit per item is taken first, held by holders written in the
+        same transaction (see quota.Holder): if they would pass the limit it raises
+        QuotaExceeded and writes nothing. Unavailable when some items stay unwritten; the
+        units of the items known unwritten are given back, and those of the items whose
+        write went unanswered are kept (a count too high, never too low, until the sweep
+        finds them never written). The items as stored (with their holder's number)."""
         ...
 
     def get(
@@ -127,6 +128,12 @@ class ScheduleStore(Protocol):
         condition that it is there (a repeat finds none), then one give-back for all the
         marks this call removed. The ids given back. A failure between the two leaves
         the count too high, never too low."""
+        ...
+
+    def release_held(self, job: model.Schedule) -> bool:
+        """Give back the unit a batch's job holds in its holder (its cancel): the holder
+        loses the job in one transaction with the count's decrement, once. False when
+        the job holds none there (given back already, or not a batch's job)."""
         ...
 
     def due(
@@ -760,6 +767,22 @@ class SweepStore(Protocol):
         """Take ``units`` off the count, once, if its token and note are still ``note``
         (nothing taken or given back since it was listed) and it holds that many; a new
         token, and the note removed. False when the condition failed."""
+        ...
+
+    def holders(self, tenant_id: str, *, due_by: datetime | None = None) -> list[quota.Holder]:
+        """The tenant's holders of batch jobs' units (those to visit by ``due_by``, if
+        given), read consistently."""
+        ...
+
+    def unhold(
+        self, tenant_id: str, number: int, entries: Sequence[str], *, version: int | None = None
+    ) -> bool:
+        """Give back the units of a holder's ``entries``, once (see
+        fireline.adapters.quotas_dynamodb.DynamoQuotaStore.unhold)."""
+        ...
+
+    def drop_holder(self, holder: quota.Holder) -> bool:
+        """Delete ``holder`` with its jobs' units given back, if it is the version read."""
         ...
 
     def mark_resent(

@@ -12,6 +12,7 @@ import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 import boto3
@@ -307,11 +308,12 @@ def test_given_a_batch_that_would_pass_the_limit_then_refused_whole_and_nothing_
     assert (refused.value.quota, refused.value.limit, refused.value.used) == ("active_jobs", 4, 2)
     assert [stores.schedules.get(TENANT, f"job_{i}") for i in (3, 4, 5)] == [None] * 3
     assert used(stores, JOBS) == 2
-    # AND a batch of 2 fits, to the limit, each job holding its unit
-    stores.schedules.create_many(jobs("job_3", "job_4"), charge=limit)
+    # AND a batch of 2 fits, to the limit, its holder holding each job's unit
+    stored = stores.schedules.create_many(jobs("job_3", "job_4"), charge=limit)
     assert used(stores, JOBS) == 4
     found = stores.schedules.get(TENANT, "job_4")
-    assert found is not None and found.quota_held is True
+    assert found is not None and found.held_in is not None and found.quota_held is False
+    assert found == stored[1]
 
 
 def test_given_no_limit_then_a_batch_of_any_size_fits(stores: Stores) -> None:
@@ -336,7 +338,8 @@ def test_given_a_batch_whose_first_id_is_taken_then_already_exists_and_nothing_t
 
 
 def test_given_jobs_released_together_then_each_unit_comes_back_once(stores: Stores) -> None:
-    stores.schedules.create_many(jobs("job_1", "job_2", "job_3"), charge=charge(JOBS, 5))
+    for job in jobs("job_1", "job_2", "job_3"):  # each created alone: each holds a mark
+        stores.schedules.create(job, charge=charge(JOBS, 5))
     # WHEN two are released together, one of them twice in the call, then again
     first = stores.schedules.release_many(TENANT, ["job_1", "job_2", "job_1"], JOBS)
     again = stores.schedules.release_many(TENANT, ["job_2", "job_3"], JOBS)
@@ -345,6 +348,107 @@ def test_given_jobs_released_together_then_each_unit_comes_back_once(stores: Sto
     assert used(stores, JOBS) == 0
     assert stores.schedules.release_many(TENANT, ["job_1", "job_9"], JOBS) == []
     assert used(stores, JOBS) == 0
+
+
+# --- a batch's holders ---------------------------------------------------------------------
+
+
+def holders(stores: Stores) -> list[quota.Holder]:
+    assert isinstance(stores.quotas, memory.MemoryQuotaStore | quotas_dynamodb.DynamoQuotaStore)
+    return stores.quotas.holders(TENANT)
+
+
+def job_at(job_id: str, minute: int, second: int = 0) -> model.Schedule:
+    return a_schedule(
+        job_id, kind=model.Kind.JOB, next_fire=START + timedelta(minutes=minute, seconds=second)
+    )
+
+
+def test_given_a_batch_then_one_holder_per_fire_minute_lists_its_jobs_as_many_as_counted(
+    stores: Stores,
+) -> None:
+    # WHEN a batch of five jobs firing in two minutes is created
+    batch = [
+        job_at("job_1", 0),
+        job_at("job_2", 0, 59),
+        job_at("job_3", 1),
+        job_at("job_4", 1, 30),
+        job_at("job_5", 0, 1),
+    ]
+    stored = stores.schedules.create_many(batch, charge=charge(JOBS, 10))
+    # THEN two holders, each visited once its minute is over, list the jobs of their minute
+    found = sorted(holders(stores), key=lambda h: h.number)
+    assert [len(h.jobs) for h in found] == [3, 2]
+    assert [h.visit_at for h in found] == [START + timedelta(minutes=m, seconds=30) for m in (1, 2)]
+    assert {model.held_entry(j) for j in stored} == found[0].jobs | found[1].jobs
+    # AND each job names its holder, and the count is the jobs the holders list
+    assert {j.schedule_id: j.held_in for j in stored} == {
+        quota.parse_held_entry(e)[0]: h.number for h in found for e in h.jobs
+    }
+    assert used(stores, JOBS) == 5
+
+
+def test_given_a_batch_over_more_minutes_than_a_transaction_holds_then_minutes_share_holders(
+    stores: Stores,
+) -> None:
+    # WHEN a batch of 100 jobs, each in a minute of its own, is created
+    batch = [job_at(f"job_{m}", m) for m in range(100)]
+    stored = stores.schedules.create_many(batch, charge=charge(JOBS, 0))
+    # THEN at most 99 holders (with the count, one transaction) list each job once, each
+    # visited after the minute of every job it lists
+    found = holders(stores)
+    assert len(found) <= quota.MOST_HOLDERS
+    entries = [e for h in found for e in h.jobs]
+    assert sorted(entries) == sorted(model.held_entry(j) for j in stored)
+    for holder in found:
+        fires = [quota.parse_held_entry(e)[1] for e in holder.jobs]
+        assert holder.visit_at == quota.visit_time(max(fires))
+    assert used(stores, JOBS) == 100
+
+
+def test_given_a_batch_jobs_cancel_then_its_unit_comes_back_once(stores: Stores) -> None:
+    stored = stores.schedules.create_many(jobs("job_1", "job_2"), charge=charge(JOBS, 10))
+    # WHEN one job's unit is released twice (a cancel, then its retry)
+    first = stores.schedules.release_held(stored[0])
+    second = stores.schedules.release_held(stored[0])
+    # THEN it came back once, and the holder lists the other job only
+    assert (first, second) == (True, False)
+    assert used(stores, JOBS) == 1
+    (holder,) = holders(stores)
+    assert holder.jobs == {model.held_entry(stored[1])}
+
+
+def test_given_a_holder_read_then_a_change_since_makes_its_visit_wait(stores: Stores) -> None:
+    stored = stores.schedules.create_many(jobs("job_1", "job_2", "job_3"), charge=charge(JOBS, 10))
+    (read,) = holders(stores)
+    # GIVEN a cancel after the sweep read the holder
+    assert stores.schedules.release_held(stored[0])
+    # WHEN the sweep gives back a job it saw ended, or the whole holder, as it read it
+    assert (
+        stores.quotas.unhold(
+            TENANT, read.number, [model.held_entry(stored[1])], version=read.version
+        )
+        is False
+    )
+    assert stores.quotas.drop_holder(read) is False
+    # THEN nothing more came back
+    assert used(stores, JOBS) == 2
+    # AND once read again, the visit applies: one job, then the holder with its last
+    (again,) = holders(stores)
+    assert stores.quotas.unhold(
+        TENANT, again.number, [model.held_entry(stored[1])], version=again.version
+    )
+    (last,) = holders(stores)
+    assert stores.quotas.drop_holder(last)
+    assert (used(stores, JOBS), holders(stores)) == (0, [])
+
+
+def test_given_a_batch_whose_first_id_is_taken_then_no_holder_is_left(stores: Stores) -> None:
+    stores.schedules.create_many(jobs("job_1"), charge=charge(JOBS))
+    with pytest.raises(errors.AlreadyExists):
+        stores.schedules.create_many(jobs("job_1", "job_2"), charge=charge(JOBS, 5), first_new=True)
+    assert used(stores, JOBS) == 1
+    assert sum(len(h.jobs) for h in holders(stores)) == 1
 
 
 # --- workflows -----------------------------------------------------------------------------

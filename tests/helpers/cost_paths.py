@@ -27,11 +27,12 @@ from typing import Any
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from fireline import ports
-from fireline.adapters import quotas_dynamodb, schedules_dynamodb, threads
+from fireline.adapters import quotas_dynamodb, schedules_dynamodb, sweep_dynamodb, threads
 from fireline.api import app as api_app
 from fireline.cost import meter, model
 from fireline.domain import occurrence, quota, workflow
 from fireline.services import dispatch, schedules
+from fireline.services import sweep as sweep_service
 from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
 
@@ -181,6 +182,20 @@ def deployed_worker(system: System, *, tenant_limit: int) -> worker_service.Work
             jobs_counted=True,
         ),
         metrics=system.metrics,
+    )
+
+
+def deployed_sweep(system: System) -> sweep_service.Sweep:
+    """The sweep as wiring builds it, on the system's tables."""
+    tables = system.stack.tables
+    return sweep_service.Sweep(
+        store=sweep_dynamodb.DynamoSweepStore(
+            system.ddb, schedules_table=tables["SchedulesTable"], slots_table=tables["SlotsTable"]
+        ),
+        schedules=system.schedules,
+        occurrences=system.occurrences,
+        queue=system.queue,
+        clock=system.clock,
     )
 
 
@@ -390,7 +405,7 @@ def one_off(
                 tenant=tenant,
             )
         assert status == 201
-    return _run_created(system, jobs)
+    return _run_created(system, jobs, tenant, batched=False)
 
 
 def one_off_batched(
@@ -414,10 +429,10 @@ def one_off_batched(
                 "POST", "/jobs/batch", {"jobs": [job] * min(batch, jobs - start)}, tenant=tenant
             )
         assert status == 201, body
-    return _run_created(system, jobs)
+    return _run_created(system, jobs, tenant, batched=True)
 
 
-def _run_created(system: System, jobs: int) -> Measured:
+def _run_created(system: System, jobs: int, tenant: str, *, batched: bool) -> Measured:
     """Run the jobs just created (a tick, then the worker once they are due), metered
     with their creation."""
     worker = deployed_worker(system, tenant_limit=0)
@@ -426,6 +441,16 @@ def _run_created(system: System, jobs: int) -> Measured:
     system.clock.advance(900)
     succeeded = deliver(system, worker, sent_by_ticker=False)  # each create sent its jobs
     assert succeeded == jobs, (succeeded, jobs)
+    if batched:
+        # The sweep's run once the jobs' minute is over: their holders give their units
+        # back (a job created alone gave its back at its end). It runs once a minute for
+        # every tenant: its invocation is a share of a minute's, as the ticker's.
+        system.clock.advance(120)
+        with system.log.within("sweep", invocations=1 / 55):
+            deployed_sweep(system).run()
+    with system.log.unmetered():
+        used = system.quotas.usage(tenant).count(quota.Quota.ACTIVE_JOBS)
+    assert used == 0, f"{used} of the jobs' units are not back"
     return Measured.of(system.log, succeeded)
 
 

@@ -1,7 +1,7 @@
 """POST /jobs/batch on moto, through the real resolver, with quota counting on: a batch is
-created all or none (checked whole before any write, its quota taken in one write), is
-safe to retry under its Idempotency-Key, and the worker gives a batch's units back with one
-decrement per tenant.
+created all or none (checked whole before any write, its quota taken in one transaction
+with its holders), is safe to retry under its Idempotency-Key, and its units come back
+from its holders, not from its jobs' workers: at the sweep's visit, together.
 
 One deployment for the file; each test has a tenant of its own.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from fireline.adapters import quotas_dynamodb
-from fireline.domain import errors, occurrence, quota
+from fireline.domain import occurrence, quota
 from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
 from helpers import cost_paths
@@ -35,15 +35,11 @@ pytestmark = pytest.mark.filterwarnings(
 
 
 class CountedGiveBacks(quotas_dynamodb.DynamoQuotaStore):
-    """The deployed quota store, its give-backs counted (and made to fail when asked:
-    a process that dies between a batch's mark removals and its decrement)."""
+    """The deployed quota store, its plain give-backs counted."""
 
     calls: list[int]
-    failing = False
 
     def give_back(self, tenant_id: str, name: quota.Quota, count: int = 1) -> None:
-        if self.failing:
-            raise errors.Unavailable("the process died before the decrement")
         self.calls.append(count)
         super().give_back(tenant_id, name, count)
 
@@ -303,7 +299,7 @@ def test_a_batch_whose_sends_failed_is_sent_by_its_retry(system: System, tenant:
     assert queued == sorted(ids)
 
 
-# --- the worker's give-back -----------------------------------------------------------------
+# --- their units back ------------------------------------------------------------------------
 
 
 def run_batch(system: System, bodies: list[dict[str, Any]]) -> list[Any]:
@@ -317,7 +313,7 @@ def tenant_bodies(system: System, tenant: str) -> list[dict[str, Any]]:
     return [b for b in system.receive_all() if b["tenant_id"] == tenant]
 
 
-def test_ten_jobs_settled_in_one_batch_give_their_units_back_in_one_decrement(
+def test_a_batchs_jobs_give_nothing_back_at_their_end_and_the_sweep_gives_back_together(
     system: System, tenant: str
 ) -> None:
     # GIVEN ten jobs of one tenant, their messages due
@@ -327,34 +323,50 @@ def test_ten_jobs_settled_in_one_batch_give_their_units_back_in_one_decrement(
     assert len(bodies) == 10
     quotas(system).calls.clear()
     # WHEN one worker batch runs them all
+    system.log.reset()
     outcomes = run_batch(system, bodies)
-    # THEN all succeeded, the count dropped by ten, in one decrement
+    # THEN all succeeded, and the worker wrote nothing for their units: no give-back, no
+    # write on a job's item (its holder holds its unit)
     assert outcomes == [worker_service.Result.SUCCEEDED] * 10
-    assert used(system, tenant) == 0
-    assert quotas(system).calls == [10]
-    # AND a redelivery of the batch gives nothing back again
-    assert run_batch(system, bodies) == [worker_service.Result.SETTLED] * 10
-    assert used(system, tenant) == 0
-    assert quotas(system).calls == [10]
-
-
-def test_a_crash_between_the_marks_and_the_decrement_leaves_the_count_too_high(
-    system: System, tenant: str
-) -> None:
-    # GIVEN ten jobs of one tenant run in one batch, the process dying after the marks'
-    # removal and before the decrement
-    assert batch(system, tenant, [{"delay_seconds": 0, "target": PYTHON}] * 10)[0] == 201
-    bodies = tenant_bodies(system, tenant)
-    quotas(system).failing = True
-    try:
-        outcomes = run_batch(system, bodies)
-    finally:
-        quotas(system).failing = False
-    # THEN the messages are reported failed (SQS delivers them again)
-    assert all(isinstance(o, errors.Unavailable) for o in outcomes)
-    # WHEN they are delivered again
-    assert run_batch(system, bodies) == [worker_service.Result.SETTLED] * 10
-    # THEN no job holds a unit, and the count is too high by the ten, never too low
-    holding = [s for s in system.schedules.list(tenant, limit=100).items if s.quota_held]
-    assert holding == []
+    assert quotas(system).calls == []
+    assert system.log.writes[system.stack.tables["SchedulesTable"]] == 0
+    assert system.log.writes[system.stack.tables["SlotsTable"]] == 0
     assert used(system, tenant) == 10
+    # WHEN the sweep runs once their minute is over
+    system.clock.advance(120)
+    system.log.reset()
+    report = cost_paths.deployed_sweep(system).run()
+    # THEN the ten units came back in one transaction (the holder deleted with them)
+    assert report.released == 10
+    assert used(system, tenant) == 0
+    assert system.log.calls["dynamodb.TransactWriteItems"] == 1
+    assert quotas(system).holders(tenant) == []
+    # AND a redelivery of the batch, and the sweep again, give nothing back again
+    assert run_batch(system, bodies) == [worker_service.Result.SETTLED] * 10
+    assert cost_paths.deployed_sweep(system).run().released == 0
+    assert used(system, tenant) == 0
+
+
+@pytest.mark.parametrize("fault", ["before", "after"])
+def test_a_sweep_visit_that_fails_or_loses_its_answer_leaves_the_count_exact(
+    system: System, tenant: str, fault: str
+) -> None:
+    # GIVEN ten jobs of one tenant that ran, and a sweep whose visit's transaction fails
+    # before it is sent, or lands and loses its answer
+    assert batch(system, tenant, [{"delay_seconds": 0, "target": PYTHON}] * 10)[0] == 201
+    run_batch(system, tenant_bodies(system, tenant))
+    system.clock.advance(120)
+    plan = FaultPlan(at={0: fault}, only={"TransactWriteItems"}).attach(system.ddb)
+    try:
+        assert cost_paths.deployed_sweep(system).run().released == 0
+    finally:
+        plan.enabled = False
+    # THEN the count is ten (nothing given back) or none (given back once), the holder
+    # listing them or gone with them
+    held = sum(len(h.jobs) for h in quotas(system).holders(tenant))
+    assert used(system, tenant) == held == (10 if fault == "before" else 0)
+    # WHEN the sweep runs again
+    again = cost_paths.deployed_sweep(system).run()
+    # THEN the units are back, once
+    assert again.released == (10 if fault == "before" else 0)
+    assert used(system, tenant) == 0

@@ -29,11 +29,12 @@ from fireline.adapters import (
     slots_dynamodb,
     sweep_dynamodb,
 )
-from fireline.domain import model, quota, schedule
+from fireline.domain import model, occurrence, quota, schedule
 from fireline.services import schedules, sweep
 from fireline.services import worker as worker_service
 from helpers import flows
 from helpers.aws import REGION, Stack, serialized_item_writes
+from helpers.faults import FaultPlan
 
 START = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 LIMITS = {quota.Quota.ACTIVE_JOBS: 1000}
@@ -119,6 +120,7 @@ class Cloud:
     sweep: sweep.Sweep
     tenant: str
     ran: list[str] = field(default_factory=list)
+    tables: dict[str, str] = field(default_factory=dict)
 
     def used(self, tenant: str | None = None) -> int:
         return self.counts.usage(tenant or self.tenant).count(JOBS)
@@ -132,6 +134,28 @@ class Cloud:
             delay_seconds=delay_seconds, target={"type": "python", "handler": "count"}
         )
         return self.service.create_job(self.tenant, draft).job.schedule_id
+
+    def create_batch(self, *delays: int, dying_before_send: bool = False) -> list[str]:
+        """A batch of jobs (POST /jobs/batch), one per delay; its create may die after
+        writing them, before sending them."""
+        drafts = [
+            schedules.JobDraft(delay_seconds=d, target={"type": "python", "handler": "count"})
+            for d in delays
+        ]
+        before = {i.schedule_id for i in self.store.list(self.tenant, limit=1000).items}
+        if not dying_before_send:
+            return [v.job.schedule_id for v in self.service.create_jobs(self.tenant, drafts)]
+        self.queue.crash = True
+        with pytest.raises(Crash):
+            self.service.create_jobs(self.tenant, drafts)
+        self.queue.crash = False
+        return sorted(
+            {i.schedule_id for i in self.store.list(self.tenant, limit=1000).items} - before
+        )
+
+    def holding(self) -> list[int]:
+        """How many jobs each of the tenant's holders lists."""
+        return [len(h.jobs) for h in self.counts.holders(self.tenant)]
 
     def create_dying_before_send(self, delay_seconds: int = 60) -> str:
         before = {i.schedule_id for i in self.store.list(self.tenant, limit=1000).items}
@@ -196,7 +220,19 @@ def cloud(aws: None) -> Cloud:
     swept = sweep.Sweep(
         store=index, schedules=store, occurrences=occurrences, queue=queue, clock=clock
     )
-    return Cloud(clock, ddb, counts, store, occurrences, queue, service, index, swept, "tenant-a")
+    return Cloud(
+        clock,
+        ddb,
+        counts,
+        store,
+        occurrences,
+        queue,
+        service,
+        index,
+        swept,
+        "tenant-a",
+        tables=tables,
+    )
 
 
 def minutes(n: float) -> float:
@@ -360,6 +396,130 @@ def _job(cloud: Cloud, job_id: str, when: datetime) -> model.Schedule:
         created_at=cloud.clock.now(),
         updated_at=cloud.clock.now(),
     )
+
+
+# --- a batch's holders ---------------------------------------------------------------------
+
+
+def test_a_holder_gives_back_the_units_of_the_jobs_that_ended_and_goes_with_the_last(
+    cloud: Cloud,
+) -> None:
+    # GIVEN a batch of three jobs of one minute; two have run, one has not (a backlog)
+    first, second, third = cloud.create_batch(60, 60, 60)
+    cloud.clock.advance(61)
+    worker = cloud.worker()
+    waiting = []
+    for message in cloud.queue.receive("default", max_messages=10):
+        if message.body["schedule_id"] == third:
+            waiting.append(message)
+            continue
+        worker.handle(message.body, remaining_ms=lambda: 60_000)
+    assert (cloud.used(), cloud.holding()) == (3, [3])
+    # WHEN the sweep runs just before the holder's visit time (its minute's end, 30 s on)
+    (holder,) = cloud.counts.holders(cloud.tenant)
+    assert holder.visit_at == datetime.fromtimestamp(
+        (cloud.clock.now().timestamp() - 1) // 60 * 60 + 90, UTC
+    )
+    cloud.clock.advance((holder.visit_at - cloud.clock.now()).total_seconds() - 1)
+    assert cloud.sweep.run().released == 0
+    # AND once it is past
+    cloud.clock.advance(1)
+    visited = cloud.sweep.run()
+    # THEN the two ended jobs' units are back, the waiting one's held
+    assert visited.released == 2
+    assert (cloud.used(), cloud.holding()) == (1, [1])
+    # WHEN the third runs and the sweep comes again
+    worker.handle(waiting[0].body, remaining_ms=lambda: 60_000)
+    assert cloud.sweep.run().released == 1
+    # THEN every unit is back, once, and no holder is left
+    assert (cloud.used(), cloud.holding()) == (0, [])
+    assert cloud.sweep.run().released == 0
+    assert sorted(occurrence.parse_key(k).schedule_id for k in cloud.ran) == sorted(
+        [first, second, third]
+    )
+
+
+def test_a_batch_whose_create_died_before_its_send_is_sent_after_the_grace_and_freed(
+    cloud: Cloud,
+) -> None:
+    # GIVEN a batch due in a minute whose create died after writing it, before sending it
+    jobs = cloud.create_batch(60, 60, dying_before_send=True)
+    assert len(jobs) == 2 and cloud.used() == 2
+    # WHEN the sweep runs each minute until just before the grace has passed
+    cloud.clock.advance(60 + minutes(2))
+    for _ in range(12):
+        assert cloud.sweep.run().resent == 0
+        cloud.clock.advance(60)
+    # THEN nothing was sent: they may still be on their way
+    assert cloud.deliver() == 0
+    # WHEN it runs past the grace, twice
+    cloud.clock.advance(60)
+    first, second = cloud.sweep.run(), cloud.sweep.run()
+    # THEN each job was sent once, and runs once
+    assert (first.resent, second.resent) == (2, 0)
+    assert cloud.deliver() == 2
+    assert len(cloud.ran) == 2
+    # AND the next visit gives their units back
+    assert cloud.sweep.run().released == 2
+    assert (cloud.used(), cloud.holding()) == (0, [])
+
+
+def test_a_batch_job_never_written_is_freed_only_once_no_create_can_write_it(
+    cloud: Cloud,
+) -> None:
+    # GIVEN a batch whose units were taken (its holder lists its jobs) and whose create
+    # died in its writes: one job written, the other never, nothing sent
+    written, lost = cloud.create_batch(0, 0, dying_before_send=True)
+    cloud.ddb.delete_item(
+        TableName=cloud.tables["SchedulesTable"],
+        Key={"tenant_id": {"S": cloud.tenant}, "schedule_id": {"S": lost}},
+    )
+    # WHEN the sweep visits the holder within the settling time of its creation
+    cloud.clock.advance(90)
+    assert cloud.sweep.run().released == 0
+    # THEN the missing job keeps its unit (its create might still write it); once no
+    # create could, its unit comes back, and the written job keeps its own
+    cloud.clock.advance(minutes(5))
+    assert cloud.sweep.run().released == 1
+    assert (cloud.used(), cloud.holding()) == (1, [1])
+    assert cloud.store.get(cloud.tenant, written) is not None
+
+
+def test_a_cancelled_batch_job_gives_its_unit_back_at_its_cancel_or_at_the_visit(
+    cloud: Cloud,
+) -> None:
+    # GIVEN a batch of two jobs due in an hour
+    first, second = cloud.create_batch(3600, 3600)
+    # WHEN one is cancelled
+    cloud.service.cancel_job(cloud.tenant, first)
+    # THEN its unit came back at once
+    assert (cloud.used(), cloud.holding()) == (1, [1])
+    # WHEN the other's cancel loses its give-back (the holder's transaction fails)
+    plan = FaultPlan(at={0: "before"}, only={"TransactWriteItems"}).attach(cloud.ddb)
+    try:
+        cloud.service.cancel_job(cloud.tenant, second)
+    finally:
+        plan.enabled = False
+    assert cloud.used() == 1
+    # THEN the sweep's visit, after its minute, gives it back
+    cloud.clock.advance(3600 + 90)
+    assert cloud.sweep.run().released == 1
+    assert (cloud.used(), cloud.holding()) == (0, [])
+    assert cloud.ran == []
+
+
+def test_units_held_by_holders_are_never_taken_off_as_held_by_nothing(cloud: Cloud) -> None:
+    # GIVEN a batch far in the future, a job created alone, and a unit a create took and
+    # died before writing anything
+    cloud.create_batch(86_400, 86_400, 86_400)
+    cloud.create(delay_seconds=86_400)
+    cloud.counts.take(cloud.tenant, quota.Charge(JOBS, 1000))
+    assert (cloud.used(), cloud.marked(), cloud.holding()) == (5, 1, [3])
+    # WHEN the sweep runs every five minutes, nothing else happening
+    reports = _runs(cloud, 8)
+    # THEN the one unit held by nothing is taken off, once, and the holder's are kept
+    assert sum(r.forgiven for r in reports) == 1
+    assert (cloud.used(), cloud.marked(), cloud.holding()) == (4, 1, [3])
 
 
 # --- creates and releases racing the sweep -----------------------------------------------

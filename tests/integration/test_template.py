@@ -962,7 +962,7 @@ def test_other_functions_keep_the_global_sizes(translated: dict[str, Any]) -> No
     assert (authorizer["Timeout"], authorizer["MemorySize"]) == (10, 256)
 
 
-def test_a_rule_per_ticker_group_and_the_workflow_reconcile_every_minute_the_sweep_every_five(
+def test_a_rule_per_ticker_group_the_workflow_reconcile_and_the_sweep_every_minute(
     translated: dict[str, Any],
 ) -> None:
     rules = _resources_of_type(translated, "AWS::Events::Rule")
@@ -975,8 +975,8 @@ def test_a_rule_per_ticker_group_and_the_workflow_reconcile_every_minute_the_swe
 
     every = {name: r["Properties"]["ScheduleExpression"] for name, r in rules.items()}
     sweep = {name for name, (function, _) in targets.items() if function == "SweepFunction"}
-    assert [every[name] for name in sweep] == ["rate(5 minutes)"]
-    assert {every[name] for name in rules if name not in sweep} == {"rate(1 minute)"}
+    assert len(sweep) == 1
+    assert set(every.values()) == {"rate(1 minute)"}
     assert all(len(r["Properties"]["Targets"]) == 1 for r in rules.values())
     ticker_inputs = sorted(
         (json.loads(given) for function, given in targets.values() if function == "TickerFunction"),
@@ -1331,7 +1331,7 @@ def test_workers_may_write_a_schedules_quota_mark_and_nothing_else_of_it(
     )
 
 
-SWEEP_MARKS = [*QUOTA_MARK, "sweep_sent_ms"]
+SWEEP_MARKS = [*QUOTA_MARK, "held_in", "sweep_sent_ms"]
 
 
 def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
@@ -1344,18 +1344,25 @@ def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
     scoped = _grants(role, "dynamodb", attributes=SWEEP_MARKS)
 
     # THEN of a schedule it may write a job's quota mark and its resend's time, nothing
-    # else; it reads the held index, a tenant's jobs (before reducing its count), a job
-    # by key, an occurrence row by key, and the slots table's usage items (scan, read,
-    # the count's conditional update); it may put the register of limit overrides, and
-    # no other item of the slots table
+    # else; it reads the held index, a tenant's jobs (before reducing its count), jobs
+    # and occurrence rows by key, and the slots table's usage items and holders (scan,
+    # query, read, the count's conditional update, a holder's change or delete); it may
+    # put the register of limit overrides, and no other item of the slots table
     assert scoped == {"SchedulesTable": {"dynamodb:UpdateItem"}}
     assert grants == {
-        "SchedulesTable": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
-        "OccurrencesTable": {"dynamodb:GetItem"},
+        "SchedulesTable": {
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:Query",
+            "dynamodb:UpdateItem",
+        },
+        "OccurrencesTable": {"dynamodb:GetItem", "dynamodb:BatchGetItem"},
         "SlotsTable": {
             "dynamodb:Scan",
+            "dynamodb:Query",
             "dynamodb:GetItem",
             "dynamodb:UpdateItem",
+            "dynamodb:DeleteItem",
             "dynamodb:PutItem",
         },
     }
@@ -1365,7 +1372,11 @@ def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
     }
     query = [s for s in _statements(role) if "dynamodb:Query" in _actions(s)]
     assert [s["Resource"] for s in query] == [
-        [{"Fn::GetAtt": ["SchedulesTable", "Arn"]}, {"Fn::Sub": "${SchedulesTable.Arn}/index/held"}]
+        [
+            {"Fn::GetAtt": ["SchedulesTable", "Arn"]},
+            {"Fn::Sub": "${SchedulesTable.Arn}/index/held"},
+        ],
+        {"Fn::GetAtt": ["SlotsTable", "Arn"]},
     ]
     assert _wildcard_actions(role) & DYNAMODB_WRITES == set()
 

@@ -153,6 +153,7 @@ class MemoryQuotaStore:
         self._used: dict[str, dict[quota.Quota, int]] = defaultdict(dict)
         self._overrides: dict[str, dict[quota.Quota, int]] = defaultdict(dict)
         self._uploads: dict[str, tuple[str, int]] = {}
+        self._holders: dict[tuple[str, int], quota.Holder] = {}
         self._lock = threading.RLock()
 
     def usage(self, tenant_id: str) -> quota.Usage:
@@ -201,6 +202,68 @@ class MemoryQuotaStore:
         with self._lock:
             self._used[tenant_id][name] = self._used[tenant_id].get(name, 0) - count
 
+    # A batch's holders (see fireline.domain.quota.Holder), as the DynamoDB store keeps
+    # them: the count and the holders change together, under the lock.
+
+    def hold_jobs(
+        self, tenant_id: str, charge: quota.Charge, entries: Sequence[str], created_at: datetime
+    ) -> builtins.list[quota.Holder]:
+        groups = quota.by_visit(entries, quota.MOST_HOLDERS)
+        with self._lock:
+            self.charge(tenant_id, charge, sum(len(g) for g in groups.values()))
+            made = []
+            for visit, jobs in groups.items():
+                number = quota.holder_number(visit, 0)
+                while (tenant_id, number) in self._holders:
+                    number += 1
+                holder = quota.Holder(tenant_id, number, frozenset(jobs), created_at)
+                self._holders[(tenant_id, number)] = holder
+                made.append(holder)
+            return made
+
+    def unhold(
+        self, tenant_id: str, number: int, entries: Sequence[str], *, version: int | None = None
+    ) -> bool:
+        gone = frozenset(entries)
+        with self._lock:
+            holder = self._holders.get((tenant_id, number))
+            if holder is None or not gone or not gone <= holder.jobs:
+                return False
+            if version is not None and holder.version != version:
+                return False
+            self._holders[(tenant_id, number)] = replace(
+                holder, jobs=holder.jobs - gone, version=holder.version + 1
+            )
+            self.refund(tenant_id, quota.Quota.ACTIVE_JOBS, len(gone))
+            return True
+
+    def drop_holder(self, holder: quota.Holder) -> bool:
+        with self._lock:
+            current = self._holders.get((holder.tenant_id, holder.number))
+            if current is None or current.version != holder.version:
+                return False
+            del self._holders[(holder.tenant_id, holder.number)]
+            if current.jobs:
+                self.refund(holder.tenant_id, quota.Quota.ACTIVE_JOBS, len(current.jobs))
+            return True
+
+    def unhold_jobs(self, holders: Sequence[quota.Holder], entries: Sequence[str]) -> None:
+        wanted = set(entries)
+        for holder in holders:
+            mine = sorted(holder.jobs & wanted)
+            if mine:
+                self.unhold(holder.tenant_id, holder.number, mine)
+
+    def holders(
+        self, tenant_id: str, *, due_by: datetime | None = None
+    ) -> builtins.list[quota.Holder]:
+        high = quota.holders_due_by(due_by)[1]
+        with self._lock:
+            return sorted(
+                (h for (t, n), h in self._holders.items() if t == tenant_id and n <= high),
+                key=lambda h: h.number,
+            )
+
     def _limit(self, tenant_id: str, charge: quota.Charge) -> int:
         return self._overrides[tenant_id].get(charge.quota, charge.default)
 
@@ -244,24 +307,33 @@ class MemoryScheduleStore:
         *,
         charge: quota.Charge | None = None,
         first_new: bool = False,
-    ) -> None:
+    ) -> builtins.list[model.Schedule]:
         tenant_id = model.batch_tenant(items)
         if tenant_id is None:
-            return
+            return []
         with self._lock:
             if first_new and (tenant_id, items[0].schedule_id) in self._items:
                 raise errors.AlreadyExists(f"schedule {items[0].schedule_id} exists")
             if charge is not None:
-                self._counted().charge(tenant_id, charge, len(items))
-                items = [replace(i, quota_held=True) for i in items]
+                entries = [model.held_entry(i) for i in items]
+                created = model.batch_created(items)
+                holders = self._counted().hold_jobs(tenant_id, charge, entries, created)
+                placed = {e: h.number for h in holders for e in h.jobs}
+                items = [replace(i, held_in=placed[e]) for i, e in zip(items, entries, strict=True)]
             for item in items:  # unconditionally, as a batch write does
                 current = self._items.get((item.tenant_id, item.schedule_id))
                 if current is not None:
                     self._unindex(current)
                 self._store(item)
+            return list(items)
 
     def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
         return bool(self.release_many(tenant_id, [schedule_id], refund))
+
+    def release_held(self, job: model.Schedule) -> bool:
+        if job.held_in is None:
+            return False
+        return self._counted().unhold(job.tenant_id, job.held_in, [model.held_entry(job)])
 
     def release_many(
         self, tenant_id: str, schedule_ids: Sequence[str], refund: quota.Quota

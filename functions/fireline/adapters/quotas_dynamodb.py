@@ -22,16 +22,26 @@ exists and given back after its mark is gone. A process that dies between its tw
 unit held by nothing: the tenant may be refused a create early, and is never admitted
 over its limit.
 
+A batch of jobs (POST /jobs/batch) holds its units in holders instead (see
+fireline.domain.quota.Holder): items of the tenant's partition numbered below every other
+(quota.HOLDER_BASE on), each listing its jobs of one fire minute. A batch's count and its
+holders are written in one transaction, and a holder loses jobs (or is deleted) in one
+transaction with the count's decrement: those units are exact, never too high or too low.
+
 Cost: two plain writes (the count and the item, 1 write unit each) where a transaction of
-the two took 4, and two requests instead of one. A schedule's delete is still one
+the two took 4, and two requests instead of one. A batch of 100 jobs of one minute: a
+transaction of the count and its holder (about 4 KB) when created, another when the sweep
+deletes the holder, some 0.2 write units a job. A schedule's delete is still one
 transaction of two items (the delete and the decrement, 4 units): deletes are rare.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -278,6 +288,172 @@ class DynamoQuotaStore:
                 raise refused() from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    # --- a batch's holders (see fireline.domain.quota.Holder) ------------------------------
+
+    def hold_jobs(
+        self, tenant_id: str, charge: quota.Charge, entries: Sequence[str], created_at: datetime
+    ) -> list[quota.Holder]:
+        """Take a unit for each job (``entries``, see quota.held_entry) if they all fit
+        under the tenant's limit, and write the holders that hold them, one per fire
+        minute, in one transaction; QuotaExceeded (nothing written) when they do not fit."""
+        by_visit = quota.by_visit(entries, quota.MOST_HOLDERS)
+        count = sum(len(jobs) for jobs in by_visit.values())
+        condition, values = _room_for("#used", charge.default, count, None)
+        for _ in range(ATTEMPTS):
+            holders = [
+                quota.Holder(
+                    tenant_id,
+                    quota.holder_number(visit, secrets.randbelow(quota.HOLDER_SPREAD)),
+                    frozenset(jobs),
+                    created_at,
+                )
+                for visit, jobs in by_visit.items()
+            ]
+            take: TransactWriteItemTypeDef = {
+                "Update": {
+                    "TableName": self._table,
+                    "Key": self._key(tenant_id),
+                    "UpdateExpression": "ADD #used :n SET #last = :token",
+                    "ConditionExpression": condition,
+                    "ExpressionAttributeNames": {
+                        "#used": used_attribute(charge.quota),
+                        "#lim": limit_attribute(charge.quota),
+                        "#last": LAST_WRITE,
+                    },
+                    "ExpressionAttributeValues": {
+                        **values,
+                        ":n": {"N": str(count)},
+                        ":token": {"S": secrets.token_hex(8)},
+                    },
+                }
+            }
+            puts: list[TransactWriteItemTypeDef] = [
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": _encode(_holder_item(h)),
+                        "ConditionExpression": "attribute_not_exists(#slot)",
+                        "ExpressionAttributeNames": {"#slot": "slot"},
+                    }
+                }
+                for h in holders
+            ]
+            reasons = self.transact([take, *puts])
+            if not reasons:
+                return holders
+            if reasons[0] != "ConditionalCheckFailed":
+                continue  # a holder's number was taken: new numbers
+            # Refused: as take() does, learn the override, if any, and ask again with it.
+            usage = self.usage(tenant_id)
+            limit = usage.limit(charge.quota, {charge.quota: charge.default})
+            used = usage.count(charge.quota)
+            if not quota.under(limit, used + count - 1):
+                raise quota.exceeded(charge.quota, limit, used, asked=count)
+            override = usage.overrides.get(charge.quota)
+            condition, values = _room_for("#used", charge.default, count, override)
+        raise errors.Unavailable("the quota's limit kept changing; try again")
+
+    def unhold(
+        self, tenant_id: str, number: int, entries: Sequence[str], *, version: int | None = None
+    ) -> bool:
+        """Give back the units of the holder's jobs ``entries`` (they ended, or were never
+        written), once: the holder loses them in one transaction with the count's
+        decrement, on the condition that it still lists them all (and, with ``version``,
+        that it is the version read). False when it did not (another call let them go).
+        A holder left with no job stays, holding nothing, until the sweep deletes it."""
+        entries = list(dict.fromkeys(entries))
+        if not entries:
+            return False
+        names = {"#jobs": "jobs", "#v": "version"}
+        values: dict[str, Any] = {":one": {"N": "1"}}
+        if version is None:
+            listed = [f"contains(#jobs, :e{i})" for i in range(len(entries))]
+            values.update({f":e{i}": {"S": e} for i, e in enumerate(entries)})
+            condition = " AND ".join(listed)
+        else:
+            condition = "#v = :v"
+            values[":v"] = {"N": str(version)}
+        key = _encode({"tenant_id": tenant_id, "slot": number})
+        change: TransactWriteItemTypeDef = {
+            "Update": {
+                "TableName": self._table,
+                "Key": key,
+                "UpdateExpression": "DELETE #jobs :gone ADD #v :one",
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": {**values, ":gone": {"SS": entries}},
+            }
+        }
+        return not self.transact([change, self._decrement(tenant_id, len(entries))])
+
+    def drop_holder(self, holder: quota.Holder) -> bool:
+        """Delete a holder the sweep read, with its remaining jobs' units given back in the
+        same transaction, if it is still the version read; False when it is not."""
+        delete: TransactWriteItemTypeDef = {
+            "Delete": {
+                "TableName": self._table,
+                "Key": _encode({"tenant_id": holder.tenant_id, "slot": holder.number}),
+                "ConditionExpression": "#v = :v",
+                "ExpressionAttributeNames": {"#v": "version"},
+                "ExpressionAttributeValues": {":v": {"N": str(holder.version)}},
+            }
+        }
+        if not holder.jobs:
+            return not self.transact([delete])
+        return not self.transact([delete, self._decrement(holder.tenant_id, len(holder.jobs))])
+
+    def unhold_jobs(self, holders: Sequence[quota.Holder], entries: Sequence[str]) -> None:
+        """Let ``entries`` go from whichever of ``holders`` lists them (a create's jobs
+        known not written). A failure is left to the sweep (the count stays too high)."""
+        wanted = set(entries)
+        for holder in holders:
+            mine = sorted(holder.jobs & wanted)
+            if mine:
+                with contextlib.suppress(errors.Unavailable):
+                    self.unhold(holder.tenant_id, holder.number, mine)
+
+    def holders(self, tenant_id: str, *, due_by: datetime | None = None) -> list[quota.Holder]:
+        """The tenant's holders (those visited by ``due_by``, if given), read consistently."""
+        low, high = quota.holders_due_by(due_by)
+        found: list[quota.Holder] = []
+        kwargs: dict[str, Any] = {}
+        while True:
+            with _translated():
+                response = self._client.query(
+                    TableName=self._table,
+                    KeyConditionExpression="#tid = :tid AND #slot BETWEEN :low AND :high",
+                    ExpressionAttributeNames={"#tid": "tenant_id", "#slot": "slot"},
+                    ExpressionAttributeValues={
+                        ":tid": {"S": tenant_id},
+                        ":low": {"N": str(low)},
+                        ":high": {"N": str(high)},
+                    },
+                    ConsistentRead=True,
+                    **kwargs,
+                )
+            found += [_holder_from_item(_decode(r)) for r in response.get("Items", [])]
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return found
+            kwargs["ExclusiveStartKey"] = last
+
+    def _decrement(self, tenant_id: str, count: int) -> TransactWriteItemTypeDef:
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": self._key(tenant_id),
+                "UpdateExpression": "ADD #used :minus SET #last = :token",
+                "ExpressionAttributeNames": {
+                    "#used": used_attribute(quota.Quota.ACTIVE_JOBS),
+                    "#last": LAST_WRITE,
+                },
+                "ExpressionAttributeValues": {
+                    ":minus": {"N": str(-count)},
+                    ":token": {"S": secrets.token_hex(8)},
+                },
+            }
+        }
+
     # --- what the stores put in their transactions ---------------------------------------
 
     def charge(self, tenant_id: str, charge: quota.Charge) -> TransactWriteItemTypeDef:
@@ -384,3 +560,23 @@ def _under_limit(used: str, default: int) -> tuple[str, dict[str, Any]]:
         clauses.append(f"(attribute_not_exists(#lim) AND {used} < :default)")
         values[":default"] = {"N": str(default)}
     return " OR ".join(clauses), values
+
+
+def _holder_item(holder: quota.Holder) -> dict[str, Any]:
+    return {
+        "tenant_id": holder.tenant_id,
+        "slot": holder.number,
+        "jobs": set(holder.jobs),
+        "created_ms": int(holder.created_at.timestamp() * 1000),
+        "version": holder.version,
+    }
+
+
+def _holder_from_item(record: dict[str, Any]) -> quota.Holder:
+    return quota.Holder(
+        tenant_id=str(record["tenant_id"]),
+        number=int(record["slot"]),
+        jobs=frozenset(str(e) for e in record.get("jobs", ())),
+        created_at=datetime.fromtimestamp(int(record["created_ms"]) / 1000, UTC),
+        version=int(record["version"]),
+    )

@@ -81,6 +81,7 @@ def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
         "updated_at_ms": _ms(item.updated_at) if item.updated_at else None,
         "paused_at_ms": _ms(item.paused_at) if item.paused_at else None,
         "quota_held": True if item.quota_held else None,
+        "held_in": item.held_in,
     }
     if item.next_fire is not None:
         # The two attributes that put the item in the sparse due index.
@@ -130,6 +131,7 @@ def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
         updated_at=_opt_from_ms(record.get("updated_at_ms")),
         paused_at=_opt_from_ms(record.get("paused_at_ms")),
         quota_held=bool(record.get("quota_held", False)),
+        held_in=None if record.get("held_in") is None else int(record["held_in"]),
     )
 
 
@@ -202,31 +204,36 @@ class DynamoScheduleStore:
         *,
         charge: quota.Charge | None = None,
         first_new: bool = False,
-    ) -> None:
+    ) -> builtins.list[model.Schedule]:
         tenant_id = model.batch_tenant(items)
         if tenant_id is None:
-            return
+            return []
         if first_new and self.get(tenant_id, items[0].schedule_id) is not None:
             # Read before the units are taken: a retried batch at its tenant's limit
             # (its own units holding it there) must learn it is one, not be refused.
             raise errors.AlreadyExists(f"schedule {items[0].schedule_id} exists")
         quotas = self._counted() if charge is not None else None
+        holders: builtins.list[quota.Holder] = []
         if quotas is not None and charge is not None:
-            # The units first, all in one write, then the items: the count is never below
-            # the items holding units (see fireline.adapters.quotas_dynamodb).
-            quotas.take(tenant_id, charge, len(items))
-            items = [replace(i, quota_held=True) for i in items]
+            # The units first, in holders written with the count's increment (one
+            # transaction), then the items: every unit is held by a holder that lists its
+            # job (see fireline.domain.quota.Holder).
+            entries = [model.held_entry(i) for i in items]
+            holders = quotas.hold_jobs(tenant_id, charge, entries, model.batch_created(items))
+            placed = {e: h.number for h in holders for e in h.jobs}
+            items = [replace(i, held_in=placed[model.held_entry(i)]) for i in items]
 
-        def give_back(count: int) -> None:
-            if quotas is not None and charge is not None and count:
-                quotas.give_back(tenant_id, charge.quota, count)
+        def give_back(unwritten: Sequence[model.Schedule]) -> None:
+            # Jobs known not to be written hold no unit: their holders let them go.
+            if quotas is not None and holders and unwritten:
+                quotas.unhold_jobs(holders, [model.held_entry(i) for i in unwritten])
 
         rest = items
         if first_new:
             try:
                 self.create(items[0])  # conditional on the id being new: a racing retry
             except errors.AlreadyExists:
-                give_back(len(items))  # nothing of this call was written
+                give_back(items)  # nothing of this call was written
                 raise
             rest = items[1:]
         try:
@@ -238,13 +245,20 @@ class DynamoScheduleStore:
                 backoff=self._backoff,
             )
         except Unwritten as exc:
-            # Items known not written hold no unit: theirs go back (those whose request
-            # went unanswered keep theirs: a count too high, never too low).
-            give_back(len(exc.unwritten))
+            # Those whose request went unanswered keep their units (a count too high, never
+            # too low): the sweep finds that their holder lists a job never written.
+            unwritten = {str(r["schedule_id"]) for r in exc.unwritten}
+            give_back([i for i in rest if i.schedule_id in unwritten])
             raise
+        return list(items)
 
     def release(self, tenant_id: str, schedule_id: str, refund: quota.Quota) -> bool:
         return bool(self.release_many(tenant_id, [schedule_id], refund))
+
+    def release_held(self, job: model.Schedule) -> bool:
+        if job.held_in is None:
+            return False
+        return self._counted().unhold(job.tenant_id, job.held_in, [model.held_entry(job)])
 
     def release_many(
         self, tenant_id: str, schedule_ids: Sequence[str], refund: quota.Quota

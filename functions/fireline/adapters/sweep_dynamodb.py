@@ -1,17 +1,20 @@
 """DynamoDB implementation of the SweepStore port (see fireline.services.sweep).
 
-It reads three things: the slots table's usage items (a filtered Scan: the table holds
-only live slots and one or two items per tenant, so a pass over it is small), a tenant's
-page of the schedules table's ``held`` index (KEYS_ONLY entries of the jobs holding a unit),
-and a tenant's usage item (GetItem, consistent). It writes the sweep's note on the usage
-item, the conditional decrement of a count by the units it proved held by nothing, and the
-mark of a job it sends again.
+It reads four things: the slots table's usage items (a filtered Scan: the table holds
+only live slots, one or two items per tenant and the holders of batches not yet visited,
+so a pass over it is small), a tenant's page of the schedules table's ``held`` index
+(KEYS_ONLY entries of the jobs holding a unit of their own), a tenant's holders (a Query of
+its partition below every slot) and its usage item (GetItem, consistent). It writes the
+sweep's note on the usage item, the conditional decrement of a count by the units it
+proved held by nothing, the mark of a job it sends again, and a holder's change or delete
+with its count's decrement (one transaction).
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +30,12 @@ from fireline.adapters.dynamodb import (
     _opt_from_ms,
     _translated,
 )
-from fireline.adapters.quotas_dynamodb import LAST_WRITE, USAGE_SLOT, used_attribute
+from fireline.adapters.quotas_dynamodb import (
+    LAST_WRITE,
+    USAGE_SLOT,
+    DynamoQuotaStore,
+    used_attribute,
+)
 from fireline.adapters.schedules_dynamodb import HELD_INDEX
 from fireline.domain import errors, model, quota
 
@@ -49,6 +57,19 @@ class DynamoSweepStore:
         self._client = client
         self._schedules = schedules_table
         self._slots = slots_table
+        # A batch's holders live beside the counts they hold units of.
+        self._quotas = DynamoQuotaStore(client, slots_table)
+
+    def holders(self, tenant_id: str, *, due_by: datetime | None = None) -> list[quota.Holder]:
+        return self._quotas.holders(tenant_id, due_by=due_by)
+
+    def unhold(
+        self, tenant_id: str, number: int, entries: Sequence[str], *, version: int | None = None
+    ) -> bool:
+        return self._quotas.unhold(tenant_id, number, entries, version=version)
+
+    def drop_holder(self, holder: quota.Holder) -> bool:
+        return self._quotas.drop_holder(holder)
 
     def _usage_key(self, tenant_id: str) -> dict[str, Any]:
         return _encode({"tenant_id": tenant_id, "slot": USAGE_SLOT})
@@ -239,14 +260,19 @@ class DynamoSweepStore:
                     TableName=self._schedules,
                     Key=_encode({"tenant_id": tenant_id, "schedule_id": schedule_id}),
                     UpdateExpression="SET #sent = :now",
-                    # Still holding its unit (not ended meanwhile), and not sent again
-                    # lately: of two sweeps that found it, one sends; a job whose message
-                    # waits in a backlog gets at most one more per grace.
+                    # Still holding its unit (its mark: not ended meanwhile; a batch's
+                    # job is checked by its holder's visit), and not sent again lately:
+                    # of two sweeps that found it, one sends; a job whose message waits in
+                    # a backlog gets at most one more per grace.
                     ConditionExpression=(
-                        "attribute_exists(#held) AND "
+                        "(attribute_exists(#held) OR attribute_exists(#in)) AND "
                         "(attribute_not_exists(#sent) OR #sent <= :before)"
                     ),
-                    ExpressionAttributeNames={"#sent": RESENT, "#held": "quota_held"},
+                    ExpressionAttributeNames={
+                        "#sent": RESENT,
+                        "#held": "quota_held",
+                        "#in": "held_in",
+                    },
                     ExpressionAttributeValues={
                         ":now": {"N": str(_ms(now))},
                         ":before": {"N": str(_ms(not_since))},

@@ -76,6 +76,7 @@ FUNCTIONS = {
     "ticker": Function(1769),
     "worker": Function(512),
     "api": Function(256),
+    "sweep": Function(256),
     "workflow": Function(1024),
     "long": Function(1024),
     "target": Function(512),  # an alternative's own function

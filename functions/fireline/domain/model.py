@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from fireline.domain import errors, policies, retry, schedule
+from fireline.domain import errors, policies, quota, retry, schedule
 
 DEFAULT_SHARDS = 16
 # Arrays and objects inside each other in a tenant's JSON (a payload, progress, an output),
@@ -191,6 +191,9 @@ class Schedule:
     # Holds a unit of its tenant's quota (schedules, or active jobs for a job), given back
     # once: by its delete, or by a job's end.
     quota_held: bool = False
+    # A batch's job: the number of the holder that holds its unit instead (see
+    # fireline.domain.quota.Holder); it never holds a mark of its own.
+    held_in: int | None = None
 
     def __post_init__(self) -> None:
         if self.job_class not in JOB_CLASSES:
@@ -230,3 +233,17 @@ class Schedule:
         if next_fire is None:
             return replace(self, state=ScheduleState.COMPLETED, next_fire=None, updated_at=now)
         return replace(self, next_fire=next_fire, updated_at=now)
+
+
+def held_entry(job: Schedule) -> str:
+    """A batch's one-off job as its holder lists it (see quota.Holder)."""
+    spec = job.timing.spec
+    assert isinstance(spec, schedule.AtSpec), "only one-off jobs are held by holders"
+    return quota.held_entry(job.schedule_id, spec.when)
+
+
+def batch_created(jobs: Sequence[Schedule]) -> datetime:
+    """When a batch of jobs was created (its holders' creation time)."""
+    created = jobs[0].created_at
+    assert created is not None, "a job is created with its creation time"
+    return created

@@ -134,6 +134,10 @@ def outbound(
     body = {**fire_message(item, fire_time), "sent_at_ms": int(now.timestamp() * 1000)}
     if not row_written:
         body["no_row"] = True
+    if item.held_in is not None:
+        # A batch's job: its holder holds its unit, which the sweep gives back after its
+        # end, so its worker gives nothing back (see fireline.domain.quota.Holder).
+        body["in_holder"] = True
     deliver_at = deliver_time(item, fire_time)
     message = ports.OutboundMessage(body=body, delay_seconds=delay_until(deliver_at, now))
     return Outbound(item.job_class, body["occurrence_key"], message, deliver_at)

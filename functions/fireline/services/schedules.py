@@ -557,8 +557,8 @@ class ScheduleService:
         charge = self._charge(quota.Quota.ACTIVE_JOBS)
         if request_key is None:
             # Fresh ids: no item has them, so nothing can be overwritten.
-            self.schedules.create_many(jobs, charge=charge)
-            stored, to_send = jobs, _sent_by_create(jobs)
+            stored = self.schedules.create_many(jobs, charge=charge)
+            to_send = _sent_by_create(stored)
         else:
             stored, to_send = self._create_keyed(jobs, charge)
         self._send_jobs(to_send, now)
@@ -574,16 +574,17 @@ class ScheduleService:
         try:
             # The first job alone and conditionally, before the others: when its id is
             # free no earlier attempt wrote any of the batch.
-            self.schedules.create_many(jobs, charge=charge, first_new=True)
-            return jobs, _sent_by_create(jobs)
+            stored = self.schedules.create_many(jobs, charge=charge, first_new=True)
+            return stored, _sent_by_create(stored)
         except errors.AlreadyExists:
             pass
         found = {
             j.schedule_id: j
             for j in self.schedules.get_many([(j.tenant_id, j.schedule_id) for j in jobs])
         }
-        missing = [j for j in jobs if j.schedule_id not in found]
-        self.schedules.create_many(missing, charge=charge)
+        missing = self.schedules.create_many(
+            [j for j in jobs if j.schedule_id not in found], charge=charge
+        )
         earlier = list(found.values())
         found.update((j.schedule_id, j) for j in missing)
         to_send = [*_sent_by_create(missing), *self._unclaimed(earlier)]
@@ -713,8 +714,15 @@ class ScheduleService:
         return view
 
     def job_ended(self, view: JobView) -> bool:
-        """Give back a finished job's unit of quota; True if this call gave it back."""
-        if self.quotas is None or not view.finished or not view.job.quota_held:
+        """Give back a finished job's unit of quota; True if this call gave it back. A
+        batch's job gives it back from its holder (the sweep does if this fails)."""
+        if self.quotas is None or not view.finished:
+            return False
+        if view.job.held_in is not None:
+            with contextlib.suppress(errors.Unavailable):
+                return self.schedules.release_held(view.job)
+            return False
+        if not view.job.quota_held:
             return False
         return self.schedules.release(
             view.job.tenant_id, view.job.schedule_id, quota.Quota.ACTIVE_JOBS

@@ -10,9 +10,17 @@ die between them:
   mark is removed. A crash between the two leaves the count one too high, a unit held by
   nothing: never too low, so a tenant is refused early, never admitted over its limit.
 
-Every few minutes the sweep reads each tenant whose active jobs count is above zero, and
-the tenant's jobs that hold a unit (the schedules table's sparse ``held`` index: live jobs
-only, so what it reads is bounded by the tenant's limit, not its history). For each:
+Every minute the sweep reads each tenant whose active jobs count is above zero, the
+tenant's holders (a batch's jobs hold their units in them: see quota.Holder) and the
+tenant's jobs that hold a unit of their own, a mark (the schedules table's sparse ``held``
+index: live jobs only, so what it reads is bounded by the tenant's limit, not its
+history).
+
+A holder whose jobs' fire minute is over is visited (see :meth:`Sweep._visit`): the units
+of its jobs that ended go back together, in one transaction with the holder's change, and
+its jobs sent and never claimed are sent again as below. A holder changes only with the
+count, so its units are never held by nothing and never given back twice: what follows
+is about marks. For each marked job:
 
 1. A job whose fire time passed more than :data:`GRACE` ago, still marked and with no
    occurrence row, was never claimed: its message is sent (again). The grace is longer
@@ -48,6 +56,7 @@ from fireline.domain import errors, model, occurrence, quota, schedule
 from fireline.services import dispatch
 
 logger = Logger(service="fireline", child=True)
+SETTLED = occurrence.SETTLED
 
 # How long past its fire time a still-marked job may lack its occurrence row before the
 # sweep sends it: longer than any create takes to send it, and than a due message waits
@@ -156,13 +165,21 @@ class Sweep:
             cursor = page.cursor
             if cursor is None or len(held) >= MAX_HELD:
                 break
+        holders = self.store.holders(tenant_id)
+        report.items_read += len(holders)
+        holding = sum(len(h.jobs) for h in holders)
         listed_at = self.clock.now()  # after the listing: never early either
         due_before = listed_at - self.grace
         for job in held:
             if job.fire_time <= due_before:
                 self._overdue(job, report)
+        for holder in holders:
+            if holder.visit_at <= listed_at:
+                self._visit(holder, report)
         if cursor is None:
-            self._reconcile(tenant_id, count, len(held), read_at, listed_at, report)
+            self._reconcile(
+                tenant_id, count, len(held) + holding, holding, read_at, listed_at, report
+            )
 
     def _overdue(self, entry: ports.HeldJob, report: SweepReport) -> None:
         """A job the index lists as holding its unit, past its fire time by the grace."""
@@ -189,15 +206,67 @@ class Sweep:
             return
         if row is not None:
             return  # claimed: running, or failed with a retry to come
-        # Written, never claimed: its create died before the send (or its message waits
-        # in a backlog). The mark on the job first, so two sweeps send once between them.
+        self._resend(job, spec.when, now, report)
+
+    def _visit(self, holder: quota.Holder, report: SweepReport) -> None:
+        """A batch's holder once its jobs' fire minute is over: the units of its jobs that
+        ended go back together (one transaction with the holder's change, conditional on
+        the holder being as read, so a cancel or another sweep meanwhile makes this one
+        wait for the next run), and the holder goes once it holds nothing. A job that
+        ended is one whose row settled, one cancelled, or one its create never wrote (its
+        holder older than the settling time: no create writes its jobs later). A job
+        sent, never claimed and past its fire time by the grace is sent again, as a
+        marked job is. Reads: the jobs' rows (one BatchGetItem, eventually consistent: a
+        stale row shows an older state, never a settled one too early), and the jobs of
+        those without a row."""
+        now = self.clock.now()
+        jobs = {entry: quota.parse_held_entry(entry) for entry in holder.jobs}
+        keys = {
+            entry: occurrence.occurrence_key(job_id, 1, fire)
+            for entry, (job_id, fire) in jobs.items()
+        }
+        rows = self.occurrences.get_many(list(keys.values()), consistent=False)
+        report.items_read += len(keys)
+        ended = [e for e, key in keys.items() if key in rows and rows[key].state in SETTLED]
+        rowless = [e for e, key in keys.items() if key not in rows]
+        found = {
+            job.schedule_id: job
+            for job in self.schedules.get_many([(holder.tenant_id, jobs[e][0]) for e in rowless])
+        }
+        report.items_read += len(rowless)
+        for entry in rowless:
+            job_id, fire_time = jobs[entry]
+            job = found.get(job_id)
+            if job is None:
+                if now - holder.created_at >= self.settle:
+                    ended.append(entry)  # never written
+            elif job.state is model.ScheduleState.CANCELLED:
+                ended.append(entry)  # its cancel's give-back did not land
+            elif job.state is model.ScheduleState.COMPLETED and fire_time <= now - self.grace:
+                self._resend(job, fire_time, now, report)
+        with contextlib.suppress(errors.Unavailable):  # the next run visits it again
+            if len(ended) == len(holder.jobs):
+                if self.store.drop_holder(holder):
+                    report.released += len(ended)
+            elif ended and self.store.unhold(
+                holder.tenant_id, holder.number, ended, version=holder.version
+            ):
+                report.released += len(ended)
+
+    def _resend(
+        self, job: model.Schedule, fire_time: datetime, now: datetime, report: SweepReport
+    ) -> None:
+        """Send again a job written, never claimed and past its fire time by the grace: its
+        create died before the send (or its message waits in a backlog). The mark on the
+        job first, so two sweeps send once between them."""
+        key = dispatch.row_for(job, fire_time, now).key
         if not self.store.mark_resent(
             job.tenant_id, job.schedule_id, now, not_since=now - self.grace
         ):
             return
         try:
             dispatch.send(
-                self.queue, [dispatch.outbound(job, spec.when, now)], dispatch.DispatchReport()
+                self.queue, [dispatch.outbound(job, fire_time, now)], dispatch.DispatchReport()
             )
         except errors.Unavailable:
             report.unsent += 1  # marked: the run after the next grace sends it
@@ -213,11 +282,16 @@ class Sweep:
         tenant_id: str,
         count: ports.HeldCount,
         listed: int,
+        holding: int,
         read_at: datetime,
         listed_at: datetime,
         report: SweepReport,
     ) -> None:
         """Take off a tenant's count the units that no job holds, only when provably so.
+        ``listed``: the marked jobs the index listed and the jobs the tenant's holders
+        list (``holding`` of them). A holder changes only in one transaction with the
+        count, so the units holders hold are always exactly counted, and the argument
+        below is about marks.
 
         The count C was read consistently with its token T (every take and give-back
         writes a new one). The index is eventually consistent and creates and releases
@@ -279,7 +353,7 @@ class Sweep:
         report.items_read += read
         if marked is None:
             return
-        units = min(units, count.used - marked)
+        units = min(units, count.used - marked - holding)
         if units <= 0:
             return
         with contextlib.suppress(errors.Unavailable):  # the next run tries again

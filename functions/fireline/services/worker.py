@@ -401,8 +401,8 @@ class Worker:
         first) gives nothing back twice; and a crash before it is repaired by that
         redelivery (the message is acknowledged only after the release)."""
         schedule_id = occurrence.parse_key(key).schedule_id
-        if not model.is_job_id(schedule_id):
-            return None
+        if not model.is_job_id(schedule_id) or body.get("in_holder") is True:
+            return None  # a schedule's fire, or a batch's job (the sweep gives its unit back)
         tenant_id = body.get("tenant_id")
         if result is Result.SETTLED or body.get("type") == "outcome" or not tenant_id:
             # Settled before (or a long job's outcome message): the row says whether the
