@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from fireline.adapters import quotas_dynamodb
 from fireline.domain import occurrence, quota
+from fireline.services import dispatch
 from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
 from helpers import cost_paths
@@ -85,6 +87,10 @@ def sent_for(system: System, ids: list[str]) -> dict[str, int]:
         if job_id in found:
             found[job_id] += count
     return found
+
+
+def tenant_bodies(system: System, tenant: str) -> list[dict[str, Any]]:
+    return [b for b in system.receive_all() if b["tenant_id"] == tenant]
 
 
 # --- creating ------------------------------------------------------------------------------
@@ -299,6 +305,37 @@ def test_a_batch_whose_sends_failed_is_sent_by_its_retry(system: System, tenant:
     assert queued == sorted(ids)
 
 
+# --- when its messages go ------------------------------------------------------------------
+
+
+def test_a_batch_due_later_is_sent_at_its_phase_and_one_due_now_at_once(
+    system: System, tenant: str
+) -> None:
+    # GIVEN the API's clock 0.2 s into a second
+    system.clock.advance(1.2 - system.clock.now().microsecond / 1e6 % 1)
+    assert round(system.clock.now().microsecond / 1e6, 3) == 0.2
+    # WHEN a batch of jobs due in a minute is created
+    before = system.clock.monotonic()
+    assert batch(system, tenant, [SOON, SOON])[0] == 201
+    # THEN its answer waited for the send phase, and its messages went then, with the
+    # delay that makes them visible 0.15 s before their fire time
+    assert round(system.clock.monotonic() - before, 3) == 0.65
+    system.clock.advance(60)
+    sent = tenant_bodies(system, tenant)
+    assert len(sent) == 2
+    for body in sent:
+        sent_at = datetime.fromtimestamp(body["sent_at_ms"] / 1000, UTC)
+        fire_time = occurrence.parse_key(body["occurrence_key"]).fire_time
+        delay = dispatch.delay_until(fire_time, sent_at)
+        assert (body["sent_at_ms"] % 1000, delay) == (850, 59)
+        assert fire_time - (sent_at + timedelta(seconds=delay)) == timedelta(seconds=0.15)
+    # WHEN a batch with a job due now is created
+    before = system.clock.monotonic()
+    assert batch(system, tenant, [{"delay_seconds": 0, "target": PYTHON}, SOON])[0] == 201
+    # THEN nothing waited: the job due now is not held back
+    assert system.clock.monotonic() == before
+
+
 # --- their units back ------------------------------------------------------------------------
 
 
@@ -307,10 +344,6 @@ def run_batch(system: System, bodies: list[dict[str, Any]]) -> list[Any]:
     return worker.handle_batch(
         bodies, remaining_ms=lambda: 60_000, parallel=ticker_service._Sequential()
     )
-
-
-def tenant_bodies(system: System, tenant: str) -> list[dict[str, Any]]:
-    return [b for b in system.receive_all() if b["tenant_id"] == tenant]
 
 
 def test_a_batchs_jobs_give_nothing_back_at_their_end_and_the_sweep_gives_back_together(

@@ -95,7 +95,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "write_units": 3.96,
         "index_write_units": 0.0,
         "read_units": 2.46,
-        "worker_wait_seconds": 0.06,
+        "worker_wait_seconds": 0.018,
     },
     "tenant_limited": {
         "requests": {

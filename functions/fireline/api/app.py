@@ -346,9 +346,12 @@ def build_app(
         description="Each job as POST /jobs takes it. Every job is checked before anything "
         "is written (a bad one is refused naming jobs[i] and its field); the active_jobs "
         "quota is taken for the whole batch at once (refused whole if the batch would pass "
-        "the limit). The answer comes once the jobs are stored and those due within 15 "
-        "minutes are on their queue. With an Idempotency-Key a retry after any failure "
-        "finishes the first attempt's batch and answers with the same ids.",
+        "the limit), and a job's unit comes back at the first sweep (every minute) after "
+        "its fire minute is over and it ended, or at its cancel. The answer comes once the "
+        "jobs are stored and those due within 15 minutes are on their queue: sent 0.85 s "
+        "into a second when none is due sooner (up to a second after the request), so "
+        "each becomes visible just before its fire time. With an Idempotency-Key a retry "
+        "after any failure finishes the first attempt's batch and answers with the same ids.",
         responses=document.success(201, models.JobBatchOut),
     )
     def create_jobs(

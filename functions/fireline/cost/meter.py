@@ -260,9 +260,10 @@ class Meter:
             self.billed[operation] += billed
 
     def hold(self, function: str, seconds: float) -> None:
-        """Count ``seconds`` an invocation of ``function`` waits, holding a message that
-        became visible before its fire time (an expectation: fireline.cost.model's
-        ``expected_wait``)."""
+        """Count ``seconds`` an invocation of ``function`` waits without CPU: a worker
+        holding a message that became visible before its fire time (an expectation:
+        fireline.cost.model's ``expected_wait``), the API holding a batch's sends for
+        their phase."""
         with self._lock:
             self.wait_seconds[function] += seconds
 

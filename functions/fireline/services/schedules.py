@@ -60,6 +60,14 @@ DIRECT_SEND = timedelta(seconds=900)
 # reads its items in one request), four BatchWriteItem requests of 25 and ten
 # SendMessageBatch requests of ten, and, at the API's 1 MiB batch body, ~10 KiB a job.
 MAX_BATCH = 100
+# Where in the second a batch's messages go out, when none is due sooner: SQS counts
+# delays in whole seconds (rounded down, so a message is never late), and a message sent
+# at this phase becomes visible 0.15 s before its fire time, not up to a whole second as
+# at any phase: the worker that waits out the rest holds its invocation that much less.
+# The API holds once for up to 100 jobs, in a function of half the worker's memory, and
+# the worker holds once for 10: a tenth of a second here saves about twenty there. The
+# ticker sends at the same phase (TickerConfig.send_phase).
+BATCH_SEND_PHASE = 0.85
 
 
 T = TypeVar("T")
@@ -561,7 +569,7 @@ class ScheduleService:
             to_send = _sent_by_create(stored)
         else:
             stored, to_send = self._create_keyed(jobs, charge)
-        self._send_jobs(to_send, now)
+        self._send_jobs(to_send, self._hold_until_send_phase(to_send, now))
         return [JobView(j, None, now) for j in stored]
 
     def _create_keyed(
@@ -599,10 +607,14 @@ class ScheduleService:
         return [job for key, job in keys.items() if key not in rows]
 
     @staticmethod
-    def _fire_key(job: model.Schedule) -> str:
+    def _fire_time(job: model.Schedule) -> datetime:
         fire_time = schedule.next_fire(job.timing, schedule.EPOCH)
         assert fire_time is not None
-        return occurrence.occurrence_key(job.schedule_id, job.version, fire_time)
+        return fire_time
+
+    @classmethod
+    def _fire_key(cls, job: model.Schedule) -> str:
+        return occurrence.occurrence_key(job.schedule_id, job.version, cls._fire_time(job))
 
     def _job(
         self,
@@ -658,6 +670,20 @@ class ScheduleService:
             # enters the due index (no index write to add it, no advance to take it out).
             job = replace(job, state=model.ScheduleState.COMPLETED, next_fire=None)
         return job
+
+    def _hold_until_send_phase(self, jobs: Sequence[model.Schedule], now: datetime) -> datetime:
+        """Wait until :data:`BATCH_SEND_PHASE` into the second, when every job to send is
+        due after that moment and its send's way to SQS (a job due now is not held back):
+        the clock then, or ``now``. Sends at any phase would be as punctual; this only
+        moves the wait from the worker to here, where it costs less."""
+        hold = BATCH_SEND_PHASE - now.microsecond / 1_000_000
+        if hold <= 0 or not jobs:
+            return now
+        earliest = min(dispatch.deliver_time(j, self._fire_time(j)) for j in jobs)
+        if earliest < now + timedelta(seconds=hold) + dispatch.IN_FLIGHT:
+            return now
+        self.clock.sleep(hold)
+        return self.clock.now()
 
     def _send_jobs(self, jobs: Sequence[model.Schedule], now: datetime) -> None:
         """Send jobs' fires, ten a request (per class). Written first, sent second, as
