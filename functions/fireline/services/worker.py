@@ -559,6 +559,11 @@ class Worker:
             self._end_run(item, key, took_run)
             if current is not None and current.execution:
                 return Result.SETTLED  # its execution is in flight: this was a repeat
+            if current is not None and current.state in occurrence.SETTLED:
+                # Settled first: by a cancel's row (a one-off job's cancel races the
+                # claim on it), or an earlier delivery's outcome.
+                self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
+                return Result.SETTLED
             raise Busy(f"{key} is being started elsewhere")
         assert current is not None
         if current.attempts > item.retry.max_attempts:
@@ -634,11 +639,24 @@ class Worker:
             written = self.occurrences.transition(skipped, expected_state=row.state)
         else:
             written = self.occurrences.put_new(replace(skipped, created_at=now))
+            if not written and self._settled_meanwhile(row.key):
+                return Result.SETTLED
         if not written:
             raise Busy(f"{row.key} changed while being skipped")
         logger.info("skipped", extra={"action": "worker.skip", "key": row.key, "why": why})
         self.metrics.add_metric("Skipped", "Count", 1)
         return Result.SKIPPED
+
+    def _settled_meanwhile(self, key: str) -> bool:
+        """Did a row that came first, where this delivery found none, settle the fire?
+        A cancel writes its job's row, cancelled, before it cancels the job's item, so a
+        delivery that reads the item cancelled finds that row; a duplicate, then, as a
+        refused claim would be, not a delivery to try again."""
+        current = self.occurrences.get(key)
+        if current is None or current.state not in occurrence.SETTLED:
+            return False
+        self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
+        return True
 
     def _exhausted(self, row: occurrence.Occurrence, now: datetime) -> Result:
         dead = row.moved(
