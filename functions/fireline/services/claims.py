@@ -29,7 +29,8 @@ SETTLED_ON_CHANGE = timedelta(minutes=15)
 # schedule again after its claim, since a change racing it may have settled only the
 # rows inside its own window; younger rows are inside that window, whose settling
 # races the claim on the row itself. The five minutes between the two are a margin for
-# the clocks of the API and the worker.
+# the clocks of the API and the worker. (A one-off job is never read again: its cancel
+# writes the job's row itself, see Worker._unwanted_after_claim.)
 RECHECK_OLDER_THAN = SETTLED_ON_CHANGE - timedelta(minutes=5)
 
 

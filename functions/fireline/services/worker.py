@@ -518,7 +518,8 @@ class Worker:
             return self.nodes.job_for(row)
         # Eventually consistent: a change this read misses is caught after the claim
         # (a change settles the open rows before it returns, racing the claim on the row,
-        # and a row the claim creates has the schedule read again, consistently: see
+        # and a row the claim creates has the schedule read again, consistently, unless
+        # it is a one-off job's, whose cancel writes the row itself: see
         # _unwanted_after_claim). A schedule of the row's version has that version's
         # target and payload, however stale the read. What the read alone would decide,
         # a skip, is decided on a consistent read: a stale one may show an older version
@@ -1007,9 +1008,19 @@ class Worker:
         so one read for the batch would hold every record's run until the slowest claim
         of the batch (a throttled one, one holding for its fire time) had been made, and
         would need every record of the batch running at once, which ports.Parallel does
-        not promise (run in turn, the first record would wait for ever)."""
+        not promise (run in turn, the first record would wait for ever).
+
+        A one-off job reads nothing here: the one change that stops it, its cancel,
+        settles the row of the job's one fire first, whatever the job's item says (it
+        puts the row, cancelled, where none exists, else moves a queued one), and cancels
+        the item only after (see ScheduleService._cancel_job). That write and the claim
+        race on the row itself: a claim that won was made before it, and the cancel
+        answers too late. Nothing else stops a job (pause, update and delete refuse one,
+        and only a cancel changes its version)."""
         if workflow.is_node_key(claimed.key):
             return None  # a workflow node's run is governed by its run (cancel)
+        if model.is_job_id(claimed.schedule_id):
+            return None  # its cancel's row decided, at the claim (see above)
         if not fresh and claimed.fire_time >= self.clock.now() - claims.RECHECK_OLDER_THAN:
             return None
         return claims.unwanted(self.schedules.get(claimed.tenant_id, claimed.schedule_id), claimed)
