@@ -9,6 +9,9 @@ up to 1 KB (2 in a transaction), an index write unit 1 per index item written or
   increment before the item's put and a decrement after its mark's removal: plain writes.
   While it holds the unit it is in the held index (one index write in, one out), which
   is what the sweep reads to find a job its create never sent.
+- A one-off job's run reads its item once, before its claim (eventually consistent), and
+  nothing of the schedules table after it: the job's cancel writes the job's row first,
+  racing the claim on it, so no read after the claim could see a cancel the claim missed.
 - A workflow node's occurrence row is written by the worker's claim, not the controller:
   the message is the hand-off, as for a ticker's fire. Its success is one plain write and
   its children's decrements one plain write each (no transaction), and no node in waiting,
@@ -38,6 +41,29 @@ NODES = 60
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Couldn't determine the remaining time left:UserWarning"
 )
+
+
+class Requests:
+    """DynamoDB requests in the order they are sent, while ``recording``: the operation,
+    the table (each table of a batch read) and whether the read was consistent."""
+
+    def __init__(self, system: System) -> None:
+        self.made: list[tuple[str, str, bool]] = []
+        self.recording = False
+        self.names = {name: logical for logical, name in system.stack.tables.items()}
+        self._events = system.ddb.meta.events
+        self._events.register("before-parameter-build.dynamodb", self._note)
+
+    def close(self) -> None:
+        self._events.unregister("before-parameter-build.dynamodb", self._note)
+
+    def _note(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        if not self.recording:
+            return
+        tables = [params["TableName"]] if "TableName" in params else []
+        tables += list(params.get("RequestItems", {}))
+        consistent = bool(params.get("ConsistentRead"))
+        self.made += [(model.name, self.names[t], consistent) for t in tables]
 
 
 class Writes:
@@ -194,6 +220,54 @@ def test_a_one_off_job_due_later_waits_in_the_due_index(
     assert advanced["writes"] == {"UpdateItem SchedulesTable": 1}
     assert advanced["index_write_units"] == 1
     assert advanced["requests"]["SendMessageBatch"] == 1
+
+
+@pytest.mark.parametrize(
+    "delay_seconds", [60, 1200], ids=["sent by its create", "sent by the ticker"]
+)
+def test_a_one_off_jobs_run_reads_no_schedule_after_its_claim(
+    counted: tuple[System, schedules.ScheduleService, Writes], delay_seconds: int
+) -> None:
+    system, service, _ = counted
+    purge(system)
+    requests = Requests(system)
+    draft = schedules.JobDraft(delay_seconds=delay_seconds, target=PYTHON)
+    # GIVEN jobs sent by their create (due within 900 s), or waiting in the due index
+    # until the ticker sends them
+    ids = {service.create_job("tenant-a", draft).job.schedule_id for _ in range(JOBS)}
+    system.clock.advance(delay_seconds - 60)
+    system.ticker(use_lease=False).tick()
+    system.clock.advance(120)
+    worker = cost_paths.deployed_worker(system, tenant_limit=0)
+    runs: list[list[tuple[str, str, bool]]] = []
+    results: Counter[str] = Counter()
+    # WHEN a worker runs each
+    try:
+        while messages := system.queue.receive("default", max_messages=10):
+            for message in messages:
+                system.queue.delete("default", message.receipt)
+                if message.body["schedule_id"] not in ids:
+                    continue  # another test's job
+                requests.made.clear()
+                requests.recording = True
+                results[worker.handle(message.body, remaining_ms=lambda: 60_000).value] += 1
+                requests.recording = False
+                runs.append(list(requests.made))
+    finally:
+        requests.close()
+    # THEN each ran once, its claim the first write of its row
+    assert results == {"succeeded": JOBS}
+    claim = ("UpdateItem", "OccurrencesTable", False)
+    for made in runs:
+        after = made[made.index(claim) + 1 :]
+        # AND before its claim it read its item once, eventually consistently; after
+        # it, nothing of the schedules table but its end's write (its unit given back)
+        assert [m for m in made[: made.index(claim)] if m[1] == "SchedulesTable"] == [
+            ("GetItem", "SchedulesTable", False)
+        ]
+        assert [m for m in after if m[1] == "SchedulesTable"] == [
+            ("UpdateItem", "SchedulesTable", False)
+        ]
 
 
 def test_a_workflow_node_costs_at_most_eight_write_units_with_its_index_writes(

@@ -65,7 +65,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "requests": {
             "apigateway.Request": 1.0,
             "dynamodb.BatchGetItem": 0.2,
-            "dynamodb.GetItem": 1.2,
+            "dynamodb.GetItem": 0.2,
             "dynamodb.PutItem": 1.0,
             "dynamodb.Query": 3.2,
             "dynamodb.UpdateItem": 4.2,
@@ -75,7 +75,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 5.2,
         "index_write_units": 2.0,
-        "read_units": 3.2,
+        "read_units": 2.2,
         "worker_wait_seconds": 0.1,
     },
     "one_off_batched": {
@@ -83,7 +83,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
             "apigateway.Request": 0.12,
             "dynamodb.BatchGetItem": 0.24,
             "dynamodb.BatchWriteItem": 0.12,
-            "dynamodb.GetItem": 1.08,
+            "dynamodb.GetItem": 0.08,
             "dynamodb.Query": 0.72,
             "dynamodb.Scan": 0.04,
             "dynamodb.TransactWriteItems": 0.24,
@@ -94,7 +94,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 3.96,
         "index_write_units": 0.0,
-        "read_units": 2.46,
+        "read_units": 1.46,
         "worker_wait_seconds": 0.018,
     },
     "tenant_limited": {

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from fireline.adapters import dynamodb, schedules_dynamodb
+from fireline.adapters import dynamodb, schedules_dynamodb, threads
 from fireline.domain import model, occurrence, policies, schedule
-from fireline.services import claims, ticker
+from fireline.services import claims, ticker, worker
 from fireline.services.schedules import ScheduleDraft
 from helpers.stale import FrozenReads
 from helpers.system import START, System
@@ -395,6 +395,63 @@ def test_cancelled_queued_job_message_is_a_no_op(system: System) -> None:
     assert after.state == "cancelled"
     assert after.occurrence is not None and after.occurrence.attempts == 0
     print(f"\ncancelled queued job: delivery {claimed.outcome.value}, 0 attempts")
+
+
+class CancelAfterSend:
+    """The ticker's queue, where ``then`` runs right after the send of a fire, before
+    the ticker's advance."""
+
+    def __init__(self, queue: Any, then: Any) -> None:
+        self._queue, self._then = queue, then
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    def send_batch(self, job_class: str, messages: Any) -> list[str]:
+        failed = self._queue.send_batch(job_class, messages)
+        then, self._then = self._then, None
+        if then is not None:
+            then()
+        return list(failed)
+
+
+def test_a_job_cancelled_between_the_tickers_send_and_its_advance_never_runs(
+    system: System,
+) -> None:
+    # GIVEN a job waiting in the due index
+    view = system.service.create_job("tenant-a", _job(delay_seconds=1200))
+    job_id = view.job.schedule_id
+    system.clock.advance(1200)
+    cancelled: list[str] = []
+    # WHEN the ticker sends its fire, and the tenant cancels the job before the ticker's
+    # advance (the cancel reads it still in the due index, no row written)
+    tk = system.ticker(use_lease=False)
+    tk.queue = CancelAfterSend(
+        system.queue,
+        lambda: cancelled.append(system.service.cancel_job("tenant-a", job_id).state),
+    )
+    report = tk.tick()
+    assert report.dispatched.sent == 1
+    # THEN the cancel answers cancelled, the job left the due index, the advance failed
+    assert cancelled == ["cancelled"]
+    assert not in_index(system, job_id)
+    assert report.conflicts == 1
+    # AND the fire's delivery finds the cancel's row: nothing runs, no attempt is made
+    ran: list[object] = []
+    system.registry.register("noop")(ran.append)
+    [message] = system.receive()
+    with threads.ThreadPool(1) as pool:
+        results = system.worker(tenant_limit=0).handle_batch(
+            [message.body],
+            remaining_ms=lambda: 60_000,
+            parallel=pool,
+            receive_counts=[message.receive_count],
+        )
+    assert results == [worker.Result.SETTLED]
+    assert ran == []
+    after = system.service.get_job("tenant-a", job_id)
+    assert after.state == "cancelled"
+    assert after.occurrence is not None and after.occurrence.attempts == 0
 
 
 def test_job_cancelled_before_materialization_never_fires(system: System) -> None:

@@ -5,15 +5,16 @@ older version starts afterwards, whoever wins a race with a worker."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from fireline.adapters import memory
-from fireline.domain import model, occurrence
-from fireline.services import schedules, targets
+from fireline.adapters import memory, threads
+from fireline.domain import errors, model, occurrence, quota
+from fireline.services import schedules, targets, ticker
 from fireline.services.worker import Result
 from helpers.memory_system import REMAINING_MS, MemorySystem
 from helpers.supervisors import RecordingSupervisor
@@ -185,10 +186,21 @@ class ChangeAfterRead:
         self, tenant_id: str, schedule_id: str, *, consistent: bool = True
     ) -> model.Schedule | None:
         found = self._store.get(tenant_id, schedule_id, consistent=consistent)
+        self._changed()
+        return found
+
+    def get_many(
+        self, keys: Sequence[tuple[str, str]], *, consistent: bool = True
+    ) -> list[model.Schedule]:
+        """A batch's read of its schedules (see worker.Prefetch)."""
+        found = self._store.get_many(keys, consistent=consistent)
+        self._changed()
+        return found
+
+    def _changed(self) -> None:
         change, self._change = self._change, None
         if change is not None:
             change()
-        return found
 
 
 @pytest.mark.parametrize("late", [False, True], ids=["on time", "twenty minutes late"])
@@ -290,3 +302,236 @@ def test_a_late_long_fire_racing_a_pause_starts_no_execution() -> None:
     assert result is Result.SKIPPED
     assert supervisor.inputs == []
     assert system.row(body).exit_reason == "skipped: schedule paused"
+
+
+# --- a one-off job's cancel races its claim on the row -------------------------------------------
+
+
+class CancelAfterSend:
+    """The work queue, where ``then`` runs right after the ticker's send of a fire: the
+    ticker has read the job in the due index and sent its fire (without a row), and has
+    not advanced it yet."""
+
+    def __init__(self, queue: memory.MemoryWorkQueue, then: Callable[[], None]) -> None:
+        self._queue = queue
+        self._then: Callable[[], None] | None = then
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    def send_batch(self, job_class: str, messages: Any) -> list[str]:
+        failed = self._queue.send_batch(job_class, messages)
+        then, self._then = self._then, None
+        if then is not None:
+            then()
+        return failed
+
+
+def tick(system: MemorySystem, queue: CancelAfterSend) -> ticker.TickReport:
+    return ticker.Ticker(
+        schedules=system.schedules,
+        occurrences=system.occurrences,
+        queue=queue,  # type: ignore[arg-type]
+        leases=memory.MemoryLeaseStore(),
+        clock=system.clock,
+        owner="invocation",
+        use_lease=False,
+    ).tick()
+
+
+@pytest.mark.parametrize("job_class", ["default", "long"])
+@pytest.mark.parametrize("read", ["before the cancel", "after the cancel"])
+def test_a_cancel_racing_the_tickers_send_of_a_job_in_the_due_index_stops_its_run(
+    read: str, job_class: str
+) -> None:
+    system = MemorySystem()
+    ledger = Ledger()
+    system.registry.register("ledger")(ledger)
+    supervisor = RecordingSupervisor()
+    # GIVEN a job due in twenty minutes: it waits in the due index
+    view = system.service.create_job(
+        "tenant-a",
+        schedules.JobDraft(
+            delay_seconds=1200,
+            job_class=job_class,
+            target={"type": "python", "handler": "ledger"},
+        ),
+    )
+    job_id = view.job.schedule_id
+    assert view.job.state is model.ScheduleState.ACTIVE
+    system.clock.advance(1200)
+    cancels: list[schedules.JobView] = []
+    results: list[Result | Exception] = []
+    worker = system.worker(
+        job_class=job_class,
+        long=system.long_jobs(supervisor) if job_class == "long" else None,
+    )
+
+    def cancel() -> None:
+        cancels.append(system.service.cancel_job("tenant-a", job_id))
+
+    def deliver() -> None:
+        # As the handler delivers it: a batch, whose first delivery of a fire sent
+        # without a row reads no row
+        (message,) = system.queue.receive(job_class)
+        assert message.receive_count == 1
+        with threads.ThreadPool(1) as pool:
+            results.extend(
+                worker.handle_batch(
+                    [message.body],
+                    remaining_ms=lambda: REMAINING_MS,
+                    parallel=pool,
+                    receive_counts=[message.receive_count],
+                )
+            )
+
+    after_send = cancel
+    if read == "before the cancel":
+        # (its delivery comes at once and reads the job, still due and wanted; then the
+        # cancel is made and returns; then the delivery claims)
+        worker.schedules = ChangeAfterRead(system.schedules, cancel)  # type: ignore[assignment]
+        after_send = deliver
+    # WHEN the ticker sends its fire and, before the ticker's advance, the tenant cancels
+    # the job (the cancel reads it still in the due index, with no row)
+    report = tick(system, CancelAfterSend(system.queue, after_send))
+    if not results:
+        deliver()
+    # THEN the cancel answers cancelled, and the ticker's advance is refused
+    assert [c.state for c in cancels] == ["cancelled"]
+    assert report.conflicts == 1
+    # AND the delivery finds the cancel's row: the target never runs, and the job's one
+    # fire stays cancelled, no attempt made
+    assert results == [Result.SETTLED]
+    assert ledger.ran == []
+    assert supervisor.inputs == []
+    row = system.occurrences.get(
+        occurrence.occurrence_key(job_id, view.job.version, view.fire_time)
+    )
+    assert row is not None
+    assert (row.state, row.attempts) == (occurrence.State.CANCELLED, 0)
+    # AND the job is cancelled, out of the due index
+    after = system.service.get_job("tenant-a", job_id)
+    assert after.state == "cancelled"
+    assert (after.job.state, after.job.next_fire) == (model.ScheduleState.CANCELLED, None)
+
+
+class AfterPut:
+    """The cancel's occurrence store, where ``then`` runs right after its put of the
+    job's row: the job's item is not cancelled yet."""
+
+    def __init__(self, store: memory.MemoryOccurrenceStore, then: Callable[[], None]) -> None:
+        self._store = store
+        self._then: Callable[[], None] | None = then
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def put_new(self, item: occurrence.Occurrence) -> bool:
+        written = self._store.put_new(item)
+        then, self._then = self._then, None
+        if then is not None:
+            then()
+        return written
+
+
+def counted_jobs() -> tuple[MemorySystem, memory.MemoryQuotaStore, str, Ledger]:
+    """A system counting the active jobs quota, and a job due in twenty minutes (in the
+    due index) beside another job, holding a unit of its own; what the job ran."""
+    counts = memory.MemoryQuotaStore()
+    system = MemorySystem(schedules=memory.MemoryScheduleStore(quotas=counts))
+    system.service.quotas = dict(quota.DEFAULT_QUOTAS)
+    ledger = Ledger()
+    system.registry.register("ledger")(ledger)
+    draft = schedules.JobDraft(delay_seconds=1200, target={"type": "python", "handler": "ledger"})
+    view = system.service.create_job("tenant-a", draft)
+    system.service.create_job("tenant-a", replace(draft, delay_seconds=3600))
+    assert view.job.state is model.ScheduleState.ACTIVE
+    assert counts.usage("tenant-a").count(quota.Quota.ACTIVE_JOBS) == 2
+    return system, counts, view.job.schedule_id, ledger
+
+
+def deliver_counted(system: MemorySystem) -> list[Result | Exception]:
+    """The job's message handled as deployed: a batch, one-off jobs' units given back."""
+    worker = system.worker()
+    worker.config = replace(worker.config, jobs_counted=True)
+    (message,) = system.queue.receive("default")
+    with threads.ThreadPool(1) as pool:
+        return worker.handle_batch(
+            [message.body],
+            remaining_ms=lambda: REMAINING_MS,
+            parallel=pool,
+            receive_counts=[message.receive_count],
+        )
+
+
+def test_a_cancel_whose_job_gave_its_unit_back_under_it_reads_again_and_ends_it_once() -> None:
+    system, counts, job_id, ledger = counted_jobs()
+    system.clock.advance(1200)
+    delivered: list[Result | Exception] = []
+    cancels: list[schedules.JobView] = []
+
+    def cancel() -> None:
+        # GIVEN the cancel's row written, and before its item's write the delivery of
+        # the fire the ticker had sent finds the row cancelled and gives the unit back
+        system.service.occurrences = AfterPut(  # type: ignore[assignment]
+            system.occurrences, lambda: delivered.extend(deliver_counted(system))
+        )
+        cancels.append(system.service.cancel_job("tenant-a", job_id))
+
+    # WHEN the tenant cancels the job right after the ticker's send of its fire
+    report = tick(system, CancelAfterSend(system.queue, cancel))
+    # THEN the delivery ran nothing, and the cancel's write of the job's item, refused
+    # (the unit it read is gone), was made again on a fresh read
+    assert delivered == [Result.SETTLED]
+    assert ledger.ran == []
+    assert [c.state for c in cancels] == ["cancelled"]
+    assert report.conflicts == 1
+    job = system.service.get_job("tenant-a", job_id).job
+    assert (job.state, job.next_fire, job.quota_held) == (
+        model.ScheduleState.CANCELLED,
+        None,
+        False,
+    )
+    # AND the unit came back once (the other job holds its own)
+    assert counts.usage("tenant-a").count(quota.Quota.ACTIVE_JOBS) == 1
+
+
+@pytest.mark.parametrize("retried", [True, False], ids=["retried", "not retried"])
+def test_a_cancel_that_failed_after_its_rows_write_has_stopped_the_run(
+    retried: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    system, counts, job_id, ledger = counted_jobs()
+    # GIVEN a cancel that failed after writing the job's row (its item's write failed)
+    replace_item = system.schedules.replace
+    calls = iter([errors.Unavailable("throttled")])
+
+    def failing_once(item: model.Schedule, *, expected_version: int) -> None:
+        failure = next(calls, None)
+        if failure is not None:
+            raise failure
+        replace_item(item, expected_version=expected_version)
+
+    monkeypatch.setattr(system.schedules, "replace", failing_once)
+    with pytest.raises(errors.Unavailable):
+        system.service.cancel_job("tenant-a", job_id)
+    # THEN the job reads cancelled already (its fire's row is)
+    assert system.service.get_job("tenant-a", job_id).state == "cancelled"
+    if retried:
+        # WHEN the tenant retries: the job leaves the due index and gives its unit back
+        assert system.service.cancel_job("tenant-a", job_id).state == "cancelled"
+        job = system.service.get_job("tenant-a", job_id).job
+        assert (job.state, job.next_fire) == (model.ScheduleState.CANCELLED, None)
+        assert counts.usage("tenant-a").count(quota.Quota.ACTIVE_JOBS) == 1
+    # WHEN its time comes
+    system.clock.advance(1200)
+    report = tick(system, CancelAfterSend(system.queue, lambda: None))
+    # THEN retried, nothing is sent for it; not retried, the ticker sends its fire, and
+    # the delivery finds the row cancelled, runs nothing and gives the unit back
+    if retried:
+        assert report.dispatched.sent == 0
+    else:
+        assert report.dispatched.sent == 1
+        assert deliver_counted(system) == [Result.SETTLED]
+    assert ledger.ran == []
+    assert system.service.get_job("tenant-a", job_id).state == "cancelled"
+    assert counts.usage("tenant-a").count(quota.Quota.ACTIVE_JOBS) == 1

@@ -19,16 +19,18 @@ from fireline.domain import errors, model, occurrence
 
 # How long a claim made here holds the row (the worker holds it for its invocation).
 CLAIM_HOLD = timedelta(minutes=15)
-# A pause, update, delete or cancel settles, before it returns, every open occurrence of
-# an older version whose fire time is no more than this before the change (or after it:
-# the fires materialized ahead). 15 minutes: the longest SQS delivery delay, so a
-# retry's or a deferral's row usually falls inside.
+# A pause, update or delete settles, before it returns, every open occurrence of an
+# older version whose fire time is no more than this before the change (or after it: the
+# fires materialized ahead). 15 minutes: the longest SQS delivery delay, so a retry's or
+# a deferral's row usually falls inside. (A job's cancel settles its one fire's row,
+# whatever its time.)
 SETTLED_ON_CHANGE = timedelta(minutes=15)
 # A worker that claims an occurrence whose fire time is older than this reads the
 # schedule again after its claim, since a change racing it may have settled only the
 # rows inside its own window; younger rows are inside that window, whose settling
 # races the claim on the row itself. The five minutes between the two are a margin for
-# the clocks of the API and the worker.
+# the clocks of the API and the worker. (A one-off job is never read again: its cancel
+# writes the job's row itself, see Worker._unwanted_after_claim.)
 RECHECK_OLDER_THAN = SETTLED_ON_CHANGE - timedelta(minutes=5)
 
 

@@ -755,54 +755,78 @@ class ScheduleService:
         )
 
     def _cancel_job(self, tenant_id: str, job_id: str) -> JobView:
+        """A job's cancel races its claim on the row of its one fire: whichever writes
+        the row first wins, so a cancel that answers cancelled stopped every run (the
+        worker reads no schedule after its claim of a one-off job), and one that came
+        too late says so.
+
+        A job whose fire no delivery has claimed may have a message on its way whatever
+        its item says: sent by its create, by the sweep, or by the ticker (which sends
+        fires without rows, and advances the job after its send), and a create whose
+        send failed with an unknown outcome puts the job in the due index too. So the
+        cancel writes that fire's row, cancelled, first: the claim writes a row only
+        where none exists. Only then does a job in the due index leave it (cancelled, a
+        version on, so a ticker that read it before cannot advance it either)."""
         view = self.get_job(tenant_id, job_id)
+        job, row = view.job, view.occurrence
+        cancelled_before = (
+            job.state is model.ScheduleState.CANCELLED
+            if row is None
+            else row.state is occurrence.State.CANCELLED
+        )
+        if cancelled_before and job.state is not model.ScheduleState.ACTIVE:
+            return view  # nothing left to do (an active one still leaves the due index)
         now = self._now()
-        row = view.occurrence
-        if row is None and view.job.state is model.ScheduleState.COMPLETED:
-            # Materialized, its message on its way, not yet claimed: a cancelled row makes
-            # the claim refuse it (the claim writes a row only where none exists).
-            job = view.job
-            fire_time = schedule.next_fire(job.timing, schedule.EPOCH)
-            assert fire_time is not None
-            cancelled_row = dispatch.row_for(job, fire_time, now).moved(
-                occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled"
-            )
-            if self.occurrences.put_new(cancelled_row):
-                return self.get_job(tenant_id, job_id)
-            view = self.get_job(tenant_id, job_id)  # a delivery claimed it meanwhile
-            row = view.occurrence
         if row is None:
-            if view.job.state is model.ScheduleState.ACTIVE:
-                cancelled = replace(
-                    view.job,
-                    state=model.ScheduleState.CANCELLED,
-                    next_fire=None,
-                    version=view.job.version + 1,
-                    updated_at=now,
-                )
-                try:
-                    self.schedules.replace(cancelled, expected_version=view.job.version)
-                except errors.ConflictError:
-                    return self._cancel_job(tenant_id, job_id)  # changed meanwhile
-                # The ticker may have materialized its fire after we read it: that fire
-                # is cancelled too, not left queued (its message would find it cancelled).
-                self._settle_older(view.job, cancelled, now)
-            return self.get_job(tenant_id, job_id)
-        if row.state is occurrence.State.CANCELLED:
-            return view
+            row = self._cancel_fire(job, now)
+            if row is None:  # expired meanwhile: past any message's life, nothing to stop
+                return self.get_job(tenant_id, job_id)
         if row.state is occurrence.State.RUNNING and row.execution and self.long_jobs:
             # A long job: stop its execution, then record it cancelled.
             if not self.long_jobs.cancel(row):
                 raise errors.ConflictError(f"job {job_id} finished meanwhile")
             return self.get_job(tenant_id, job_id)
-        if row.state not in occurrence.CLAIMABLE:
-            # Queued, or failed with a retry to come, can be cancelled; a running short
-            # job finishes its attempt, and a settled one is past changing.
-            raise errors.ConflictError(f"job {job_id} is {row.state.value}: too late to cancel")
-        moved = row.moved(occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled")
-        if not self.occurrences.transition(moved, expected_state=row.state):
-            raise errors.ConflictError(f"job {job_id} started meanwhile: too late to cancel")
+        if row.state is not occurrence.State.CANCELLED:
+            if row.state not in occurrence.CLAIMABLE:
+                # Queued, or failed with a retry to come, can be cancelled; a running
+                # short job finishes its attempt, and a settled one is past changing.
+                raise errors.ConflictError(f"job {job_id} is {row.state.value}: too late to cancel")
+            moved = row.moved(occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled")
+            if not self.occurrences.transition(moved, expected_state=row.state):
+                raise errors.ConflictError(f"job {job_id} started meanwhile: too late to cancel")
+        if job.state is model.ScheduleState.ACTIVE:
+            # Its fire cancelled, the job leaves the due index (the ticker would only send
+            # a message that finds the row cancelled).
+            cancelled = replace(
+                job,
+                state=model.ScheduleState.CANCELLED,
+                next_fire=None,
+                version=job.version + 1,
+                updated_at=now,
+            )
+            try:
+                self.schedules.replace(cancelled, expected_version=job.version)
+            except errors.ConflictError:
+                # Changed since read: another cancel, or the job's unit given back (by a
+                # delivery that found the row cancelled). Read again; the row stands.
+                return self._cancel_job(tenant_id, job_id)
         return self.get_job(tenant_id, job_id)
+
+    def _cancel_fire(self, job: model.Schedule, now: datetime) -> occurrence.Occurrence | None:
+        """Write the job's one fire's row, cancelled, where none exists; the row that
+        stands: this one, or the one a delivery (or another cancel) wrote first. The key
+        is the one every message of the job carries: the version the job has until it is
+        cancelled (the ticker's advance keeps it), and its one fire time."""
+        fire_time = schedule.next_fire(job.timing, schedule.EPOCH)
+        assert fire_time is not None
+        cancelled = dispatch.row_for(job, fire_time, now).moved(
+            occurrence.State.CANCELLED, finished_at=now, exit_reason="cancelled"
+        )
+        if self.occurrences.put_new(cancelled):
+            return cancelled
+        # Read by its key, consistently: the history the job's view reads may not show
+        # a row written a moment ago.
+        return self.occurrences.get(cancelled.key)
 
     def heartbeat_job(
         self, tenant_id: str, job_id: str, progress: dict[str, Any] | None

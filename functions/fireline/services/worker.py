@@ -518,7 +518,8 @@ class Worker:
             return self.nodes.job_for(row)
         # Eventually consistent: a change this read misses is caught after the claim
         # (a change settles the open rows before it returns, racing the claim on the row,
-        # and a row the claim creates has the schedule read again, consistently: see
+        # and a row the claim creates has the schedule read again, consistently, unless
+        # it is a one-off job's, whose cancel writes the row itself: see
         # _unwanted_after_claim). A schedule of the row's version has that version's
         # target and payload, however stale the read. What the read alone would decide,
         # a skip, is decided on a consistent read: a stale one may show an older version
@@ -559,6 +560,11 @@ class Worker:
             self._end_run(item, key, took_run)
             if current is not None and current.execution:
                 return Result.SETTLED  # its execution is in flight: this was a repeat
+            if current is not None and current.state in occurrence.SETTLED:
+                # Settled first: by a cancel's row (a one-off job's cancel races the
+                # claim on it), or an earlier delivery's outcome.
+                self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
+                return Result.SETTLED
             raise Busy(f"{key} is being started elsewhere")
         assert current is not None
         if current.attempts > item.retry.max_attempts:
@@ -634,11 +640,24 @@ class Worker:
             written = self.occurrences.transition(skipped, expected_state=row.state)
         else:
             written = self.occurrences.put_new(replace(skipped, created_at=now))
+            if not written and self._settled_meanwhile(row.key):
+                return Result.SETTLED
         if not written:
             raise Busy(f"{row.key} changed while being skipped")
         logger.info("skipped", extra={"action": "worker.skip", "key": row.key, "why": why})
         self.metrics.add_metric("Skipped", "Count", 1)
         return Result.SKIPPED
+
+    def _settled_meanwhile(self, key: str) -> bool:
+        """Did a row that came first, where this delivery found none, settle the fire?
+        A cancel writes its job's row, cancelled, before it cancels the job's item, so a
+        delivery that reads the item cancelled finds that row; a duplicate, then, as a
+        refused claim would be, not a delivery to try again."""
+        current = self.occurrences.get(key)
+        if current is None or current.state not in occurrence.SETTLED:
+            return False
+        self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
+        return True
 
     def _exhausted(self, row: occurrence.Occurrence, now: datetime) -> Result:
         dead = row.moved(
@@ -989,9 +1008,19 @@ class Worker:
         so one read for the batch would hold every record's run until the slowest claim
         of the batch (a throttled one, one holding for its fire time) had been made, and
         would need every record of the batch running at once, which ports.Parallel does
-        not promise (run in turn, the first record would wait for ever)."""
+        not promise (run in turn, the first record would wait for ever).
+
+        A one-off job reads nothing here: the one change that stops it, its cancel,
+        settles the row of the job's one fire first, whatever the job's item says (it
+        puts the row, cancelled, where none exists, else moves a queued one), and cancels
+        the item only after (see ScheduleService._cancel_job). That write and the claim
+        race on the row itself: a claim that won was made before it, and the cancel
+        answers too late. Nothing else stops a job (pause, update and delete refuse one,
+        and only a cancel changes its version)."""
         if workflow.is_node_key(claimed.key):
             return None  # a workflow node's run is governed by its run (cancel)
+        if model.is_job_id(claimed.schedule_id):
+            return None  # its cancel's row decided, at the claim (see above)
         if not fresh and claimed.fire_time >= self.clock.now() - claims.RECHECK_OLDER_THAN:
             return None
         return claims.unwanted(self.schedules.get(claimed.tenant_id, claimed.schedule_id), claimed)
