@@ -27,6 +27,7 @@ go to .bench/report.json under peer.*. Nothing here fails on time.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -361,8 +362,18 @@ def run_fireline() -> dict[str, Any]:
     )
 
     def source_mapping() -> None:
-        """SQS's event source mapping: long-polls the queue, a batch to each invocation."""
+        """SQS's event source mapping: long-polls the queue, a batch to each invocation.
+        Once a second it also moves what the emulated cloud holds out of the garbage
+        collector's sight (``gc.freeze``): deployed, the tables and the queue live in
+        DynamoDB and SQS, not in the ticker's or a worker's process, whose heaps stay
+        small. Here they share one interpreter, and a full collection walking 90,000
+        rows and messages stalls every thread for up to half a second, more the longer
+        the run (measured: the largest pauses grew from 0.1 to 0.48 s over 3 minutes)."""
+        frozen = time.monotonic()
         while not stop.is_set():
+            if time.monotonic() - frozen >= 1:
+                gc.freeze()
+                frozen = time.monotonic()
             got = queue.receive("default", max_messages=10)
             if got:
                 batches.put(got)
