@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
@@ -134,3 +134,22 @@ class FaultPlan:
         if url is not None:
             # The call was applied; its answer never arrives.
             raise ReadTimeoutError(endpoint_url=url)
+
+
+class ThenAfterSend:
+    """A work queue whose first send runs ``then`` right after it (once): a change that
+    lands after the ticker sent a fire (without its row) and before its advance."""
+
+    def __init__(self, queue: Any, then: Callable[[], None]) -> None:
+        self._queue = queue
+        self._then: Callable[[], None] | None = then
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._queue, name)
+
+    def send_batch(self, job_class: str, messages: Any) -> list[str]:
+        failed = self._queue.send_batch(job_class, messages)
+        then, self._then = self._then, None
+        if then is not None:
+            then()
+        return list(failed)

@@ -13,6 +13,7 @@ from fireline.adapters import dynamodb, schedules_dynamodb, threads
 from fireline.domain import model, occurrence, policies, schedule
 from fireline.services import claims, ticker, worker
 from fireline.services.schedules import ScheduleDraft
+from helpers.faults import ThenAfterSend
 from helpers.stale import FrozenReads
 from helpers.system import START, System
 
@@ -397,24 +398,6 @@ def test_cancelled_queued_job_message_is_a_no_op(system: System) -> None:
     print(f"\ncancelled queued job: delivery {claimed.outcome.value}, 0 attempts")
 
 
-class CancelAfterSend:
-    """The ticker's queue, where ``then`` runs right after the send of a fire, before
-    the ticker's advance."""
-
-    def __init__(self, queue: Any, then: Any) -> None:
-        self._queue, self._then = queue, then
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
-
-    def send_batch(self, job_class: str, messages: Any) -> list[str]:
-        failed = self._queue.send_batch(job_class, messages)
-        then, self._then = self._then, None
-        if then is not None:
-            then()
-        return list(failed)
-
-
 def test_a_job_cancelled_between_the_tickers_send_and_its_advance_never_runs(
     system: System,
 ) -> None:
@@ -426,7 +409,7 @@ def test_a_job_cancelled_between_the_tickers_send_and_its_advance_never_runs(
     # WHEN the ticker sends its fire, and the tenant cancels the job before the ticker's
     # advance (the cancel reads it still in the due index, no row written)
     tk = system.ticker(use_lease=False)
-    tk.queue = CancelAfterSend(
+    tk.queue = ThenAfterSend(
         system.queue,
         lambda: cancelled.append(system.service.cancel_job("tenant-a", job_id).state),
     )

@@ -16,6 +16,7 @@ from fireline.adapters import memory, threads
 from fireline.domain import errors, model, occurrence, quota
 from fireline.services import schedules, targets, ticker
 from fireline.services.worker import Result
+from helpers.faults import ThenAfterSend
 from helpers.memory_system import REMAINING_MS, MemorySystem
 from helpers.supervisors import RecordingSupervisor
 
@@ -307,27 +308,7 @@ def test_a_late_long_fire_racing_a_pause_starts_no_execution() -> None:
 # --- a one-off job's cancel races its claim on the row -------------------------------------------
 
 
-class CancelAfterSend:
-    """The work queue, where ``then`` runs right after the ticker's send of a fire: the
-    ticker has read the job in the due index and sent its fire (without a row), and has
-    not advanced it yet."""
-
-    def __init__(self, queue: memory.MemoryWorkQueue, then: Callable[[], None]) -> None:
-        self._queue = queue
-        self._then: Callable[[], None] | None = then
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._queue, name)
-
-    def send_batch(self, job_class: str, messages: Any) -> list[str]:
-        failed = self._queue.send_batch(job_class, messages)
-        then, self._then = self._then, None
-        if then is not None:
-            then()
-        return failed
-
-
-def tick(system: MemorySystem, queue: CancelAfterSend) -> ticker.TickReport:
+def tick(system: MemorySystem, queue: ThenAfterSend) -> ticker.TickReport:
     return ticker.Ticker(
         schedules=system.schedules,
         occurrences=system.occurrences,
@@ -393,7 +374,7 @@ def test_a_cancel_racing_the_tickers_send_of_a_job_in_the_due_index_stops_its_ru
         after_send = deliver
     # WHEN the ticker sends its fire and, before the ticker's advance, the tenant cancels
     # the job (the cancel reads it still in the due index, with no row)
-    report = tick(system, CancelAfterSend(system.queue, after_send))
+    report = tick(system, ThenAfterSend(system.queue, after_send))
     if not results:
         deliver()
     # THEN the cancel answers cancelled, and the ticker's advance is refused
@@ -479,7 +460,7 @@ def test_a_cancel_whose_job_gave_its_unit_back_under_it_reads_again_and_ends_it_
         cancels.append(system.service.cancel_job("tenant-a", job_id))
 
     # WHEN the tenant cancels the job right after the ticker's send of its fire
-    report = tick(system, CancelAfterSend(system.queue, cancel))
+    report = tick(system, ThenAfterSend(system.queue, cancel))
     # THEN the delivery ran nothing, and the cancel's write of the job's item, refused
     # (the unit it read is gone), was made again on a fresh read
     assert delivered == [Result.SETTLED]
@@ -524,7 +505,7 @@ def test_a_cancel_that_failed_after_its_rows_write_has_stopped_the_run(
         assert counts.usage("tenant-a").count(quota.Quota.ACTIVE_JOBS) == 1
     # WHEN its time comes
     system.clock.advance(1200)
-    report = tick(system, CancelAfterSend(system.queue, lambda: None))
+    report = tick(system, ThenAfterSend(system.queue, lambda: None))
     # THEN retried, nothing is sent for it; not retried, the ticker sends its fire, and
     # the delivery finds the row cancelled, runs nothing and gives the unit back
     if retried:
