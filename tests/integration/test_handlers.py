@@ -60,12 +60,14 @@ def test_ticker_handler_fires_due_work_and_emits_lag_and_backlog_as_emf(
 
     run_at = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=2)
     job = once(run_at)
-    # WHEN the rule invokes the ticker with a few ticks' time before its 5 s margin (time
-    # counted per call: a round is started only with room for 1.5 of the slowest so far,
-    # which a loaded machine makes slow)
+    # WHEN the rule invokes the ticker with time for its first pass before its 5 s margin
+    # (time counted per call: a cold ticker reads two shards a round, so its first pass
+    # over the 16 is 8 rounds, each asking the time once before it starts, and a round is
+    # started only with room for 1.5 of the slowest so far; with 20 s the pass stopped
+    # after 7 rounds, and a job in shard 14 or 15 was not sent)
     result = handler.handler(
         events.load("ticker", "scheduled"),
-        events.CountdownContext(timeout_ms=20_000, per_call_ms=2_000),
+        events.CountdownContext(timeout_ms=30_000, per_call_ms=2_000),
     )
     # THEN it held the lease, ticked, and sent the job
     assert result["acquired"] is True
