@@ -144,4 +144,4 @@ run: install-run
 # pages are generated at build time (docs/hooks/reference.py) from the OpenAPI document
 # the API serves and from the CLI's parser.
 docs: install
-	$(BIN)/mkdocs build --strict --clean --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean --site-dir site
