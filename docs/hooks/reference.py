@@ -99,7 +99,11 @@ def api_page(document: dict[str, Any]) -> str:
 def _grouped(
     paths: dict[str, Any],
 ) -> Iterator[tuple[str, list[tuple[str, str, dict[str, Any]]]]]:
+    """Operations by their path's first segment: the groups in the document's order (the
+    order the API declares its routes in), each group's paths sorted."""
     groups: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    for path in paths:
+        groups.setdefault("/" + path.strip("/").split("/")[0], [])
     for path in sorted(paths):
         for method in METHODS:
             if method in paths[path]:
