@@ -66,8 +66,8 @@ test: install $(CHECKOV) $(CHROMIUM)
 	$(BIN)/python -m pytest -q -n $${TEST_WORKERS:-auto} --dist loadgroup
 
 lint: install
-	$(BIN)/ruff check functions infra/cdk tests
-	$(BIN)/ruff format --check functions infra/cdk tests
+	$(BIN)/ruff check functions infra/cdk tests docs/hooks
+	$(BIN)/ruff format --check functions infra/cdk tests docs/hooks
 	$(BIN)/mypy
 
 # Opt-in: the local cloud's end-to-end tests against LocalStack (or another emulator).
