@@ -41,19 +41,7 @@ def page(name: str) -> str:
     return (DOCS / name).read_text()
 
 
-def documentation() -> str:
-    """The README and every written page, one text: where a figure is stated."""
-    return "\n\n".join([README.read_text(), *(p.read_text() for p in written_pages())])
-
-
 def fenced(text: str, language: str) -> list[str]:
     """The bodies of the text's fenced blocks in that language, in order."""
     pattern = rf"^```{re.escape(language)}\n(.*?)^```"
     return re.findall(pattern, text, flags=re.MULTILINE | re.DOTALL)
-
-
-def section(text: str, heading: str) -> str:
-    """The text under a `## heading`, up to the next heading of that level."""
-    found = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert found is not None, f"no section '{heading}'"
-    return found.group(1)
