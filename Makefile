@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test lint bench campaign stories strictness clean run localstack-test cdk-synth checkov
+.PHONY: install install-run browser test lint bench campaign stories strictness clean run docs localstack-test cdk-synth checkov
 
 install: $(STAMP)
 
@@ -14,6 +14,24 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# What `make run` needs and no more: the package with its `local` extra (the emulator and
+# the SAM transform), so a first run does not wait for the development tools. An
+# environment make install already built has it all (dev includes local).
+RUN_STAMP := $(VENV)/.installed-run
+
+install-run: $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Fireline needs Python >= 3.11, found " + sys.version.split()[0]'
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then \
+		echo "$(VENV) has the development install, which includes the local extra"; \
+	else \
+		test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
+		$(BIN)/python -m pip install --quiet --upgrade pip; \
+		$(BIN)/python -m pip install --quiet -e '.[local]'; \
+	fi
+	touch $(RUN_STAMP)
 
 # checkov pins a `packaging` older than pytest accepts, so it lives in a virtualenv of its
 # own, pinned: tests/integration/test_checkov.py runs it on the translated template.
@@ -48,8 +66,8 @@ test: install $(CHECKOV) $(CHROMIUM)
 	$(BIN)/python -m pytest -q -n $${TEST_WORKERS:-auto} --dist loadgroup
 
 lint: install
-	$(BIN)/ruff check functions infra/cdk tests
-	$(BIN)/ruff format --check functions infra/cdk tests
+	$(BIN)/ruff check functions infra/cdk tests docs/hooks
+	$(BIN)/ruff format --check functions infra/cdk tests docs/hooks
 	$(BIN)/mypy
 
 # Opt-in: the local cloud's end-to-end tests against LocalStack (or another emulator).
@@ -106,7 +124,7 @@ campaign: install
 		--hypothesis-seed=$(SEED) tests/campaign
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis cdk.out
+	rm -rf $(VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis cdk.out site
 
 # The example CDK app synthesized into cdk.out/, offline: no AWS account or credentials.
 # The code is packaged alone (enough for the local cloud); BUNDLE=true pip-installs its
@@ -118,5 +136,12 @@ cdk-synth: install
 
 # The whole scheduler on the embedded local cloud (moto), with example schedules.
 # Extra flags: make run ARGS="--port 9000 --state-dir .fireline/state"
-run: install
+run: install-run
 	$(BIN)/fireline local $(ARGS)
+
+# The documentation site (docs/, mkdocs.yml) into site/, strictly: a broken link, a missing
+# page or a page left out of the navigation fails the build. The API and CLI reference
+# pages are generated at build time (docs/hooks/reference.py) from the OpenAPI document
+# the API serves and from the CLI's parser.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean --site-dir site

@@ -1,4 +1,4 @@
-"""The example CDK app, for `cdk synth` and `cdk deploy` (see cdk.json and README: Deploy).
+"""The example CDK app, for `cdk synth` and `cdk deploy` (see cdk.json and docs/deploy.md).
 
 The stack is defined in fireline_cdk/example.py, where it is linted and type-checked.
 """

@@ -7,8 +7,8 @@ metered on its own (what the ticker writes and sends for the fires it picks up, 
 worker's run of each): its marginal cost. A ticker group's fixed cost of a minute (one
 leased invocation that ticks for the whole minute, billed for it: a Query per shard a
 tick, the lease's renewals) is measured apart and spread over the jobs of a minute twice:
-at the design load (50 million jobs a day, 580 a second, on the two ticker groups the
-README recommends for it), which is ``usd_per_million``, and at the path's own rate
+at the design load (50 million jobs a day, 580 a second, on the two ticker groups
+docs/scale.md recommends for it), which is ``usd_per_million``, and at the path's own rate
 alone (a deployment that runs nothing else), which is ``usd_per_million_alone``.
 
 Figures go to .bench/report.json under cost.* (tests/bench/report.py); never fails on
@@ -21,7 +21,7 @@ from bench import report
 from fireline.cost import model, prices
 from helpers import cost_paths
 
-# The design load, and the ticker groups the README recommends for it.
+# The design load, and the ticker groups docs/scale.md recommends for it.
 DESIGN_FIRES_PER_MINUTE = 580 * 60
 DESIGN_TICKER_GROUPS = 2
 # (metered schedules, fires a minute of the path alone)

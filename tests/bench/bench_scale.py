@@ -251,7 +251,7 @@ def test_burst_due_in_one_second(sdk: sim_network.SdkCost, count: int, groups: i
         record("scale.burst_100k", figures)
     if groups == 1:
         # One group is measured, not held to it: at the deployed 300 s lookahead a 50,000
-        # burst on top of the steady load overruns it (the README gives its figures and
+        # burst on top of the steady load overruns it (docs/scale.md gives its figures and
         # recommends two groups for such bursts).
         world.close()
         return

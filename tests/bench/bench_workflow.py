@@ -144,7 +144,7 @@ def test_a_100000_node_workflow_completes_on_the_memory_adapters() -> None:
 
 
 def test_a_2000_node_workflow_on_moto_counts_its_writes_per_node() -> None:
-    """The README's figures of a workflow on moto: item writes and requests per node."""
+    """The figures of docs/workflows.md of a workflow on moto: item writes and requests per node."""
     per_node, requests = run_wide_dag_on_moto(2000)
     assert per_node > 0 and requests
     report.record(

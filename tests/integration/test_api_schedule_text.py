@@ -1,5 +1,6 @@
-"""What a tenant reads back from the API about a schedule's text: every README phrase is
-accepted, and a refusal carries the domain's whole message, hint included."""
+"""What a tenant reads back from the API about a schedule's text: every phrase of the
+Schedules page (docs/schedules.md) is accepted, and a refusal carries the domain's whole
+message, hint included."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from helpers.system import System
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+SCHEDULES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "schedules.md"
 PYTHON = {"type": "python", "handler": "noop"}
 
 pytestmark = pytest.mark.filterwarnings(
@@ -19,12 +20,12 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
-def readme_phrases() -> list[tuple[str, str]]:
-    """(you write, stored as) of the README's natural-language table."""
-    text = README.read_text()
+def documented_phrases() -> list[tuple[str, str]]:
+    """(you write, stored as) of the Schedules page's natural-language table."""
+    text = SCHEDULES_PAGE.read_text()
     table = text.split("| you write | stored as | described as |", 1)[1].split("\n\n", 1)[0]
     rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|", table, flags=re.MULTILINE)
-    assert len(rows) >= 6, "the README's natural-language table was not found"
+    assert len(rows) >= 6, "the Schedules page's natural-language table was not found"
     return rows
 
 
@@ -32,11 +33,11 @@ def create(system: System, spec: str) -> tuple[int, Any]:
     return system.call("POST", "/schedules", {"spec": spec, "target": PYTHON})
 
 
-@pytest.mark.parametrize(("phrase", "stored_as"), readme_phrases())
-def test_every_phrase_of_the_readme_is_stored_as_it_says(
+@pytest.mark.parametrize(("phrase", "stored_as"), documented_phrases())
+def test_every_phrase_of_the_schedules_page_is_stored_as_it_says(
     system: System, phrase: str, stored_as: str
 ) -> None:
-    # GIVEN a phrase from the README's table WHEN a tenant creates a schedule with it
+    # GIVEN a phrase from the Schedules page's table WHEN a tenant creates a schedule with it
     status, body = create(system, phrase)
     # THEN it is stored as the table says (a relative time: an at() of an instant)
     assert status == 201, body

@@ -210,29 +210,29 @@ def test_a_workflow_runs_on_the_local_cloud_in_dependency_order(cloud: LocalClou
     assert call(cloud, "GET", f"/runs/{run['run_id']}", key=OTHER_KEY)[0] == 404
 
 
-def readme_upload_commands() -> str:
-    """The README's three-step upload, as written there."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    blocks = re.findall(r"```sh\n(.*?)```", readme, re.DOTALL)
+def documented_upload_commands() -> str:
+    """The Workflows page's three-step upload (docs/workflows.md), as written there."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "workflows.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", page, re.DOTALL)
     (found,) = [b for b in blocks if "workflow-uploads" in b and "upload_fields" in b]
     return found
 
 
 @pytest.mark.skipif(
     shutil.which("curl") is None or shutil.which("jq") is None,
-    reason="the README's upload example is run as written, with curl and jq",
+    reason="the documented upload example is run as written, with curl and jq",
 )
-def test_a_large_definition_goes_through_the_readmes_presigned_post(
+def test_a_large_definition_goes_through_the_documented_presigned_post(
     cloud: LocalCloud, tmp_path: Path
 ) -> None:
     # GIVEN a definition of 3,000 nodes in a chain, as big-workflow.json
     nodes = [{"id": f"n{i}", "target": {"type": "python", "handler": "noop"}} for i in range(3000)]
     edges = [[f"n{i}", f"n{i + 1}"] for i in range(2999)]
     (tmp_path / "big-workflow.json").write_text(json.dumps({"nodes": nodes, "edges": edges}))
-    # WHEN the README's commands run as written: ask for a form, POST the file with it to
+    # WHEN the documented commands run as written: ask for a form, POST the file with it to
     # the emulator's S3, register the upload as workflow "big"
     done = subprocess.run(
-        ["bash", "-eu", "-o", "pipefail", "-c", readme_upload_commands()],
+        ["bash", "-eu", "-o", "pipefail", "-c", documented_upload_commands()],
         cwd=tmp_path,
         env={**os.environ, "API": cloud.api_url, "KEY": KEY},
         capture_output=True,

@@ -1,5 +1,7 @@
-"""The README's examples run as written against a local cloud: every `curl` and
-`.venv/bin/fireline` command of its `sh` blocks, through bash, in the repository root.
+"""The documentation's examples run as written against a local cloud: every `curl` and
+`.venv/bin/fireline` command of the `sh` blocks of the site's pages (docs/, in the order of
+the site's navigation), through bash, in the repository root. The README's own example, its
+quick start, is run by tests/integration/test_readme_quick_start.py.
 
 What the test supplies, as a reader would: `$API` and `$KEY` (the cloud's URL and a
 tenant's key), `FIRELINE_API_URL` and `FIRELINE_API_KEY` in place of the block's `export`
@@ -25,23 +27,24 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from fireline.local.cloud import LocalCloud, LocalOptions
+from helpers import docs
 from helpers.local_cloud import KEY, TEST_KEYS, call, state_of, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+ROOT = docs.ROOT
 SKIP_MARKERS = ("workflow-uploads", '"$UPLOAD"')
 COMMAND_START = re.compile(r"^(curl |\.venv/bin/fireline )")
 
 
-def readme_commands() -> list[str]:
-    """Every curl and CLI command of the README's sh blocks, continuation lines joined
-    (a command goes on while its single quotes are open)."""
-    blocks = re.findall(r"^```sh\n(.*?)^```", README.read_text(), flags=re.MULTILINE | re.DOTALL)
+def documented_commands() -> list[str]:
+    """Every curl and CLI command of the pages' sh blocks, in the site's order, continuation
+    lines joined (a command goes on while its single quotes are open)."""
+    blocks = [
+        block for page in docs.written_pages() for block in docs.fenced(page.read_text(), "sh")
+    ]
     commands: list[str] = []
     for block in blocks:
         current: list[str] = []
@@ -56,11 +59,11 @@ def readme_commands() -> list[str]:
     return commands
 
 
-COMMANDS = readme_commands()
+COMMANDS = documented_commands()
 RUN_IN_ORDER = [c for c in COMMANDS if not any(marker in c for marker in SKIP_MARKERS)]
 
 
-def test_the_readme_has_the_examples_this_test_runs() -> None:
+def test_the_pages_have_the_examples_this_test_runs() -> None:
     curls = [c for c in RUN_IN_ORDER if c.startswith("curl")]
     clis = [c for c in RUN_IN_ORDER if c.startswith(".venv/bin/fireline")]
     assert len(curls) >= 3 and len(clis) >= 5, COMMANDS
@@ -111,7 +114,7 @@ def placeholders_filled(cloud: LocalCloud, command: str, shell: dict[str, str]) 
     return command
 
 
-def test_every_readme_example_runs_as_written(cloud: LocalCloud, shell: dict[str, str]) -> None:
+def test_every_documented_example_runs_as_written(cloud: LocalCloud, shell: dict[str, str]) -> None:
     for command in RUN_IN_ORDER:
         command = placeholders_filled(cloud, command, shell)
         done = subprocess.run(

@@ -153,7 +153,7 @@ def test_crash_points_on_moto_then_reconcile() -> None:
 
 
 # The writes a node costs are the same at any size: 300 nodes here; `make bench` counts
-# them on 2,000 (tests/bench/bench_workflow.py), whose figures the README quotes.
+# them on 2,000 (tests/bench/bench_workflow.py), whose figures docs/workflows.md quotes.
 WRITES_COUNTED_NODES = 300
 
 

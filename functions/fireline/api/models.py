@@ -2,7 +2,7 @@
 
 Unknown fields are rejected (``extra="forbid"``): a misspelt ``retyr`` must not silently
 fall back to defaults. Sizes are limited before anything is written; the limits are in
-the OpenAPI document and the README.
+the OpenAPI document and docs/api.md.
 """
 
 from __future__ import annotations

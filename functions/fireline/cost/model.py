@@ -24,7 +24,7 @@ tenth of a second past its clock's reading (dispatch.IN_FLIGHT, so that a slow s
 rarely late): its fires on a whole second are visible 0.15 s early, as the metered tick's
 clock stands at that phase when it sends. That is a floor: a deployed tick's sends take
 time, and the latency-model simulation measures its fires visible 0.24 s early on average
-at 580 fires a second (the README's Cost says what that leaves out).
+at 580 fires a second (docs/cost.md says what that leaves out).
 Less with jitter under a second; none for a message sent at or after its time (a trigger, a
 retry, a deferral, a redelivery).
 It is billed on top of the invocation's work, though the batch's first reads (a few ms)

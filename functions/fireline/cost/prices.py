@@ -1,7 +1,7 @@
 """us-east-1 list prices, each with the day it was read and where.
 
 One file, so a price change is one edit here and every figure (the benchmark's, the
-README's) follows. On-demand, no free tier (a deployment at scale is past it), except
+documentation's) follows. On-demand, no free tier (a deployment at scale is past it), except
 where a price says otherwise.
 """
 
