@@ -1,9 +1,9 @@
 """Every phrase the natural-language grammar accepts round-trips through its description.
 
 Round trip, precisely: a phrase P is translated to a spec S1 (with a time zone Z, the
-schedule's or said in P as "in Z"); the
-description D of S1 in Z (what the API shows back) is translated again to S2. S1 and S2 in
-Z fire at the same instants for a year: from each of 13 starting instants a month apart
+schedule's or said in P as "in Z"); the description D of S1 in Z (what the API shows
+back) is translated again to S2. S1 and S2 in Z fire at the same instants for a year:
+from each of 13 starting instants a month apart
 (the first one `NOW`), their next 100 fire times are equal (every fire of the year for a
 schedule firing at most 100 times a month, a sample of each month for more frequent ones).
 """
