@@ -102,7 +102,12 @@ TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-jobs"
             "Once at 2026-06-01 10:00:00 UTC",
             "2026-06-01T10:00:00Z",
         ),
-        ("every day at 09:30", "cron(30 9 * * *)", "Every day at 09:30 (UTC)", "2026-05-02T09:30:00Z"),
+        (
+            "every day at 09:30",
+            "cron(30 9 * * *)",
+            "Every day at 09:30 (UTC)",
+            "2026-05-02T09:30:00Z",
+        ),
     ],
     ids=["cron", "rate", "at", "natural"],
 )
