@@ -28,8 +28,9 @@ Understood (case-insensitive; times as ``09:30``, ``9:30pm``, ``9am``, ``noon``,
   without an offset, a wall-clock time in the zone)
 
 Any of them may end with ``in <IANA zone>`` (``every weekday at 17:30 in Europe/London``):
-the schedule's zone, its letter case as the grammar's, free. A zone abbreviation
-(``in PST``) is refused with the place to name instead.
+the schedule's zone. As everywhere in the grammar, letter case does not matter there
+(``in europe/london``); a zone abbreviation (``in PST``) is refused with the place to
+name instead.
 
 :data:`GRAMMAR` holds an example of each form with what it is stored and described as;
 the documentation's table is made from it (:func:`grammar_markdown`).
@@ -341,7 +342,9 @@ def _relative_day(phrase: str, now: datetime, timezone: str) -> schedule.AtSpec 
     if m["day"] == "tomorrow":
         day += timedelta(days=1)
     hour, minute = _clock(m["time"])
-    return schedule.AtSpec(when=datetime(day.year, day.month, day.day, hour, minute))  # noqa: DTZ001
+    # Naive on purpose: a wall-clock time in the schedule's zone, as at(...) without offset.
+    wall = datetime(day.year, day.month, day.day, hour, minute)  # noqa: DTZ001
+    return schedule.AtSpec(when=wall)
 
 
 def _hourly(phrase: str) -> schedule.CronSpec | None:
