@@ -355,10 +355,10 @@ def test_an_operator_reads_every_tenant_and_writes_nothing(cloud: LocalCloud, pa
     sign_in(page, cloud, OPERATOR_KEY)
     picker = page.get_by_label("Tenant", exact=True)
     expect(picker).to_be_visible()
+    picker.select_option("tenant-a")
     # (its overview shows the deployment's class queues, every tenant's messages)
     queues = page.get_by_role("heading", name="Deployment queues (every tenant)")
     expect(queues).to_be_visible()
-    picker.select_option("tenant-a")
     page.get_by_role("link", name="Schedules").click()
 
     # THEN tenant A's schedules are there, read-only: no action is offered

@@ -102,7 +102,12 @@ TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-jobs"
             "Once at 2026-06-01 10:00:00 UTC",
             "2026-06-01T10:00:00Z",
         ),
-        ("every day at 09:30", "cron(30 9 * * *)", "At 09:30 (UTC)", "2026-05-02T09:30:00Z"),
+        (
+            "every day at 09:30",
+            "cron(30 9 * * *)",
+            "Every day at 09:30 (UTC)",
+            "2026-05-02T09:30:00Z",
+        ),
     ],
     ids=["cron", "rate", "at", "natural"],
 )
@@ -129,7 +134,7 @@ def test_timezone_reads_the_spec_on_that_zones_wall_clock(system: System) -> Non
     # THEN it fires at 07:30 UTC, and says which zone it reads 09:30 in
     assert created["timezone"] == "Europe/Paris"
     assert created["spec"] == "cron(30 9 * * *)"
-    assert created["description"] == "At 09:30 (Europe/Paris)"
+    assert created["description"] == "Every day at 09:30 (Europe/Paris)"
     assert created["next_fire"] == "2026-05-02T07:30:00Z"
 
 

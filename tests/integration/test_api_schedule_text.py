@@ -5,12 +5,14 @@ message, hint included."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers.system import System
+from fireline.domain import natural
+from helpers.system import System, moto_system
 
 SCHEDULES_PAGE = Path(__file__).resolve().parents[2] / "docs" / "schedules.md"
 PYTHON = {"type": "python", "handler": "noop"}
@@ -70,7 +72,7 @@ def test_common_forms_and_descriptions_are_accepted(
 @pytest.mark.parametrize(
     ("spec", "hint"),
     [
-        ("every tuesdy at 8", "try 'every tuesday at 08:00'"),
+        ("every tuesdy at 8", "try 'every tuesday at 8'"),
         ("61 * * * *", "(minute, field 1)"),
         ("cron(0 9 * * MNO)", "(day_of_week, field 5)"),
         ("on the 32nd of every month", "(day_of_month)"),
@@ -84,5 +86,73 @@ def test_a_refusal_carries_the_domains_hint(system: System, spec: str, hint: str
     assert body["error"]["field"] == "spec"
     assert hint in body["error"]["message"], body
     assert not body["error"]["message"].startswith("spec:")
+    _, page = system.call("GET", "/schedules")
+    assert page["items"] == []
+
+
+@pytest.fixture
+def at_grammar_now() -> Iterator[System]:
+    """The system with its clock at the instant the grammar's table is read at."""
+    with moto_system(natural.GRAMMAR_NOW) as built:
+        yield built
+
+
+@pytest.mark.parametrize("example", natural.GRAMMAR, ids=lambda e: e.phrase)
+def test_every_phrase_of_the_grammar_table_is_stored_zoned_and_described_as_it_says(
+    at_grammar_now: System, example: natural.Example
+) -> None:
+    # GIVEN the clock at the table's instant WHEN a tenant creates a schedule with a phrase
+    status, body = create(at_grammar_now, example.phrase)
+    # THEN the API answers with the spec, zone and description of the table
+    assert status == 201, body
+    assert (body["spec"], body["timezone"], body["description"]) == (
+        example.spec,
+        example.timezone,
+        example.description,
+    )
+
+
+def test_a_phrases_zone_and_the_timezone_field_must_agree(system: System) -> None:
+    phrase = "every weekday at 17:30 in Europe/London"
+    # WHEN the phrase's zone is given again as timezone THEN it is taken
+    status, body = system.call(
+        "POST", "/schedules", {"spec": phrase, "timezone": "Europe/London", "target": PYTHON}
+    )
+    assert (status, body.get("timezone")) == (201, "Europe/London"), body
+    # WHEN timezone names another zone THEN the request is refused naming timezone
+    status, body = system.call(
+        "POST", "/schedules", {"spec": phrase, "timezone": "Asia/Tokyo", "target": PYTHON}
+    )
+    assert status == 400, body
+    assert body["error"]["field"] == "timezone"
+    assert "in Europe/London" in body["error"]["message"]
+    # AND only the first schedule was stored
+    _, page = system.call("GET", "/schedules")
+    assert [s["timezone"] for s in page["items"]] == ["Europe/London"]
+
+
+@pytest.mark.parametrize(
+    ("request_body", "field", "hint"),
+    [
+        ({"spec": "every day at 9am in PST"}, "spec", "for example America/Los_Angeles"),
+        ({"spec": "every day at 9am", "timezone": "PST"}, "timezone", "America/Los_Angeles"),
+        (
+            {"spec": "rate(5 minutes)", "timezone": "europe/london"},
+            "timezone",
+            "did you mean 'Europe/London'?",
+        ),
+        ({"spec": "tomorrow at 9am", "timezone": "europe/london"}, "timezone", "Europe/London"),
+        ({"spec": "every 7 minutes between 9am and 5pm"}, "spec", "does not divide the hour"),
+    ],
+)
+def test_a_zone_that_is_no_zone_is_refused_with_the_one_meant(
+    system: System, request_body: dict[str, str], field: str, hint: str
+) -> None:
+    # WHEN a tenant names a zone by an abbreviation or in the wrong case
+    status, body = system.call("POST", "/schedules", {**request_body, "target": PYTHON})
+    # THEN the answer is a 400 naming the field, with the zone meant, and nothing is stored
+    assert status == 400, body
+    assert body["error"]["field"] == field
+    assert hint in body["error"]["message"], body
     _, page = system.call("GET", "/schedules")
     assert page["items"] == []

@@ -286,3 +286,64 @@ def test_the_console_is_served_without_a_key_and_only_its_own_files(api: Api) ->
     assert "sessionStorage" in script
     for missing in ("/console/nothing.js", "/console/..%2Fapp.py", "/console/__init__.py"):
         assert api.call("GET", missing, tenant=None)[0] == 404, missing
+
+
+def test_a_nodes_dead_letters_name_their_run_node_and_generation(api: Api) -> None:
+    # GIVEN a run whose node "b" dies, is retried ("retry failed") and dies again
+    flow = api.flow
+    flow.register([node("a"), node("b", retry=retry.RetryPolicy(max_attempts=1))], [("a", "b")])
+    flow.ledger.failing["b"] = 2
+    run = flow.start()
+    flow.drain()
+    flow.service.retry_failed("tenant-a", run.run_id)
+    flow.drain()
+
+    # WHEN tenant A lists its dead letters
+    status, page, _ = api.call("GET", "/dead-letters")
+
+    # THEN each names the run and the node it is of, and the generation tells them apart
+    assert status == 200, page
+    assert sorted((d["run_id"], d["node_id"], d["version"]) for d in page["items"]) == [
+        (run.run_id, "b", 1),
+        (run.run_id, "b", 2),
+    ]
+
+
+def test_the_overview_says_what_its_dead_letters_are_of(api: Api) -> None:
+    # GIVEN a node that died twice and a job that died once
+    flow = api.flow
+    flow.register([node("b", retry=retry.RetryPolicy(max_attempts=1))], [])
+    flow.ledger.failing["b"] = 2
+    run = flow.start()
+    flow.drain()
+    flow.service.retry_failed("tenant-a", run.run_id)
+    flow.drain()
+    flow.ledger.failing["job"] = 1
+    once = retry.RetryPolicy(max_attempts=1)
+    draft = schedules.JobDraft(
+        target={"type": "python", "handler": "ledger"},
+        payload={"node": "job"},
+        retry=once,
+        delay_seconds=0,
+    )
+    api.service.create_job("tenant-a", draft)
+    flow.drain()
+
+    # WHEN tenant A reads its overview
+    status, found, _ = api.call("GET", "/overview")
+
+    # THEN the dead letters are counted by what they are of, and add up to the total
+    assert status == 200, found
+    assert found["dead_letters_by_source"] == {"schedules": 0, "jobs": 1, "workflow nodes": 2}
+    assert found["dead_letters"] == 3
+    # AND the last hour's occurrences, which count schedules' and jobs' only, have the job's
+    assert found["occurrences"]["dead"] == 1
+
+
+def test_the_favicon_is_served_without_a_key(api: Api) -> None:
+    # WHEN a browser asks the origin for its icon, with no key
+    status, icon, headers = api.call("GET", "/favicon.ico", tenant=None)
+    # THEN it is the console's icon, an SVG
+    assert status == 200, icon
+    assert headers["Content-Type"] == "image/svg+xml" and icon.startswith("<svg")
+    assert api.call("GET", "/console/favicon.svg", tenant=None)[1] == icon

@@ -1185,6 +1185,8 @@ def test_every_route_but_the_api_description_and_the_console_needs_the_key_autho
         # the console's page and static assets: the page asks for the key itself
         ("/console", "get"): [],
         ("/console/{asset}", "get"): [],
+        # and the icon browsers ask the origin for
+        ("/favicon.ico", "get"): [],
     }
     # the local cloud's gateway lets the same routes through without a key
     public = {path for (path, _), scheme in security.items() if scheme == []}

@@ -892,10 +892,10 @@ def test_dead_letters_list_and_redrive(api: FakeApi, capsys: pytest.CaptureFixtu
 
     assert run(api, "dead-letters", "list") == 0
     assert rows(capsys.readouterr().out) == [
-        ["id", "schedule", "fire time", "attempts", "exit reason", "finished"],
+        ["id", "of", "fire time", "attempts", "exit reason", "finished"],
         [
             OCCURRENCE["id"],
-            "nightly",
+            "schedule nightly",
             "2026-12-01T08:00:00Z",
             "3",
             "ValueError: boom",
@@ -906,6 +906,26 @@ def test_dead_letters_list_and_redrive(api: FakeApi, capsys: pytest.CaptureFixtu
     assert run(api, "dead-letters", "redrive", str(OCCURRENCE["id"])) == 0
     assert api.last.method == "POST"
     assert "queued" in capsys.readouterr().out
+
+
+def test_a_nodes_dead_letters_are_listed_by_run_node_and_generation(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a node that died, was retried and died again, and a job that died
+    node = {**OCCURRENCE, "schedule_id": "wf.r1.validate", "run_id": "r1", "node_id": "validate"}
+    job = {**OCCURRENCE, "id": "am9i", "schedule_id": "job_7", "run_id": None, "node_id": None}
+    items = [{**node, "id": "Zzk", "version": 2}, {**node, "id": "Zzg", "version": 1}, job]
+    api.answer("GET", "/dead-letters", 200, {"items": items, "next_cursor": None})
+
+    # WHEN the dead letters are listed
+    assert run(api, "dead-letters", "list") == 0
+
+    # THEN each row says what it is of: the node's two apart by their generation
+    assert [row[:2] for row in rows(capsys.readouterr().out)[1:]] == [
+        ["Zzk", "node validate of run r1 (generation 2)"],
+        ["Zzg", "node validate of run r1 (generation 1)"],
+        ["am9i", "job job_7"],
+    ]
 
 
 # --- errors ------------------------------------------------------------------------------

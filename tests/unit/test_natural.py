@@ -70,7 +70,7 @@ def test_common_forms_translate_to_a_spec(text: str, spec: str) -> None:
     "text,suggestion",
     [
         ("every blue moon", natural.EXAMPLES[0]),
-        ("every tuesdy at 8", "every tuesday at 08:00"),
+        ("every tuesdy at 8", "every tuesday at 8"),
         ("in 3 fortnights", "in 3 days"),
         ("twice a month", "on the 1st of every month at 00:00"),
         ("each day around lunch", "every day at 09:30"),

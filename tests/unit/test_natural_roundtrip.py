@@ -1,8 +1,9 @@
 """Every phrase the natural-language grammar accepts round-trips through its description.
 
-Round trip, precisely: a phrase P is translated to a spec S1 (with a time zone Z); the
-description D of S1 in Z (what the API shows back) is translated again to S2. S1 and S2 in
-Z fire at the same instants for a year: from each of 13 starting instants a month apart
+Round trip, precisely: a phrase P is translated to a spec S1 (with a time zone Z, the
+schedule's or said in P as "in Z"); the description D of S1 in Z (what the API shows
+back) is translated again to S2. S1 and S2 in Z fire at the same instants for a year:
+from each of 13 starting instants a month apart
 (the first one `NOW`), their next 100 fire times are equal (every fire of the year for a
 schedule firing at most 100 times a month, a sample of each month for more frequent ones).
 """
@@ -95,7 +96,33 @@ def hourly_phrases(draw: st.DrawFn) -> str:
     return draw(st.sampled_from([f"{every} at {past}", "hourly", "every other hour"]))
 
 
+@st.composite
+def window_phrases(draw: st.DrawFn) -> str:
+    """Every N minutes between two hours of a day, on some days."""
+    n = draw(st.sampled_from([1, 2, 5, 10, 15, 20, 30]))
+    first = draw(st.integers(0, 22))
+    end = draw(st.integers(first + 1, 24))
+    start_text = draw(clocks(minute=0).filter(lambda c: natural._clock(c)[0] == first))
+    end_text = "midnight" if end == 24 else f"{end:02d}:00"
+    every = "every minute" if n == 1 else f"every {n} minutes"
+    days = draw(st.sampled_from(["", " on weekdays", " every monday and friday", " on weekends"]))
+    return f"{every} between {start_text} and {end_text}{days}"
+
+
+@st.composite
+def instant_phrases(draw: st.DrawFn) -> str:
+    """ISO 8601 instants after "at", and "tomorrow at", with or without an offset."""
+    moment = draw(st.datetimes(datetime(2027, 1, 1), datetime(2030, 12, 31)))
+    offset = draw(st.sampled_from(["", "Z", "+01:00", "-05:30"]))
+    iso = f"at {moment:%Y-%m-%dT%H:%M:%S}{offset}"
+    return draw(st.sampled_from([iso, f"tomorrow at {draw(clocks())}"]))
+
+
 PHRASES = st.one_of(
+    window_phrases(),
+    instant_phrases(),
+    st.builds("weekly on {} at {}".format, st.sampled_from(DAY_NAMES), clocks()),
+    st.sampled_from(["weekly", "monthly", "hourly", "daily", "every week", "on the hour"]),
     calendar_phrases(),
     hourly_phrases(),
     st.builds(
@@ -119,14 +146,21 @@ def year_of_fires(spec: schedule.Spec, zone: str) -> list[list[datetime]]:
     return [list(schedule.fires(timing, start, limit=FIRES_PER_START)) for start in STARTS]
 
 
-@settings(max_examples=200, deadline=None)
-@given(phrase=PHRASES, zone=ZONES)
-def test_every_accepted_phrase_round_trips_through_its_description(phrase: str, zone: str) -> None:
-    # GIVEN an accepted phrase and the description shown back for it
-    first = natural.translate(phrase, NOW).spec
+@settings(max_examples=300, deadline=None)
+@given(phrase=PHRASES, zone=ZONES, named=st.booleans())
+def test_every_accepted_phrase_round_trips_through_its_description(
+    phrase: str, zone: str, named: bool
+) -> None:
+    # GIVEN an accepted phrase (its zone said in it, or the schedule's) and the
+    # description shown back for it
+    if named:
+        phrase = f"{phrase} in {zone}"
+    translation = natural.translate(phrase, NOW, "UTC" if named else zone)
+    first = translation.spec
+    assert translation.timezone == (zone if named else None)
     description = schedule.describe(first, zone)
     # WHEN the description is translated again
-    second = natural.translate(description, NOW).spec
+    second = natural.translate(description, NOW, zone).spec
     # THEN both fire at the same instants for a year
     assert year_of_fires(second, zone) == year_of_fires(first, zone), (phrase, description)
     assert natural.looks_natural(phrase) and natural.looks_natural(description)

@@ -465,6 +465,12 @@ def build_app(
     def console_asset(name: str) -> Response[str]:
         return _asset(name)
 
+    # Browsers ask for it on every page of the origin, with no key: a 401 here is an
+    # error in every console's log.
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> Response[str]:
+        return _asset(console.FAVICON)
+
     # --- the document ----------------------------------------------------------------------
 
     @app.get("/openapi.json", include_in_schema=False)

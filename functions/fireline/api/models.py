@@ -652,13 +652,24 @@ class OccurrenceOut(BaseModel):
     duration_seconds: float | None
     exit_reason: str | None
     progress: dict[str, Any]
+    run_id: str | None = Field(
+        default=None, description="a workflow node's occurrence: the run it belongs to"
+    )
+    node_id: str | None = Field(
+        default=None,
+        description="a workflow node's occurrence: the node (its generation is `version`: "
+        "each 'retry failed' runs a node again as a new generation)",
+    )
 
     @classmethod
     def of(cls, item: occurrence.Occurrence) -> OccurrenceOut:
+        run_id, node_id = workflow.parse_node_schedule_id(item.schedule_id) or (None, None)
         return cls(
             id=occurrence_id(item.key),
             key=item.key,
             schedule_id=item.schedule_id,
+            run_id=run_id,
+            node_id=node_id,
             version=item.version,
             fire_time=item.fire_time,
             job_class=item.job_class,
@@ -967,10 +978,19 @@ class OverviewOut(BaseModel):
     generated_at: datetime
     since: datetime
     classes: list[ClassLoadOut]
-    occurrences: dict[str, int] = Field(description="fired since `since`, by state")
+    occurrences: dict[str, int] = Field(
+        description="schedules' and jobs' occurrences fired since `since`, by state "
+        "(workflow nodes are counted on their runs)"
+    )
     lag: list[LagPointOut]
     tickers: list[TickerGroupOut]
-    dead_letters: int
+    dead_letters: int = Field(
+        description="dead occurrences waiting for a redrive, whenever they died: of "
+        "schedules, jobs and workflow nodes (`dead_letters_by_source`)"
+    )
+    dead_letters_by_source: dict[str, int] = Field(
+        description="`dead_letters` by what they are of: schedules, jobs, workflow nodes"
+    )
     schedules: int
     capped: bool = Field(description="a read bound was met: counts are lower bounds")
     queues: list[QueueLoadOut] | None = Field(
@@ -1006,6 +1026,7 @@ class OverviewOut(BaseModel):
                 for t in found.tickers
             ],
             dead_letters=found.dead_letters,
+            dead_letters_by_source=found.dead_by_source,
             schedules=found.schedules,
             capped=found.capped,
             queues=(

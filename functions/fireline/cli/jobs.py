@@ -163,10 +163,21 @@ def _dead_rows(out: Console, body: Any) -> None:
         "dead letters",
         {
             "id": lambda o: o["id"],
-            "schedule": lambda o: o["schedule_id"],
+            "of": _dead_letter_of,
             "fire time": lambda o: o["fire_time"],
             "attempts": lambda o: o["attempts"],
             "exit reason": lambda o: o.get("exit_reason"),
             "finished": lambda o: o.get("finished_at"),
         },
     )
+
+
+def _dead_letter_of(letter: dict[str, Any]) -> str:
+    """What a dead letter is of: a node's names its run and generation, since a node
+    retried ("retry failed") and dead again is one more row of the same node."""
+    if letter.get("run_id"):
+        return (
+            f"node {letter['node_id']} of run {letter['run_id']} (generation {letter['version']})"
+        )
+    kind = "job" if str(letter["schedule_id"]).startswith("job_") else "schedule"
+    return f"{kind} {letter['schedule_id']}"

@@ -29,6 +29,8 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-cache",
 }
 INDEX = "index.html"
+# Served at /favicon.ico too, where browsers look for it (an SVG: the page links it as one).
+FAVICON = "favicon.svg"
 
 
 @dataclass(frozen=True)

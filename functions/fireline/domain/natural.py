@@ -17,8 +17,23 @@ Understood (case-insensitive; times as ``09:30``, ``9:30pm``, ``9am``, ``noon``,
   ``every mon and thu at 18:15``, ``tuesday through thursday at 07:00``
 - ``on the 1st of every month``, ``every month on the 1st``, ``on the 15th of every month
   at 10:00``
+- ``weekly`` (Sundays at midnight, as cron's ``@weekly``), ``weekly on monday at 9am``,
+  ``monthly`` (the 1st at midnight), ``monthly at 9am``
+- ``every 15 minutes between 9am and 5pm`` (from the first hour up to the second: the
+  last fire at 16:45), ``every minute between 22:00 and midnight on weekdays``
 - ``in 3 days``, ``in 90 minutes`` (relative to ``now``, which the caller passes)
+- ``tomorrow at 9am``, ``today at 17:00`` (the day read in the schedule's zone at ``now``)
 - ``on 2026-12-01 at 10:00``, ``at 2026-12-01 10:00`` (a wall-clock time in the zone)
+- ``at 2027-01-01T00:00:00Z``, ``at 2027-01-01T09:00:00+01:00`` (ISO 8601 instants;
+  without an offset, a wall-clock time in the zone)
+
+Any of them may end with ``in <IANA zone>`` (``every weekday at 17:30 in Europe/London``):
+the schedule's zone. As everywhere in the grammar, letter case does not matter there
+(``in europe/london``); a zone abbreviation (``in PST``) is refused with the place to
+name instead.
+
+:data:`GRAMMAR` holds an example of each form with what it is stored and described as;
+the documentation's table is made from it (:func:`grammar_markdown`).
 
 Every description :func:`fireline.domain.schedule.describe` gives a translation is itself
 understood and means the same fire times (``At 09:00, Monday through Friday (UTC)``,
@@ -28,10 +43,11 @@ in parentheses is read past: the schedule's ``timezone`` decides.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from fireline.domain import errors, schedule
 
@@ -66,9 +82,118 @@ EXAMPLES = (
 
 
 @dataclass(frozen=True)
+class Example:
+    """A phrase of the grammar, and what it becomes (read at :data:`GRAMMAR_NOW`)."""
+
+    phrase: str
+    spec: str  # what is stored
+    description: str  # what is shown back, itself understood as the same schedule
+    timezone: str = "UTC"  # the schedule's zone (a trailing "in <zone>" sets it)
+
+
+# The instant the grammar's table is read at ("in 3 days", "tomorrow"): a Monday.
+GRAMMAR_NOW = datetime(2026, 11, 30, 15, 0, 12, tzinfo=UTC)
+GRAMMAR = (
+    Example("every 5 minutes", "rate(5 minutes)", "Every 5 minutes"),
+    Example("every 10 seconds", "rate(10 seconds)", "Every 10 seconds"),
+    Example("hourly", "cron(0 * * * *)", "Every hour, on the hour (UTC)"),
+    Example("every hour at :15", "cron(15 * * * *)", "At 15 minutes past the hour (UTC)"),
+    Example("every other hour", "cron(0 */2 * * *)", "On the hour, every 2 hours (UTC)"),
+    Example(
+        "every 2 hours at :15",
+        "cron(15 */2 * * *)",
+        "At 15 minutes past the hour, every 2 hours (UTC)",
+    ),
+    Example("daily", "cron(0 0 * * *)", "Every day at 00:00 (UTC)"),
+    Example("every day at 09:30", "cron(30 9 * * *)", "Every day at 09:30 (UTC)"),
+    Example("daily at quarter past 9pm", "cron(15 21 * * *)", "Every day at 21:15 (UTC)"),
+    Example(
+        "twice a day at 9am and 9pm", "cron(0 9,21 * * *)", "Every day at 09:00 and 21:00 (UTC)"
+    ),
+    Example(
+        "every weekday at 17:30 in Europe/London",
+        "cron(30 17 * * 1-5)",
+        "At 17:30, Monday through Friday (Europe/London)",
+        "Europe/London",
+    ),
+    Example(
+        "weekends at noon", "cron(0 12 * * 0,6)", "At 12:00, only on Sunday and Saturday (UTC)"
+    ),
+    Example(
+        "every mon and thu at 18:15",
+        "cron(15 18 * * 1,4)",
+        "At 18:15, only on Monday and Thursday (UTC)",
+    ),
+    Example(
+        "tuesday through thursday at 07:00",
+        "cron(0 7 * * 2-4)",
+        "At 07:00, Tuesday through Thursday (UTC)",
+    ),
+    Example("weekly", "cron(0 0 * * 0)", "At 00:00, only on Sunday (UTC)"),
+    Example("weekly on monday at 9am", "cron(0 9 * * 1)", "At 09:00, only on Monday (UTC)"),
+    Example("monthly", "cron(0 0 1 * *)", "At 00:00, on day 1 of the month (UTC)"),
+    Example(
+        "on the 15th of every month at 10:00",
+        "cron(0 10 15 * *)",
+        "At 10:00, on day 15 of the month (UTC)",
+    ),
+    Example("every other day at 10:00", "cron(0 10 */2 * *)", "At 10:00, every 2 days (UTC)"),
+    Example(
+        "every 15 minutes between 9am and 5pm",
+        "cron(*/15 9-16 * * *)",
+        "Every 15 minutes, between 09:00 and 16:59 (UTC)",
+    ),
+    Example(
+        "every 30 minutes between 08:00 and 18:00 on weekdays in America/New_York",
+        "cron(*/30 8-17 * * 1-5)",
+        "Every 30 minutes, between 08:00 and 17:59, Monday through Friday (America/New_York)",
+        "America/New_York",
+    ),
+    Example("in 3 days", "at(2026-12-03T15:00:12Z)", "Once at 2026-12-03 15:00:12 UTC"),
+    Example("in 90 minutes", "at(2026-11-30T16:30:12Z)", "Once at 2026-11-30 16:30:12 UTC"),
+    Example("tomorrow at 9am", "at(2026-12-01T09:00:00)", "Once at 2026-12-01 09:00:00 (UTC)"),
+    # 15:00 UTC is already midnight in Tokyo: its tomorrow is the 2nd.
+    Example(
+        "tomorrow at 9am in Asia/Tokyo",
+        "at(2026-12-02T09:00:00)",
+        "Once at 2026-12-02 09:00:00 (Asia/Tokyo)",
+        "Asia/Tokyo",
+    ),
+    Example(
+        "on 2026-12-24 at 18:00", "at(2026-12-24T18:00:00)", "Once at 2026-12-24 18:00:00 (UTC)"
+    ),
+    Example(
+        "at 2027-01-01T00:00:00Z", "at(2027-01-01T00:00:00Z)", "Once at 2027-01-01 00:00:00 UTC"
+    ),
+    Example(
+        "at 2027-01-01T09:00:00+01:00",
+        "at(2027-01-01T08:00:00Z)",
+        "Once at 2027-01-01 08:00:00 UTC",
+    ),
+    Example(
+        "at 2027-01-01T09:00 in Europe/Paris",
+        "at(2027-01-01T09:00:00)",
+        "Once at 2027-01-01 09:00:00 (Europe/Paris)",
+        "Europe/Paris",
+    ),
+)
+
+
+def grammar_markdown() -> str:
+    """The table of :data:`GRAMMAR`, as the documentation's schedules page shows it."""
+    lines = [
+        "| you write | stored as | zone | described as |",
+        "| --- | --- | --- | --- |",
+        *(f"| `{e.phrase}` | `{e.spec}` | {e.timezone} | {e.description} |" for e in GRAMMAR),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
 class Translation:
     text: str  # what the user wrote
     spec: schedule.Spec
+    timezone: str | None = None  # the zone a trailing "in <IANA zone>" named
 
     @property
     def spec_text(self) -> str:
@@ -88,19 +213,51 @@ def looks_natural(text: str) -> bool:
     return not re.fullmatch(r"[0-9*?/,\-#lw ]+", stripped)
 
 
-def translate(text: str, now: datetime) -> Translation:
-    """Translate one of the common English forms into a spec; ``now`` anchors ``in N``."""
-    phrase = " ".join(text.strip().lower().replace(",", " ").replace(".", " ").split())
+def translate(text: str, now: datetime, timezone: str = "UTC") -> Translation:
+    """Translate one of the common English forms into a spec. ``now`` anchors ``in N``
+    and ``tomorrow``; ``timezone`` is the schedule's zone, unless the text names one."""
+    body, named = _split_zone(text.strip())
+    phrase = _normal(body)
     phrase = _ZONE_SUFFIX.sub("", phrase)
-    spec = _translate(phrase, now)
+    zone_name = named or timezone
+    spec = _translate(phrase, now, zone_name)
     if spec is None:
         raise errors.ScheduleSyntaxError(
-            f"cannot understand {text!r}", part="natural language", suggestion=_suggest(phrase)
+            f"cannot understand {text!r}",
+            part="natural language",
+            suggestion=_suggest(phrase, now, zone_name),
         )
-    return Translation(text=text, spec=spec)
+    return Translation(text=text, spec=spec, timezone=named)
 
 
-def _translate(phrase: str, now: datetime) -> schedule.Spec | None:
+def _normal(text: str) -> str:
+    """Lower case, commas and full stops read as spaces (a decimal point stays)."""
+    text = re.sub(r"(?<!\d)\.|\.(?!\d)", " ", text.lower().replace(",", " "))
+    return " ".join(text.split())
+
+
+def _split_zone(text: str) -> tuple[str, str | None]:
+    """``text`` without a trailing ``in <zone>``, and the zone's canonical name."""
+    m = re.fullmatch(r"(?P<body>.+?)\s+in\s+(?P<zone>\S+)", text, flags=re.IGNORECASE | re.DOTALL)
+    if m is None:
+        return text, None
+    name = m["zone"]
+    known = schedule.zone_by_case(name)
+    if known is not None:
+        return m["body"], known
+    # Only what is written as a zone is read as one: "in 3 days" stays a phrase.
+    if (
+        "/" in name
+        or name.upper() in schedule.ZONE_ABBREVIATIONS
+        or (name.isalpha() and name.isupper() and len(name) <= 5)
+    ):
+        raise errors.UnknownTimeZone(
+            f"{name!r} is not an IANA time zone; {schedule.zone_hint(name)}", field="spec"
+        )
+    return text, None
+
+
+def _translate(phrase: str, now: datetime, timezone: str) -> schedule.Spec | None:
     if m := re.fullmatch(rf"every (?P<n>\d+) {_UNIT}", phrase):
         return schedule.parse_rate(f"{m['n']} {m['unit']}")
     if m := re.fullmatch(r"every (?P<unit>second|minute|hour|day)", phrase):
@@ -108,13 +265,94 @@ def _translate(phrase: str, now: datetime) -> schedule.Spec | None:
     if m := re.fullmatch(rf"in (?P<n>\d+) {_UNIT}", phrase):
         rate = schedule.parse_rate(f"{m['n']} {m['unit']}")
         return schedule.AtSpec(when=(now.astimezone(UTC) + rate.period).replace(microsecond=0))
-    return _hourly(phrase) or _once(phrase) or _calendar(phrase)
+    return (
+        _between(phrase)
+        or _hourly(phrase)
+        or _instant(phrase)
+        or _relative_day(phrase, now, timezone)
+        or _once(phrase)
+        or _calendar(phrase)
+    )
+
+
+def _between(phrase: str) -> schedule.CronSpec | None:
+    """Every N minutes in a window of the day: from the first time's hour up to the
+    second time (``between 9am and 5pm`` fires 09:00 to 16:45; ``and 16:59`` the same)."""
+    m = re.fullmatch(
+        rf"every (?:(?P<n>\d+) (?:minutes?|mins?)|minute) between (?P<a>{_CLOCK}) and "
+        rf"(?P<b>{_CLOCK})(?P<rest>(?: .*)?)",
+        phrase,
+    )
+    if m is None:
+        return None
+    days = _day_clause(m["rest"].strip())
+    if days is None:
+        return None
+    n = int(m["n"] or 1)
+    if n < 1 or 60 % n:
+        raise errors.ScheduleSyntaxError(
+            f"every {n} minutes does not divide the hour: each hour would start over at :00",
+            part="minute",
+            suggestion=f"every {_divisor_near(n)} minutes between {m['a']} and {m['b']}",
+        )
+    (first, start_minute), (end, end_minute) = _clock(m["a"]), _clock(m["b"])
+    if start_minute != 0:
+        raise errors.ScheduleSyntaxError(
+            f"a window starts on the hour, not at {m['a']}", part="time"
+        )
+    if end_minute not in (0, 59):
+        raise errors.ScheduleSyntaxError(
+            f"a window ends on the hour (or at :59 of it), not at {m['b']}", part="time"
+        )
+    last = 23 if (end, end_minute) == (0, 0) else end - 1 if end_minute == 0 else end
+    if last < first:
+        raise errors.ScheduleSyntaxError(
+            f"the window from {m['a']} to {m['b']} is empty or crosses midnight "
+            "(make it two schedules)",
+            part="time",
+        )
+    minutes = "*" if n == 1 else f"*/{n}"
+    hours = str(first) if last == first else f"{first}-{last}"
+    return _cron(f"{minutes} {hours} {days[0]} * {days[1]}")
+
+
+def _divisor_near(n: int) -> int:
+    return min(
+        (d for d in (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30) if d <= max(n, 1)),
+        key=lambda d: abs(d - n),
+    )
+
+
+def _instant(phrase: str) -> schedule.AtSpec | None:
+    """An ISO 8601 instant: absolute with ``Z`` or an offset, else wall-clock in the zone."""
+    m = re.fullmatch(
+        r"(?:once )?(?:on |at )?(?P<iso>\d{4}-\d{2}-\d{2}t\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+        r"(?:z|[+-]\d{2}:?\d{2})?)",
+        phrase,
+    )
+    return schedule.parse_at(m["iso"].upper()) if m is not None else None
+
+
+def _relative_day(phrase: str, now: datetime, timezone: str) -> schedule.AtSpec | None:
+    """``tomorrow at 9am``: a wall-clock time on the day after ``now``'s, in the zone."""
+    m = re.fullmatch(rf"(?P<day>today|tomorrow) (?:at )?(?P<time>{_CLOCK})", phrase)
+    if m is None:
+        return None
+    day = now.astimezone(schedule.zone(timezone)).date()
+    if m["day"] == "tomorrow":
+        day += timedelta(days=1)
+    hour, minute = _clock(m["time"])
+    # Naive on purpose: a wall-clock time in the schedule's zone, as at(...) without offset.
+    wall = datetime(day.year, day.month, day.day, hour, minute)  # noqa: DTZ001
+    return schedule.AtSpec(when=wall)
 
 
 def _hourly(phrase: str) -> schedule.CronSpec | None:
     """Once an hour (or every N hours) at a minute past it."""
-    if phrase in ("hourly", "every hour on the hour"):
+    if phrase in ("hourly", "every hour on the hour", "on the hour"):
         return _cron("0 * * * *")
+    if m := re.fullmatch(r"on the hour every (?P<n>\d+) hours", phrase):
+        phrase = f"every {m['n']} hours at :00"
     if phrase == "every other hour":
         return _cron("0 */2 * * *")
     every = r"(?:every hour|hourly|every (?P<n>\d+) hours|every other hour)"
@@ -173,18 +411,19 @@ _DAY_CLAUSES = (
     r"(?:(?P<other>every other day)|every (?P<days>\d+) days)",
     r"(?:every |on )?(?P<weekday>weekday|weekend)(?: day)?s?",
     rf"(?P<first>{_DAY}) through (?P<last>{_DAY})",
-    rf"(?:(?:every|each|on|only on) )?(?P<list>{_DAY_LIST})",
+    rf"(?:(?:every|each|on|only on|weekly on|every week on) )?(?P<list>{_DAY_LIST})",
     rf"(?:on the {_ORDINAL}(?: day)?(?: of (?:every|each|the) month)?"
     r"|(?:every month|monthly) on the (?P<day1>\d{1,2})(?:st|nd|rd|th)?"
     r"|on day (?P<day2>\d{1,2}) of the month)",
+    # cron's @weekly and @monthly: Sundays, and the 1st of the month.
+    r"(?P<weekly>weekly|every week)",
+    r"(?P<monthly>monthly|every month)",
 )
 
 
 def _calendar(phrase: str) -> schedule.CronSpec | None:
     """Times of day (``at 09:00 and 21:00``) on days (every day, weekdays, Mondays, the
     1st of the month...), the days before or after the times."""
-    if phrase == "monthly":
-        return _cron("0 0 1 * *")
     for clause in _DAY_CLAUSES:
         before = re.fullmatch(rf"{clause}(?P<rest>(?: .*)?)", phrase)
         after = re.fullmatch(rf"(?P<rest>(?:.*? )?){clause}", phrase)
@@ -209,8 +448,23 @@ def _calendar(phrase: str) -> schedule.CronSpec | None:
     return _cron_at(times, "*", "*") if times is not None else None
 
 
+def _day_clause(text: str) -> tuple[str, str] | None:
+    """(day of month, day of week) of a day clause alone (every day when ``text`` is
+    empty), or None when ``text`` is none."""
+    if not text:
+        return "*", "*"
+    for clause in _DAY_CLAUSES:
+        if m := re.fullmatch(clause, text):
+            return _days(m.groupdict())
+    return None
+
+
 def _days(groups: dict[str, str | None]) -> tuple[str, str] | None:
     """(day of month, day of week) of a day clause's match."""
+    if groups.get("weekly") is not None:
+        return "*", "0"
+    if groups.get("monthly") is not None:
+        return "1", "*"
     if groups.get("other") is not None:
         return "*/2", "*"
     if groups.get("days") is not None:
@@ -291,16 +545,25 @@ def _clock(time: str | None) -> tuple[int, int]:
     return hour, minute
 
 
-def _suggest(phrase: str) -> str:
-    for word in phrase.split():
-        close = difflib.get_close_matches(
-            word, [d for d in _DAY_NAMES if len(d) > 4], n=1, cutoff=0.8
-        )
-        if close and close[0] != word:
-            return f"every {close[0]} at 08:00"
+def _suggest(phrase: str, now: datetime, timezone: str) -> str:
+    """A form near ``phrase``: the phrase with its misspelt words put right when that is
+    understood (``every tuesdy at 8`` -> ``every tuesday at 8``), else the nearest of the
+    grammar's examples, else an example of the kind of schedule it seems to mean."""
+    words = phrase.split()
+    fixed = [_word_near(word) for word in words]
+    if fixed != words:
+        candidate = " ".join(fixed)
+        with contextlib.suppress(errors.ValidationError):
+            if _translate(candidate, now, timezone) is not None:
+                return candidate
+    if "between" in words or "from" in words:
+        return "every 15 minutes between 9am and 5pm"
+    near = difflib.get_close_matches(phrase, [e.phrase.lower() for e in GRAMMAR], n=1, cutoff=0.6)
+    if near:
+        return near[0]
     if re.search(r"\b(in)\b \d", phrase):
         return "in 3 days"
-    if any(day in phrase.split() for day in _DAY_NAMES) or "week" in phrase:
+    if any(day in words for day in _DAY_NAMES) or "week" in phrase:
         return "every monday at 08:00"
     if "month" in phrase:
         return "on the 1st of every month at 00:00"
@@ -309,3 +572,21 @@ def _suggest(phrase: str) -> str:
     if re.search(r"\b(second|minute|hour)s?\b", phrase):
         return "every 5 minutes"
     return " | ".join(EXAMPLES)
+
+
+def _word_near(word: str) -> str:
+    if word in _VOCABULARY or not word.isalpha():
+        return word
+    close = difflib.get_close_matches(word, _VOCABULARY, n=1, cutoff=0.75)
+    return close[0] if close else word
+
+
+# The words of the grammar, for putting a misspelt one right.
+_WORDS = (
+    "every", "each", "day", "days", "daily", "night", "nightly", "hour", "hours", "hourly",
+    "minute", "minutes", "second", "seconds", "week", "weekly", "weekday", "weekdays",
+    "weekend", "weekends", "month", "monthly", "other", "twice", "tomorrow", "today",
+    "between", "and", "through", "at", "on", "in", "of", "the", "noon", "midnight", "quarter",
+    "half", "past", "to", "once",
+)  # fmt: skip
+_VOCABULARY = sorted({*(name for name in _DAY_NAMES if len(name) > 3), *_WORDS})

@@ -27,9 +27,11 @@ DST rules for cron and local ``at`` specs:
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import re
+import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -313,17 +315,18 @@ def parse_at(body: str) -> AtSpec:
 # --- time zones --------------------------------------------------------------------------
 
 
-def zone(name: str) -> ZoneInfo:
-    """The IANA zone called ``name``; raises :class:`errors.UnknownTimeZone`."""
+def zone(name: str, field: str = "timezone") -> ZoneInfo:
+    """The IANA zone called ``name``; raises :class:`errors.UnknownTimeZone` naming
+    ``field``, with the zone meant when one is near (``europe/london``, ``PST``)."""
     if isinstance(name, str) and name in _KNOWN_ZONES:
         return _KNOWN_ZONES[name]
     if not isinstance(name, str) or not name or name != name.strip() or ".." in name:
-        raise errors.UnknownTimeZone(f"{name!r} is not an IANA time zone", field="timezone")
+        raise errors.UnknownTimeZone(f"{name!r} is not an IANA time zone", field=field)
     try:
         found = ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise errors.UnknownTimeZone(
-            f"{name!r} is not an IANA time zone (for example Europe/Paris)", field="timezone"
+            f"{name!r} is not an IANA time zone; {zone_hint(name)}", field=field
         ) from exc
     _KNOWN_ZONES[name] = found
     return found
@@ -331,6 +334,53 @@ def zone(name: str) -> ZoneInfo:
 
 # Zones already checked: every Timing asks for its zone on each next fire.
 _KNOWN_ZONES: dict[str, ZoneInfo] = {}
+
+# Abbreviations people write for a zone. Each names an offset (often two regions' offset,
+# and no DST rule), so none is a zone: the hint names the place most people mean by it.
+# EST, MST, HST, CET, EET, WET and MET are left out: tzdata has zones by those names.
+ZONE_ABBREVIATIONS = {
+    "PST": "America/Los_Angeles", "PDT": "America/Los_Angeles", "PT": "America/Los_Angeles",
+    "MDT": "America/Denver", "MT": "America/Denver",
+    "CST": "America/Chicago", "CDT": "America/Chicago", "CT": "America/Chicago",
+    "EDT": "America/New_York", "ET": "America/New_York",
+    "AKST": "America/Anchorage", "AKDT": "America/Anchorage",
+    "BST": "Europe/London", "IST": "Asia/Kolkata (or Europe/Dublin)",
+    "CEST": "Europe/Paris", "EEST": "Europe/Athens", "WEST": "Europe/Lisbon",
+    "MSK": "Europe/Moscow", "JST": "Asia/Tokyo", "KST": "Asia/Seoul",
+    "SGT": "Asia/Singapore", "HKT": "Asia/Hong_Kong", "AEST": "Australia/Sydney",
+    "AEDT": "Australia/Sydney", "ACST": "Australia/Adelaide", "AWST": "Australia/Perth",
+    "NZST": "Pacific/Auckland", "NZDT": "Pacific/Auckland", "BRT": "America/Sao_Paulo",
+}  # fmt: skip
+
+
+def zone_hint(name: str) -> str:
+    """What to write instead of ``name``, which is no zone: the zone it differs from only
+    in case, the place an abbreviation stands for, or a zone spelled nearly the same."""
+    by_case = zone_by_case(name)
+    if by_case is not None:
+        return f"did you mean {by_case!r}? (zone names are case-sensitive)"
+    meant = ZONE_ABBREVIATIONS.get(name.upper())
+    if meant is not None:
+        return (
+            f"{name} is an abbreviation, not a zone: name the place, for example {meant}, "
+            "whose rules say when daylight saving time starts and ends"
+        )
+    names = _zone_names()
+    close = difflib.get_close_matches(name.lower(), sorted(names), n=1, cutoff=0.8)
+    if close:
+        return f"did you mean {names[close[0]]!r}?"
+    return "name a Region/City, for example Europe/Paris or America/New_York"
+
+
+def zone_by_case(name: str) -> str | None:
+    """The zone named ``name`` but for letter case (``europe/london``), if any."""
+    return _zone_names().get(name.lower())
+
+
+@functools.cache
+def _zone_names() -> dict[str, str]:
+    """Every zone tzdata knows, by its lower-case name (read once per container)."""
+    return {known.lower(): known for known in zoneinfo.available_timezones()}
 
 
 def wall_to_instants(wall: datetime, tz: ZoneInfo, policy: DstPolicy) -> list[datetime]:
@@ -568,11 +618,19 @@ def describe(spec: Spec, timezone: str = "UTC") -> str:
     options.use_24hour_time_format = True
     options.verbose = False
     text = get_description(spec.expression, options)
-    minute, hour = spec.expression.split()[-5:-3]
+    minute, hour, day_of_month, month, day_of_week = spec.expression.split()[-5:]
     if text.startswith("Every") and minute.isdigit() and hour.startswith("*"):
         # "Every 2 hours" would read as a rate (elapsed time); this cron fires on the
         # zone's wall clock, at a minute of the hours the step names.
         steps = hour.removeprefix("*").removeprefix("/")
         every = f", every {steps} hours" if steps and steps != "1" else ""
-        text = f"At {int(minute)} minutes past the hour{every}"
+        if int(minute) == 0:
+            text = f"On the hour{every}" if every else "Every hour, on the hour"
+        else:
+            text = f"At {int(minute)} minutes past the hour{every}"
+    elif (day_of_month, month, day_of_week) == ("*", "*", "*") and re.fullmatch(
+        r"At \d\d:\d\d(?:(?:, | and )\d\d:\d\d)*", text
+    ):
+        # "At 09:30" alone reads as once; the cron fires on every day.
+        text = f"Every day at {text.removeprefix('At ')}"
     return f"{text} ({timezone})"

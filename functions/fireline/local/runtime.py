@@ -596,7 +596,13 @@ class ApiGateway:
     api: FunctionHost
     authorizer: FunctionHost | None
     # The template's routes without the authorizer ({name}: one path segment).
-    public_paths: tuple[str, ...] = ("/openapi.json", "/docs", "/console", "/console/{asset}")
+    public_paths: tuple[str, ...] = (
+        "/openapi.json",
+        "/docs",
+        "/console",
+        "/console/{asset}",
+        "/favicon.ico",
+    )
     stage: str = "prod"
     cache_seconds: float = 300
     # None: methods need no usage identifier (a stack without a usage plan).

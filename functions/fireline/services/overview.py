@@ -18,6 +18,7 @@ a bound was met, so a capped count is never shown as exact).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from fireline import ports
-from fireline.domain import lease, model, occurrence
+from fireline.domain import lease, model, occurrence, workflow
 from fireline.services.schedules import ScheduleService
 
 WINDOW = timedelta(hours=1)
@@ -64,9 +65,11 @@ class Figures:
     states: dict[str, int]  # occurrences fired in the window, by state
     lags: list[LagPoint]
     tickers: list[TickerGroup]
-    dead_letters: int
+    dead_letters: int  # waiting for a redrive, whenever they died
     schedules: int
     capped: bool  # a read bound was met: the counts are at least these
+    # dead_letters by what they are of: "schedules", "jobs", "workflow nodes"
+    dead_by_source: dict[str, int] = dataclasses.field(default_factory=dict)
     queues: dict[str, ports.QueueLoad] | None = None  # the deployment's; operators' only
 
 
@@ -108,6 +111,16 @@ def _ms(delta: timedelta) -> float:
     return max(0.0, delta.total_seconds() * 1000)
 
 
+DEAD_SOURCES = ("schedules", "jobs", "workflow nodes")
+
+
+def dead_source(schedule_id: str) -> str:
+    """What a dead letter is of, by its schedule id."""
+    if workflow.parse_node_schedule_id(schedule_id) is not None:
+        return "workflow nodes"
+    return "jobs" if model.is_job_id(schedule_id) else "schedules"
+
+
 class Overview:
     def __init__(
         self,
@@ -139,7 +152,7 @@ class Overview:
             classes[row.job_class] = (backlog, in_flight)
             if row.fire_time <= now:
                 states[row.state.value] += 1
-        dead, dead_capped = self._dead_letters(tenant_id)
+        dead_by_source, dead_capped = self._dead_letters(tenant_id)
         fired = [r for r in rows if r.fire_time <= now]
         return Figures(
             tenant_id=tenant_id,
@@ -149,7 +162,8 @@ class Overview:
             states={s.value: states.get(s.value, 0) for s in occurrence.State},
             lags=lag_series(fired),
             tickers=self._tickers(now),
-            dead_letters=dead,
+            dead_letters=sum(dead_by_source.values()),
+            dead_by_source=dead_by_source,
             schedules=schedules,
             capped=capped or dead_capped,
             queues=(
@@ -194,16 +208,19 @@ class Overview:
         capped = capped or cursor is not None
         return rows, len(ids), capped
 
-    def _dead_letters(self, tenant_id: str) -> tuple[int, bool]:
-        count = 0
+    def _dead_letters(self, tenant_id: str) -> tuple[dict[str, int], bool]:
+        """The tenant's dead letters counted by source: a node's are apart, since the
+        occurrences of the last hour are read from schedules and jobs only."""
+        counts = dict.fromkeys(DEAD_SOURCES, 0)
         cursor: str | None = None
-        while count < MAX_DEAD:
+        while sum(counts.values()) < MAX_DEAD:
             page = self.service.dead_letters(tenant_id, limit=PAGE, cursor=cursor)
-            count += len(page.items)
+            for row in page.items:
+                counts[dead_source(row.schedule_id)] += 1
             cursor = page.cursor
             if cursor is None:
-                return count, False
-        return count, True
+                return counts, False
+        return counts, True
 
     def _tickers(self, now: datetime) -> list[TickerGroup]:
         if self.leases is None:

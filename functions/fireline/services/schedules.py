@@ -934,19 +934,16 @@ class ScheduleService:
         self._check_target(tenant_id, draft.target)
         model.check_deadline(draft.job_class, draft.deadline_seconds)
         try:
-            if natural.looks_natural(draft.spec):
-                spec = natural.translate(draft.spec, now).spec
-            else:
-                spec = schedule.parse_spec(draft.spec)
+            spec, timezone = _spec_and_zone(draft, now)
             timing = schedule.Timing(
-                spec=spec, timezone=draft.timezone, dst=draft.dst, start=draft.start, end=draft.end
+                spec=spec, timezone=timezone, dst=draft.dst, start=draft.start, end=draft.end
             )
             after = now
             if isinstance(spec, schedule.AtSpec):
                 # The rule of a job's run_at: an instant within the grace still fires (at
                 # once), one before it is refused as in the past, not as "never fires".
                 once = schedule.next_fire(
-                    schedule.Timing(spec=spec, timezone=draft.timezone, dst=draft.dst),
+                    schedule.Timing(spec=spec, timezone=timezone, dst=draft.dst),
                     schedule.EPOCH,
                 )
                 if once is not None:
@@ -962,7 +959,7 @@ class ScheduleService:
             schedule_id=schedule_id,
             timing=timing,
             spec_text=str(spec),
-            description=schedule.describe(spec, draft.timezone),
+            description=schedule.describe(spec, timezone),
             job_class=draft.job_class,
             target=draft.target,
             payload=draft.payload,
@@ -975,6 +972,24 @@ class ScheduleService:
             next_fire=first,
             updated_at=now,
         )
+
+
+def _spec_and_zone(draft: ScheduleDraft, now: datetime) -> tuple[schedule.Spec, str]:
+    """The draft's spec, parsed or translated, and the schedule's zone: the one a phrase
+    ends with (``... in Europe/London``) unless ``timezone`` names another."""
+    if not natural.looks_natural(draft.spec):
+        return schedule.parse_spec(draft.spec), draft.timezone
+    translation = natural.translate(draft.spec, now, draft.timezone)
+    named = translation.timezone
+    if named is None or named == draft.timezone:
+        return translation.spec, draft.timezone
+    # UTC is timezone's default: a phrase's zone is taken over it, never over another.
+    if draft.timezone != "UTC":
+        raise errors.ValidationError(
+            f"is {draft.timezone!r} but the spec says 'in {named}': give the zone once",
+            field="timezone",
+        )
+    return translation.spec, named
 
 
 def _sent_by_create(jobs: Sequence[model.Schedule]) -> builtins.list[model.Schedule]:

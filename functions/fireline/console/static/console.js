@@ -241,17 +241,36 @@ async function renderWho() {
     replace(box, h("span", {}, "Tenant ", h("strong", { id: "tenant-name" }, app.who.tenant_id)), out);
     return;
   }
-  const tenants = (await api("GET", "/tenants")).items;
-  const current = sessionStorage.getItem(TENANT) || tenants[0] || app.who.tenant_id;
-  sessionStorage.setItem(TENANT, current);
+  app.tenants = (await api("GET", "/tenants")).items;
+  // No tenant is chosen for the operator: the first by name is often its own, empty one.
+  const current = app.tenants.includes(sessionStorage.getItem(TENANT)) ? sessionStorage.getItem(TENANT) : "";
+  if (!current) sessionStorage.removeItem(TENANT);
   replace(box,
     h("span", { class: "badge s-paused" }, "operator · read-only"),
     h("label", { for: "tenant-pick" }, "Tenant"),
-    h("select", {
-      id: "tenant-pick",
-      onchange: (event) => { sessionStorage.setItem(TENANT, event.target.value); route(); },
-    }, tenants.map((t) => h("option", { value: t, selected: t === current }, t))),
+    h("select", { id: "tenant-pick", onchange: (event) => pickTenant(event.target.value) },
+      h("option", { value: "", disabled: true, selected: !current }, "pick a tenant"),
+      app.tenants.map((t) => h("option", { value: t, selected: t === current }, t))),
     out);
+}
+
+function pickTenant(tenant) {
+  sessionStorage.setItem(TENANT, tenant);
+  document.getElementById("tenant-pick").value = tenant;
+  route();
+}
+
+function mustPickTenant() {
+  return app.who && app.who.role === "operator" && !sessionStorage.getItem(TENANT);
+}
+
+async function pickTenantPage(page) {
+  page.main.append(h("h1", {}, "Pick a tenant"),
+    h("p", { class: "sub" }, "An operator's key reads any tenant's schedules, jobs, dead letters and workflows, and changes nothing. Which tenant's?"),
+    app.tenants.length
+      ? h("ul", { class: "choices", "aria-label": "tenants" }, app.tenants.map((t) => h("li", {},
+        h("button", { type: "button", onclick: () => pickTenant(t) }, t))))
+      : h("p", { class: "empty" }, "No tenant has an API key yet."));
 }
 
 function writable() {
@@ -269,7 +288,10 @@ const ROUTES = [
   [/^#\/workflows$/, workflowsPage, "#/workflows"],
   [/^#\/workflows\/([\w-]+)$/, workflowPage, "#/workflows"],
   [/^#\/runs\/([\w-]+)$/, runPage, "#/workflows"],
+  [/^#\/runs\/([\w-]+)\/nodes\/([^/]+)$/, runPage, "#/workflows"],
 ];
+const NOT_FOUND = [null, notFoundPage, null];
+const PICK_TENANT = [null, pickTenantPage, null];
 
 function stopTimer() {
   clearInterval(app.timer);
@@ -280,8 +302,9 @@ function route() {
   if (!app.who) return;
   stopTimer();
   const view = ++app.view;
-  const found = ROUTES.find(([pattern]) => pattern.test(location.hash)) || ROUTES[0];
-  const args = location.hash.match(found[0]) || [];
+  const known = ROUTES.find(([pattern]) => pattern.test(location.hash));
+  const found = mustPickTenant() ? PICK_TENANT : known || NOT_FOUND;
+  const args = (found[0] && location.hash.match(found[0])) || [];
   for (const link of document.querySelectorAll("#nav a")) {
     if (link.getAttribute("href") === found[2]) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -293,6 +316,12 @@ function route() {
     if (page.live()) main.append(h("p", { class: "error", role: "alert" }, `Could not load this page: ${error.message}`));
   });
   main.focus();
+}
+
+async function notFoundPage(page) {
+  page.main.append(h("h1", {}, "Page not found"),
+    h("p", {}, "The console has no page at ", h("code", {}, location.hash), "."),
+    h("p", {}, h("a", { href: "#/overview" }, "Go to the overview")));
 }
 
 function poll(page, seconds, refresh) {
@@ -317,12 +346,16 @@ function lineChart(title, series, format, from, to) {
   const y1 = step * Math.max(1, Math.ceil(Math.max(1, ...points.map((p) => p[1])) / step));
   const x = (t) => left + ((t - x0) / (x1 - x0)) * (width - left - right);
   const y = (v) => top + (1 - v / y1) * (height - top - bottom);
-  for (let v = 0; v <= y1 + step / 2; v += step) {
-    chart.append(svg("line", { class: "gridline", x1: left, x2: width - right, y1: y(v), y2: y(v) }));
-    chart.append(svg("text", { x: left - 6, y: y(v) + 4, "text-anchor": "end" }, format(v)));
-  }
-  if (!points.length) {
-    chart.append(svg("text", { x: width / 2, y: height / 2, "text-anchor": "middle" }, "no fires in this window"));
+  if (points.length) {
+    for (let v = 0; v <= y1 + step / 2; v += step) {
+      chart.append(svg("line", { class: "gridline", x1: left, x2: width - right, y1: y(v), y2: y(v) }));
+      chart.append(svg("text", { x: left - 6, y: y(v) + 4, "text-anchor": "end" }, format(v)));
+    }
+  } else {
+    // Nothing to scale: an axis of "1 ms, 1 ms, 0 ms" would be made up.
+    chart.setAttribute("aria-label", `${title}: no data`);
+    chart.append(svg("text", { class: "no-data", x: width / 2, y: height / 2 - 6, "text-anchor": "middle" }, "no data"));
+    chart.append(svg("text", { class: "muted", x: width / 2, y: height / 2 + 16, "text-anchor": "middle" }, "nothing fired in this window"));
   }
   for (let i = 0; i <= 4; i++) {
     const t = x0 + ((x1 - x0) * i) / 4;
@@ -384,11 +417,16 @@ async function overviewPage(page) {
             h("td", {}, q.job_class), h("td", { class: "num" }, q.ready), h("td", { class: "num" }, q.delayed),
             h("td", { class: "num" }, q.in_flight))), "no queues")) : null,
         h("section", { class: "card", "aria-labelledby": "h-states" },
-          h("h2", { id: "h-states" }, "Occurrences in the last hour"),
-          bars(o.occurrences, "occurrences by state")),
+          h("h2", { id: "h-states" }, "Occurrences of schedules and jobs, fired in the last hour"),
+          bars(o.occurrences, "occurrences by state"),
+          h("p", { class: "muted" }, "A workflow's nodes are counted on its runs' pages.")),
         h("section", { class: "card", "aria-labelledby": "h-dead" },
           h("h2", { id: "h-dead" }, "Dead letters"),
           h("p", { class: "big", id: "dead-count" }, `${o.dead_letters}${o.capped ? "+" : ""}`),
+          h("p", { class: "muted" }, "waiting for a redrive, whenever they died:"),
+          h("ul", { class: "sources", "aria-label": "dead letters by source" },
+            Object.entries(o.dead_letters_by_source || {}).map(([source, n]) => h("li", {},
+              h("span", { class: "num", "data-count": source }, String(n)), ` of ${source}`))),
           h("a", { href: "#/dead-letters" }, "Review and redrive"),
           h("p", { class: "muted" }, `${o.schedules} schedules read.`))),
       h("section", { class: "card", "aria-labelledby": "h-lag" },
@@ -678,6 +716,21 @@ async function jobsPage(page) {
   poll(page, 5, draw);
 }
 
+// What a dead letter is of, in words: a node's names its run and generation (a node
+// "retry failed" ran again dies again as a new generation).
+function letterName(o) {
+  return o.run_id ? `node ${o.node_id} of run ${o.run_id} (generation ${o.version})` : o.schedule_id;
+}
+
+function letterSource(o) {
+  if (o.run_id) {
+    return h("td", {}, "node ", h("a", { href: `#/runs/${o.run_id}/nodes/${encodeURIComponent(o.node_id)}` }, o.node_id),
+      h("div", { class: "muted" }, `run ${o.run_id} · generation ${o.version}`));
+  }
+  if (o.schedule_id.startsWith("job_")) return h("td", {}, "job ", h("span", { class: "mono" }, o.schedule_id));
+  return h("td", {}, "schedule ", h("a", { href: `#/schedules/${o.schedule_id}` }, o.schedule_id));
+}
+
 async function deadLettersPage(page) {
   const filters = { job_class: "", q: "" };
   const selected = new Set();
@@ -697,19 +750,19 @@ async function deadLettersPage(page) {
   const draw = () => {
     const q = filters.q.toLowerCase();
     const shown = letters.filter((o) => (!filters.job_class || o.job_class === filters.job_class) &&
-      (!q || `${o.schedule_id} ${o.exit_reason || ""}`.toLowerCase().includes(q)));
+      (!q || `${o.schedule_id} ${o.node_id || ""} ${o.exit_reason || ""}`.toLowerCase().includes(q)));
     for (const one of [...selected]) if (!shown.some((o) => o.id === one)) selected.delete(one);
     redriveSelected.disabled = !selected.size;
     redriveSelected.textContent = `Redrive selected (${selected.size})`;
     replace(list, h("p", { class: "muted" }, `${shown.length} dead letters`),
-      table(["Select", "Schedule or job", "Fire time", "Class", "Attempts#", "Exit reason", ""], shown.map((o) => h("tr", { "data-id": o.id },
-        h("td", {}, writable() ? h("input", { type: "checkbox", "aria-label": `Select ${o.schedule_id} at ${when(o.fire_time)}`, checked: selected.has(o.id),
+      table(["Select", "Of", "Fire time", "Class", "Attempts#", "Exit reason", ""], shown.map((o) => h("tr", { "data-id": o.id },
+        h("td", {}, writable() ? h("input", { type: "checkbox", "aria-label": `Select ${letterName(o)} at ${when(o.fire_time)}`, checked: selected.has(o.id),
           onchange: (e) => { if (e.target.checked) selected.add(o.id); else selected.delete(o.id); draw(); } }) : null),
-        h("td", {}, o.schedule_id.startsWith("job_") ? h("span", { class: "mono" }, o.schedule_id) : h("a", { href: `#/schedules/${o.schedule_id}` }, o.schedule_id)),
+        letterSource(o),
         timeCell(o.fire_time), h("td", {}, o.job_class), h("td", { class: "num" }, o.attempts), h("td", {}, o.exit_reason || "—"),
-        h("td", {}, writable() ? h("button", { type: "button", "aria-label": `Redrive ${o.schedule_id} at ${when(o.fire_time)}`, onclick: async () => {
-          if (!(await confirmed("Redrive?", `Queue ${o.schedule_id} at ${when(o.fire_time)} again? Its attempts start over.`, "Redrive"))) return;
-          if (await act(`Redrove ${o.schedule_id}`, () => api("POST", `/dead-letters/${o.id}/redrive`))) await load().catch(report);
+        h("td", {}, writable() ? h("button", { type: "button", "aria-label": `Redrive ${letterName(o)} at ${when(o.fire_time)}`, onclick: async () => {
+          if (!(await confirmed("Redrive?", `Queue ${letterName(o)} at ${when(o.fire_time)} again? Its attempts start over.`, "Redrive"))) return;
+          if (await act(`Redrove ${letterName(o)}`, () => api("POST", `/dead-letters/${o.id}/redrive`))) await load().catch(report);
         } }, "Redrive") : null))), "No dead letter: nothing waits for a human."));
   };
   async function load() {
@@ -766,11 +819,13 @@ async function workflowPage(page, id) {
   poll(page, 5, draw);
 }
 
-async function runPage(page, id) {
+async function runPage(page, id, nodeId) {
   const head = h("div", {});
+  const picked = h("div", {});
   const picture = h("div", {});
   const failures = h("div", {});
   page.main.append(head,
+    nodeId ? h("section", { "aria-labelledby": "h-node", class: "card" }, h("h2", { id: "h-node" }, `Node ${nodeId}`), picked) : null,
     h("section", { "aria-labelledby": "h-graph" }, h("h2", { id: "h-graph" }, "Graph"), picture),
     h("section", { "aria-labelledby": "h-failed" }, h("h2", { id: "h-failed" }, "Failed nodes"), failures));
   const run = async (verb, label, text, past) => {
@@ -801,16 +856,34 @@ async function runPage(page, id) {
     replace(picture,
       graph.complete ? null : h("p", { class: "muted" },
         `A large run: ${graph.nodes.length} of ${view.total} nodes drawn, around its failures first. The bars above count every node.`),
-      dagPicture(graph));
+      dagPicture(graph, nodeId));
+    if (nodeId) await drawNode(view, graph, failed.items);
     replace(failures, table(["Node", "Generation#", "Exit reason"], failed.items.map((n) => h("tr", {},
-      h("td", { class: "mono" }, n.id), h("td", { class: "num" }, n.generation), h("td", {}, n.exit_reason || "—"))), "No failed node."));
+      h("td", { class: "mono" }, h("a", { href: `#/runs/${id}/nodes/${encodeURIComponent(n.id)}` }, n.id)), h("td", { class: "num" }, n.generation),
+      h("td", {}, n.exit_reason || "—"))), "No failed node."));
     if (finished) stopTimer();
+  }
+  // The node a link named (a dead letter's): its state, and its dead letters, one a generation.
+  async function drawNode(view, graph, failedNodes) {
+    const drawn = graph.nodes.find((n) => n.id === nodeId);
+    const failed = failedNodes.find((n) => n.id === nodeId);
+    const letters = (await every("/dead-letters", 500)).filter((o) => o.run_id === id && o.node_id === nodeId);
+    if (!page.live()) return;
+    const state = failed ? failed.state : drawn ? drawn.state : null;
+    replace(picked,
+      h("p", {}, state ? badge(state) : h("span", { class: "muted" }, "not drawn in this large run's picture"),
+        failed ? ` generation ${failed.generation} · ${failed.exit_reason || "no exit reason"}` : ""),
+      h("h3", {}, "Its dead letters"),
+      table(["Generation#", "Fire time", "Attempts#", "Exit reason"], letters.map((o) => h("tr", { "data-id": o.id },
+        h("td", { class: "num" }, o.version), timeCell(o.fire_time), h("td", { class: "num" }, o.attempts),
+        h("td", {}, o.exit_reason || "—"))), "No dead letter of this node."),
+      h("p", {}, h("a", { href: "#/dead-letters" }, "Review and redrive them")));
   }
   await refresh();
   poll(page, 3, refresh);
 }
 
-function dagPicture(graph) {
+function dagPicture(graph, pickedId) {
   const W = 150, H = 36, GX = 70, GY = 14, PAD = 16, ROWS = 12;
   const layers = [];
   for (const n of graph.nodes) (layers[n.depth] ||= []).push(n);
@@ -864,7 +937,7 @@ function dagPicture(graph) {
   for (const n of graph.nodes) {
     const [x, y] = where.get(n.id);
     const label = n.id.length > 18 ? `${n.id.slice(0, 17)}…` : n.id;
-    picture.append(svg("g", { class: `node state-${n.state}`, "data-node": n.id, "data-state": n.state, transform: `translate(${x},${y})` },
+    picture.append(svg("g", { class: `node state-${n.state}${n.id === pickedId ? " picked" : ""}`, "data-node": n.id, "data-state": n.state, "aria-current": n.id === pickedId ? "true" : null, transform: `translate(${x},${y})` },
       svg("title", {}, `${n.id}: ${n.state}`),
       svg("rect", { width: W, height: H, rx: 6 }),
       svg("text", { x: 8, y: 15 }, label),
