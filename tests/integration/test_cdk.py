@@ -207,6 +207,18 @@ def test_props_replace_their_template_parameters_with_the_apps_values(
     )
     assert worker["MemorySize"] == 1024
     assert worker["Environment"]["Variables"]["TENANT_CONCURRENCY_LIMIT"] == "20"
+    assert worker["Environment"]["Variables"]["WORKER_IN_FLIGHT"] == "512"
+    [jobs] = [
+        r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["FunctionName"] == {"Ref": "DefaultWorkerFunction"}
+    ]
+    # The batch size no prop set: still the template's parameter, with its window.
+    assert (jobs["BatchSize"], jobs["MaximumBatchingWindowInSeconds"]) == (
+        {"Ref": "WorkerBatchSize"},
+        1,
+    )
     assert resources["StartLagAlarm"]["Properties"]["Threshold"] == {"Fn::Sub": "5000"}
     assert resources["FunctionLogGroup"]["Properties"]["RetentionInDays"] == 90
     assert (throttle["ThrottlingRateLimit"], throttle["ThrottlingBurstLimit"]) == (200, 400)

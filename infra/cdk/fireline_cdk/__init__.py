@@ -14,6 +14,7 @@ from fireline_cdk.construct import (
     MemorySizes,
     TenantQuotas,
     UsagePlan,
+    WorkerDispatch,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "MemorySizes",
     "TenantQuotas",
     "UsagePlan",
+    "WorkerDispatch",
 ]
