@@ -1106,8 +1106,8 @@ def test_the_workers_batch_and_in_flight_defaults_start_a_whole_batch_at_once(
     }
     assert WORKER_BATCH_SIZE <= WORKER_IN_FLIGHT
     # AND a batch larger than ten has the batching window SQS requires for it
-    for worker in BATCHED_WORKERS:
-        mapping = _mapping_of(translated, worker)
+    for function in BATCHED_WORKERS:
+        mapping = _mapping_of(translated, function)
         assert _default(translated, mapping["BatchSize"]) == WORKER_BATCH_SIZE
         assert mapping["MaximumBatchingWindowInSeconds"] >= 1
 
