@@ -420,6 +420,12 @@ def target_runner() -> targets.TargetRunner:
 
 
 @functools.cache
+def dispatch_pools() -> worker_dispatch.Pools:
+    """The worker's threads, made once per container and kept warm between batches."""
+    return worker_dispatch.Pools(dispatch_limits())
+
+
+@functools.cache
 def dispatch_limits() -> worker_dispatch.Limits:
     """How many records one worker invocation runs at once: remote jobs up to
     WORKER_IN_FLIGHT, Python jobs as many as its memory buys vCPUs (os.cpu_count() caps
@@ -636,6 +642,6 @@ def reset() -> None:
         target_sqs_client, role_assumer, aws_target_policy,
         target_runner, worker, registry, sfn_client, long_jobs, s3_client, workflow_store,
         document_store, definitions, workflow_service, controller, node_jobs,
-        dispatch_limits,
+        dispatch_limits, dispatch_pools,
     ):  # fmt: skip
         cached.cache_clear()

@@ -14,7 +14,7 @@ from fireline import wiring
 from fireline.domain import occurrence
 from fireline.handlers import worker as worker_handler
 from fireline.services import targets
-from fireline.services.worker_dispatch import Limits
+from fireline.services.worker_dispatch import Limits, Pools
 from helpers import events
 from helpers.memory_system import MemorySystem
 from helpers.remote_targets import HTTP, PYTHON, FakeTargets, fires
@@ -73,7 +73,10 @@ def test_a_mixed_batch_reports_only_the_records_sqs_must_deliver_again(
 
     runner = FakeTargets(system, act)
     monkeypatch.setattr(wiring, "worker", lambda: system.worker(runner=runner))
-    monkeypatch.setattr(wiring, "dispatch_limits", lambda: Limits(in_flight=2, compute=1))
+    limits = Limits(in_flight=2, compute=1)
+    pools = Pools(limits)
+    monkeypatch.setattr(wiring, "dispatch_limits", lambda: limits)
+    monkeypatch.setattr(wiring, "dispatch_pools", lambda: pools)
     bodies = {
         "answers": answers,
         "fails": fails,
@@ -84,7 +87,10 @@ def test_a_mixed_batch_reports_only_the_records_sqs_must_deliver_again(
     }
     event = {"Records": [record(name, body) for name, body in bodies.items()]}
     # WHEN the handler takes it, with 60 s of its invocation left
-    response = worker_handler.handler(event, FakeClockContext(timeout_ms=60_000, system=system))
+    try:
+        response = worker_handler.handler(event, FakeClockContext(timeout_ms=60_000, system=system))
+    finally:
+        pools.close()
     # THEN only the keyless record and the one running elsewhere are reported failed
     failed = sorted(f["itemIdentifier"] for f in response["batchItemFailures"])
     assert failed == ["keyless", "running"]

@@ -37,7 +37,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             bodies.append({})  # refused below, like any message without a key
         receive_counts.append(_receive_count(record))
     dispatcher = worker_dispatch.Dispatcher(
-        wiring.dispatch_limits(), context.get_remaining_time_in_millis
+        wiring.dispatch_limits(),
+        context.get_remaining_time_in_millis,
+        pools=wiring.dispatch_pools(),
     )
     # The batch's two reads (rows, schedules) side by side; the records run on the
     # dispatcher's own threads.

@@ -95,18 +95,47 @@ class Job(Generic[R]):
     needs_seconds: float = 0.0
 
 
+class Pools:
+    """A lane's threads, kept for the container's life (one invocation at a time uses
+    them): a warm invocation finds its threads made. Starting a few hundred threads is
+    most of a large batch's start lateness otherwise, as each start waits for the new
+    thread to run (tests/bench/bench_dispatch.py measures both)."""
+
+    def __init__(self, limits: Limits, *, name: str = "worker-record") -> None:
+        self.limits = limits
+        self._pools = {
+            lane: concurrent.futures.ThreadPoolExecutor(
+                max_workers=limits.compute if lane is Lane.COMPUTE else limits.in_flight,
+                thread_name_prefix=f"{name}-{lane.value}",
+            )
+            for lane in Lane
+        }
+
+    def pool(self, lane: Lane) -> concurrent.futures.ThreadPoolExecutor:
+        return self._pools[lane]
+
+    def close(self) -> None:
+        for pool in self._pools.values():
+            pool.shutdown(wait=True)
+
+
 class Dispatcher:
-    """Runs a batch's jobs within ``limits`` (see the module's docstring)."""
+    """Runs a batch's jobs within ``limits`` (see the module's docstring), on ``pools``
+    when given (kept by the caller), else on pools of its own for the batch."""
 
     def __init__(
         self,
         limits: Limits,
         remaining_ms: Callable[[], int],
         *,
+        pools: Pools | None = None,
         name: str = "worker-record",
     ) -> None:
+        if pools is not None and pools.limits != limits:
+            raise ValueError("the pools were sized for other limits")
         self.limits = limits
         self._remaining_ms = remaining_ms
+        self._kept = pools
         self._name = name
 
     def run(self, jobs: Sequence[Job[R]]) -> list[R | Exception]:
@@ -116,13 +145,17 @@ class Dispatcher:
         by_lane: dict[Lane, list[int]] = {}
         for index in sorted(range(len(jobs)), key=lambda i: (jobs[i].order, i)):
             by_lane.setdefault(jobs[index].lane, []).append(index)
-        pools = {
-            lane: concurrent.futures.ThreadPoolExecutor(
-                max_workers=min(len(indexes), self._bound(lane)),
-                thread_name_prefix=f"{self._name}-{lane.value}",
-            )
-            for lane, indexes in by_lane.items()
-        }
+        pools = (
+            {lane: self._kept.pool(lane) for lane in by_lane}
+            if self._kept is not None
+            else {
+                lane: concurrent.futures.ThreadPoolExecutor(
+                    max_workers=min(len(indexes), self._bound(lane)),
+                    thread_name_prefix=f"{self._name}-{lane.value}",
+                )
+                for lane, indexes in by_lane.items()
+            }
+        )
         try:
             # A pool starts what it is given in the order it was given (its queue is
             # FIFO), so each lane's records start earliest fire first.
@@ -137,8 +170,9 @@ class Dispatcher:
                 except Exception as exc:  # handed back as the record's outcome
                     results[index] = exc
         finally:
-            for pool in pools.values():
-                pool.shutdown(wait=True)
+            if self._kept is None:
+                for pool in pools.values():
+                    pool.shutdown(wait=True)
         return results
 
     def _bound(self, lane: Lane) -> int:
