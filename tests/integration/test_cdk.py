@@ -207,14 +207,15 @@ def test_props_replace_their_template_parameters_with_the_apps_values(
     )
     assert worker["MemorySize"] == 1024
     assert worker["Environment"]["Variables"]["TENANT_CONCURRENCY_LIMIT"] == "20"
-    assert worker["Environment"]["Variables"]["WORKER_IN_FLIGHT"] == "512"
+    # The worker's batch and in-flight bound no prop sets: still the template's parameters
+    # (`parameters=` sets them by name), the batching window with them.
+    assert worker["Environment"]["Variables"]["WORKER_IN_FLIGHT"] == {"Ref": "WorkerInFlight"}
     [jobs] = [
         r["Properties"]
         for r in resources.values()
         if r["Type"] == "AWS::Lambda::EventSourceMapping"
         and r["Properties"]["FunctionName"] == {"Ref": "DefaultWorkerFunction"}
     ]
-    # The batch size no prop set: still the template's parameter, with its window.
     assert (jobs["BatchSize"], jobs["MaximumBatchingWindowInSeconds"]) == (
         {"Ref": "WorkerBatchSize"},
         1,

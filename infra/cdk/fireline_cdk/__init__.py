@@ -14,7 +14,6 @@ from fireline_cdk.construct import (
     MemorySizes,
     TenantQuotas,
     UsagePlan,
-    WorkerDispatch,
 )
 
 __all__ = [
@@ -24,5 +23,4 @@ __all__ = [
     "MemorySizes",
     "TenantQuotas",
     "UsagePlan",
-    "WorkerDispatch",
 ]

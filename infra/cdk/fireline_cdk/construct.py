@@ -67,8 +67,6 @@ PROP_PARAMETERS = {
     "memory_sizes.worker": "WorkerMemorySize",
     "memory_sizes.long_runner": "LongRunnerMemorySize",
     "memory_sizes.workflow": "WorkflowMemorySize",
-    "worker_dispatch.batch_size": "WorkerBatchSize",
-    "worker_dispatch.in_flight": "WorkerInFlight",
     "vpc_subnets": "WorkerSubnetIds",
     "security_groups": "WorkerSecurityGroupIds",
     "tenant_quotas.schedules": "TenantScheduleQuota",
@@ -88,16 +86,6 @@ class MemorySizes:
     worker: int | None = None  # the default and short class workers
     long_runner: int | None = None
     workflow: int | None = None
-
-
-@dataclass(frozen=True)
-class WorkerDispatch:
-    """The default and short class workers' batches: records per invocation (up to
-    10,000) and remote jobs one invocation keeps in flight at once; None keeps the
-    template's default."""
-
-    batch_size: int | None = None
-    in_flight: int | None = None
 
 
 @dataclass(frozen=True)
@@ -163,7 +151,6 @@ class Fireline(Construct):
         api_throttling: ApiThrottling | None = None,
         usage_plan: UsagePlan | None = None,
         memory_sizes: MemorySizes | None = None,
-        worker_dispatch: WorkerDispatch | None = None,
         tenant_quotas: TenantQuotas | None = None,
         vpc: ec2.IVpc | None = None,
         vpc_subnets: ec2.SubnetSelection | None = None,
@@ -189,7 +176,6 @@ class Fireline(Construct):
             **_nested("api_throttling", api_throttling or ApiThrottling()),
             **_nested("usage_plan", usage_plan or UsagePlan()),
             **_nested("memory_sizes", memory_sizes or MemorySizes()),
-            **_nested("worker_dispatch", worker_dispatch or WorkerDispatch()),
             **_nested("tenant_quotas", tenant_quotas or TenantQuotas()),
         }
         if vpc is not None:
@@ -358,7 +344,7 @@ def _checked(name: str, declared: dict[str, Any], value: Any) -> Any:
 
 
 def _nested(
-    prefix: str, values: MemorySizes | WorkerDispatch | ApiThrottling | UsagePlan | TenantQuotas
+    prefix: str, values: MemorySizes | ApiThrottling | UsagePlan | TenantQuotas
 ) -> dict[str, Any]:
     return {f"{prefix}.{f.name}": getattr(values, f.name) for f in fields(values)}
 

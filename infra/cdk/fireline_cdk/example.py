@@ -14,14 +14,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from cdk_nag import AwsSolutionsChecks
 
-from fireline_cdk import (
-    ApiThrottling,
-    Fireline,
-    MemorySizes,
-    TenantQuotas,
-    UsagePlan,
-    WorkerDispatch,
-)
+from fireline_cdk import ApiThrottling, Fireline, MemorySizes, TenantQuotas, UsagePlan
 
 STACK_NAME = "Fireline"
 BUNDLE_CONTEXT = "fireline:bundle-dependencies"
@@ -48,7 +41,6 @@ class FirelineStack(cdk.Stack):
             tenant_concurrency_limit=20,
             lag_alarm_threshold_seconds=5,
             memory_sizes=MemorySizes(worker=1024, workflow=2048),
-            worker_dispatch=WorkerDispatch(in_flight=512),
             log_retention_days=90,
             api_throttling=ApiThrottling(rate_limit=200, burst_limit=400),
             usage_plan=UsagePlan(rate_limit=20, burst_limit=40),
