@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from fireline import wiring
 from fireline.domain import errors, occurrence
 from fireline.services import targets, worker_dispatch
 from fireline.services.worker import Result
@@ -454,3 +455,50 @@ def _python_or_fake(runner: FakeTargets) -> Callable[..., Any]:
         return fake(target, context, timeout=timeout)
 
     return run
+
+
+# --- the settings -------------------------------------------------------------------------
+
+
+def _settings_env(**extra: str) -> dict[str, str]:
+    names = ["SCHEDULES_TABLE", "OCCURRENCES_TABLE", "LEASES_TABLE", "IDEMPOTENCY_TABLE"]
+    queues = {f"QUEUE_URL_{c.upper()}": f"https://queue/{c}" for c in ("default", "short", "long")}
+    return {**{name: name.lower() for name in names}, **queues, **extra}
+
+
+def test_the_bounds_come_from_the_in_flight_setting_and_the_functions_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a worker configured for 64 in flight, with 3,538 MB (two vCPUs) on four CPUs
+    for name, value in _settings_env(
+        WORKER_IN_FLIGHT="64", AWS_LAMBDA_FUNCTION_MEMORY_SIZE="3538"
+    ).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(wiring.os, "cpu_count", lambda: 4)
+    wiring.reset()
+    try:
+        # THEN its dispatcher keeps 64 remote jobs and two Python jobs in flight
+        assert wiring.dispatch_limits() == Limits(in_flight=64, compute=2)
+    finally:
+        wiring.reset()
+
+
+def test_without_settings_the_bounds_are_the_stated_defaults() -> None:
+    settings = wiring.Settings.from_env(_settings_env())
+    assert settings.worker_in_flight == worker_dispatch.DEFAULT_IN_FLIGHT == 256
+    assert settings.memory_mb == 0  # unknown: one vCPU's worth of Python jobs
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "20000"])
+def test_a_bad_in_flight_setting_is_refused_naming_it(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, setting in _settings_env(WORKER_IN_FLIGHT=value).items():
+        monkeypatch.setenv(name, setting)
+    wiring.reset()
+    try:
+        with pytest.raises(errors.ValidationError) as refused:
+            wiring.dispatch_limits()
+        assert refused.value.field == "WORKER_IN_FLIGHT"
+    finally:
+        wiring.reset()
