@@ -233,24 +233,53 @@ def test_the_gated_runner_keeps_python_runs_within_its_slots_from_any_thread() -
 
 
 def test_a_batch_larger_than_the_bound_has_every_record_run_once_and_succeed() -> None:
-    # GIVEN 9 HTTP fires and room for 4 in flight
+    # GIVEN 8 HTTP fires and room for 4 in flight; each target answers only once four
+    # are waiting together
     system = MemorySystem()
-    bodies = fires(system, 9)
+    bodies = fires(system, 8)
     gauge = Gauge()
+    four = threading.Barrier(4)
 
     def act(key: str) -> None:
         gauge.enter(key)
-        gauge.leave()
+        try:
+            four.wait(timeout=GUARD_SECONDS)
+        finally:
+            gauge.leave()
 
     runner = FakeTargets(system, act)
     # WHEN one invocation handles them
     results = handle(system, runner, bodies, Limits(in_flight=4), invocation(system, 120))
-    # THEN each ran once and succeeded, in fire-time order (one in flight would show it;
-    # here: every key once), and its row says so
-    assert results == [Result.SUCCEEDED] * 9
+    # THEN each ran once and succeeded (two waves of four met), its row says so, and
+    # never more than four were in flight
+    assert results == [Result.SUCCEEDED] * 8
     assert Counter(key for key, _ in runner.runs) == Counter(b["occurrence_key"] for b in bodies)
     assert all(system.row(b).state is occurrence.State.SUCCEEDED for b in bodies)
-    assert gauge.most <= 4
+    assert gauge.most == 4
+
+
+def test_in_a_batch_one_slow_target_never_holds_up_another_records_start() -> None:
+    # GIVEN five HTTP fires, two in flight at once, the earliest fire's target blocked
+    # until every other record has run
+    system = MemorySystem()
+    bodies = fires(system, 5)
+    keys = [b["occurrence_key"] for b in bodies]
+    others_done = threading.Semaphore(0)
+
+    def act(key: str) -> None:
+        if key == keys[0]:
+            for _ in keys[1:]:
+                assert others_done.acquire(timeout=GUARD_SECONDS)
+        else:
+            others_done.release()
+
+    runner = FakeTargets(system, act)
+    # WHEN one invocation handles them
+    results = handle(system, runner, bodies, Limits(in_flight=2), invocation(system, 120))
+    # THEN all succeeded, each run once: the slow one could only end after the four
+    # others had started and ended on the one other place
+    assert results == [Result.SUCCEEDED] * 5
+    assert Counter(key for key, _ in runner.runs) == Counter(keys)
 
 
 @pytest.mark.parametrize("slow_place", [0, 3, 5])
