@@ -13,7 +13,9 @@ connection per request (the deployed worker calls a different tenant's endpoint 
 time, so a kept-alive connection would flatter one of them).
 
 Also here: what a Python handler job costs and how many start per second at the
-defaults (a child process per attempt, one at a time at 512 MB: see worker_dispatch).
+defaults (a child process per attempt, one at a time at 512 MB: see worker_dispatch), and
+the worker's AWS requests per fire on moto for 100 fires due together, in ten batches of
+ten (the old mapping) and in one batch through the dispatcher.
 
 Prints the figures and writes them under ``dispatch.*``; never fails on them. The machine
 the figures come from is shared: they are comparisons, not capacity claims.
@@ -37,9 +39,13 @@ from typing import Any
 import pytest
 
 from bench.report import record
+from fireline.adapters import threads
 from fireline.domain import egress
-from fireline.services import isolation, webhook, worker_dispatch
+from fireline.services import dispatch, isolation, schedules, targets, webhook, worker_dispatch
+from fireline.services import worker as worker_service
+from helpers.cost_paths import deployed_worker
 from helpers.memory_system import job_context
+from helpers.system import moto_system
 
 IN_FLIGHT = worker_dispatch.DEFAULT_IN_FLIGHT
 # Two waves of the bound: the first shows the dispatch's own lateness, the second the
@@ -242,6 +248,14 @@ def test_threads_against_asyncio_for_remote_targets_and_what_python_jobs_cost() 
             },
         )
     record("dispatch.python_jobs", python_jobs())
+    record(
+        "dispatch.worker_requests_per_fire",
+        {
+            "fires": REQUEST_FIRES,
+            "ten_batches_of_ten": worker_requests(batch=10),
+            "one_batch_through_the_dispatcher": worker_requests(batch=REQUEST_FIRES),
+        },
+    )
 
 
 def python_jobs() -> dict[str, Any]:
@@ -282,3 +296,56 @@ def python_jobs() -> dict[str, Any]:
         ),
         "machine": "shared, 2 cores",
     }
+
+
+REQUEST_FIRES = 100
+
+
+class _Answers(targets.TargetRunner):
+    """Targets that answer at once: only the worker's own requests are counted."""
+
+    def run(self, target: dict[str, Any], context: Any, *, timeout: float) -> Any:
+        return None
+
+
+def worker_requests(*, batch: int) -> dict[str, float]:
+    """The worker's billed AWS requests per fire, on moto, for REQUEST_FIRES first
+    deliveries of ticker-sent fires of as many schedules (ten tenants, no limit), handled
+    ``batch`` to an invocation: batches of ten side by side on a pool as the old handler
+    did, or larger ones through the dispatcher as the handler does now."""
+    with moto_system() as system:
+        bodies = []
+        now = system.clock.now()
+        for n in range(REQUEST_FIRES):
+            item = system.service.create(
+                f"tenant-{n % 10}",
+                schedules.ScheduleDraft(
+                    spec="rate(1 hour)", target={"type": "http", "url": "https://example.com/x"}
+                ),
+            )
+            bodies.append(dispatch.outbound(item, now, now).message.body)
+        worker = deployed_worker(system, tenant_limit=0)
+        worker.runner = _Answers(
+            registry=system.registry,
+            signing_key=lambda tenant_id: None,  # type: ignore[arg-type,return-value]
+            lambda_client=lambda timeout, credentials: None,
+            sqs_client=lambda credentials: None,
+        )
+        system.log.reset()
+        limits = worker_dispatch.Limits(in_flight=IN_FLIGHT)
+        for start in range(0, REQUEST_FIRES, batch):
+            part = bodies[start : start + batch]
+            with system.log.within("worker"), threads.ThreadPool(len(part)) as pool:
+                outcomes = worker.handle_batch(
+                    part,
+                    remaining_ms=lambda: 120_000,
+                    parallel=pool,
+                    receive_counts=[1] * len(part),
+                    dispatcher=(
+                        worker_dispatch.Dispatcher(limits, lambda: 120_000) if batch > 10 else None
+                    ),
+                )
+            assert all(o is worker_service.Result.SUCCEEDED for o in outcomes), outcomes
+        figures = {op: round(n / REQUEST_FIRES, 4) for op, n in sorted(system.log.billed.items())}
+        figures["worker_invocations"] = round(system.log.invocations["worker"] / REQUEST_FIRES, 4)
+        return figures
