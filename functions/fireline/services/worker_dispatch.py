@@ -23,8 +23,8 @@ still gets its whole deadline: its place decides when it starts, never how long 
 
 Threads, not asyncio. tests/bench/bench_dispatch.py measures the two side by side, 512
 fires with 256 in flight against targets that answer after 1 s and 3 s: on a shared
-two-core machine, over two runs, 0.25 to 0.39 ms of CPU a fire on warm threads against
-0.24 to 0.55 ms with aiohttp, and the first 256 starts' p99 lateness 0.04 to 0.25 s
+two-core machine, over three runs, 0.25 to 0.39 ms of CPU a fire on warm threads against
+0.24 to 0.72 ms with aiohttp, and the first 256 starts' p99 lateness 0.04 to 0.25 s
 against 0.03 to 0.07 s. asyncio wins a tenth or two of a second of lateness and no CPU;
 it would take an asynchronous rewrite of every call a record makes (the worker's AWS
 calls, Powertools' idempotency, the SSRF-guarded webhook client), where a thread that
