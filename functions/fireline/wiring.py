@@ -47,6 +47,7 @@ from fireline.services import (
     targets,
     ticker,
     webhook,
+    worker_dispatch,
     workflows,
 )
 from fireline.services import long_jobs as long_jobs_service
@@ -99,6 +100,11 @@ class Settings:
     # The class's maximum concurrency, as its event source mapping sets it: a tenant's
     # share of the class is counted from it (0: none).
     class_max_concurrency: int = 0
+    # Remote jobs one worker invocation keeps in flight at once (WORKER_IN_FLIGHT), and the
+    # function's memory (Lambda's AWS_LAMBDA_FUNCTION_MEMORY_SIZE; 0 unknown), which sizes
+    # how many Python jobs it runs at once (see services.worker_dispatch).
+    worker_in_flight: int = worker_dispatch.DEFAULT_IN_FLIGHT
+    memory_mb: int = 0
     # Where tenants' webhook signing keys live (Secrets Manager names start with it), and
     # how long a worker keeps a tenant's ring; set for the functions that call targets.
     signing_secret_prefix: str = ""
@@ -161,6 +167,8 @@ class Settings:
             tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
             job_class=env.get("JOB_CLASS", "default"),
             class_max_concurrency=number("CLASS_MAX_CONCURRENCY", 0),
+            worker_in_flight=number("WORKER_IN_FLIGHT", worker_dispatch.DEFAULT_IN_FLIGHT),
+            memory_mb=number("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", 0),
             signing_secret_prefix=env.get("SIGNING_SECRET_PREFIX", ""),
             signing_cache_seconds=number("SIGNING_KEY_CACHE_SECONDS", keys.DEFAULT_CACHE_SECONDS),
             long_job_state_machine_arn=env.get("LONG_JOB_STATE_MACHINE_ARN", ""),
@@ -405,8 +413,29 @@ def target_runner() -> targets.TargetRunner:
         roles_for_targets=role_assumer(),
         aws_targets=aws_target_policy(),
         # A process per attempt, killed at its deadline: a runaway job of one tenant
-        # never keeps running beside the next jobs of another.
-        python=isolation.run_in_child_process,
+        # never keeps running beside the next jobs of another. No more of them at once
+        # than the function has vCPUs, whichever lane a record came in.
+        python=worker_dispatch.gated(isolation.run_in_child_process, dispatch_limits().compute),
+    )
+
+
+@functools.cache
+def dispatch_pools() -> worker_dispatch.Pools:
+    """The worker's threads, made once per container and kept warm between batches."""
+    return worker_dispatch.Pools(dispatch_limits())
+
+
+@functools.cache
+def dispatch_limits() -> worker_dispatch.Limits:
+    """How many records one worker invocation runs at once: remote jobs up to
+    WORKER_IN_FLIGHT, Python jobs as many as its memory buys vCPUs (os.cpu_count() caps
+    it; a function of unknown memory counts as one vCPU)."""
+    s = settings()
+    return worker_dispatch.Limits(
+        in_flight=s.worker_in_flight,
+        compute=worker_dispatch.compute_slots(
+            s.memory_mb or worker_dispatch.ONE_VCPU_MB, os.cpu_count()
+        ),
     )
 
 
@@ -613,5 +642,6 @@ def reset() -> None:
         target_sqs_client, role_assumer, aws_target_policy,
         target_runner, worker, registry, sfn_client, long_jobs, s3_client, workflow_store,
         document_store, definitions, workflow_service, controller, node_jobs,
+        dispatch_limits, dispatch_pools,
     ):  # fmt: skip
         cached.cache_clear()

@@ -207,6 +207,19 @@ def test_props_replace_their_template_parameters_with_the_apps_values(
     )
     assert worker["MemorySize"] == 1024
     assert worker["Environment"]["Variables"]["TENANT_CONCURRENCY_LIMIT"] == "20"
+    # The worker's batch and in-flight bound no prop sets: still the template's parameters
+    # (`parameters=` sets them by name), the batching window with them.
+    assert worker["Environment"]["Variables"]["WORKER_IN_FLIGHT"] == {"Ref": "WorkerInFlight"}
+    [jobs] = [
+        r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["FunctionName"] == {"Ref": "DefaultWorkerFunction"}
+    ]
+    assert (jobs["BatchSize"], jobs["MaximumBatchingWindowInSeconds"]) == (
+        {"Ref": "WorkerBatchSize"},
+        1,
+    )
     assert resources["StartLagAlarm"]["Properties"]["Threshold"] == {"Fn::Sub": "5000"}
     assert resources["FunctionLogGroup"]["Properties"]["RetentionInDays"] == 90
     assert (throttle["ThrottlingRateLimit"], throttle["ThrottlingBurstLimit"]) == (200, 400)

@@ -45,6 +45,25 @@ def test_a_schedule_due_in_two_seconds_fires_and_succeeds(cloud: LocalCloud) -> 
     a_schedule_fires_and_its_job_succeeds(cloud)
 
 
+def test_the_workers_mappings_are_played_with_the_deployed_batch_size_and_window(
+    cloud: LocalCloud,
+) -> None:
+    # GIVEN the deployed stack's event source mappings, as the local runtime plays them
+    played = {
+        name: (mapping.batch_size, mapping.batching_window)
+        for name, mapping in cloud.mappings.items()
+    }
+
+    def of(queue: str) -> tuple[int, float]:
+        [found] = [value for name, value in played.items() if queue in name]
+        return found
+
+    # THEN the default and short workers take batches of the template's size, gathered
+    # for a second, and the long class's worker ten at a time, as soon as they come
+    assert of("DefaultQueue") == of("ShortQueue") == (256, 1.0)
+    assert of("-LongQueue") == (10, 0.0)
+
+
 def test_requests_without_a_valid_key_are_401_and_tenants_are_isolated(cloud: LocalCloud) -> None:
     assert call(cloud, "GET", "/schedules", key=None)[0] == 401
     assert call(cloud, "GET", "/schedules", key="not-a-key")[0] == 401

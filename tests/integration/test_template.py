@@ -145,6 +145,17 @@ for _worker, _concurrency in CLASS_MAX_CONCURRENCY.items():
         **FUNCTION_ENVIRONMENT[_worker],
         "CLASS_MAX_CONCURRENCY": _concurrency,
     }
+# The workers that call remote targets keep a large batch's jobs in flight at once: their
+# batch size and in-flight bound are parameters (WorkerBatchSize, WorkerInFlight), their
+# batching window a second; the long class's worker only starts executions, ten a batch.
+BATCHED_WORKERS = ("DefaultWorkerFunction", "ShortWorkerFunction")
+WORKER_BATCH_SIZE = 256
+WORKER_IN_FLIGHT = 256
+for _worker in BATCHED_WORKERS:
+    FUNCTION_ENVIRONMENT[_worker] = {
+        **FUNCTION_ENVIRONMENT[_worker],
+        "WORKER_IN_FLIGHT": {"Ref": "WorkerInFlight"},
+    }
 # Every SQS event source mapping: function -> its properties. Each function reads one queue
 # and no two share one; none reads a dead-letter queue.
 EVENT_SOURCE_MAPPINGS = {
@@ -152,8 +163,11 @@ EVENT_SOURCE_MAPPINGS = {
         worker: {
             "FunctionName": {"Ref": worker},
             "EventSourceArn": {"Fn::GetAtt": [QUEUE_CLASSES[job_class][0], "Arn"]},
-            "BatchSize": 10,
-            "MaximumBatchingWindowInSeconds": 0,
+            **(
+                {"BatchSize": {"Ref": "WorkerBatchSize"}, "MaximumBatchingWindowInSeconds": 1}
+                if worker in BATCHED_WORKERS
+                else {"BatchSize": 10, "MaximumBatchingWindowInSeconds": 0}
+            ),
             # Only the failed records of a batch come back, not the whole batch.
             "FunctionResponseTypes": ["ReportBatchItemFailures"],
             "ScalingConfig": {"MaximumConcurrency": max_concurrency},
@@ -410,6 +424,8 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "LogRetentionDays",
         "WorkerSubnetIds",
         "WorkerSecurityGroupIds",
+        "WorkerBatchSize",
+        "WorkerInFlight",
         "TargetAllowlist",
         "TargetAllowlistArns",
         "TenantScheduleQuota",
@@ -1070,6 +1086,40 @@ def test_each_queue_reader_is_fed_by_exactly_one_mapping_on_its_own_queue(
     assert by_function == EVENT_SOURCE_MAPPINGS
     # No two share a queue.
     assert len(set(queues)) == len(queues)
+
+
+def test_the_workers_batch_and_in_flight_defaults_start_a_whole_batch_at_once(
+    translated: dict[str, Any],
+) -> None:
+    # GIVEN the template's worker dispatch parameters
+    parameters = translated["Parameters"]
+    bounds = {
+        name: tuple(parameters[name][key] for key in ("Type", "Default", "MinValue", "MaxValue"))
+        for name in ("WorkerBatchSize", "WorkerInFlight")
+    }
+    # THEN a batch is as large as SQS allows for a standard queue at most, and by default
+    # no larger than what one invocation keeps in flight: every record of a default batch
+    # starts at once
+    assert bounds == {
+        "WorkerBatchSize": ("Number", WORKER_BATCH_SIZE, 1, 10_000),
+        "WorkerInFlight": ("Number", WORKER_IN_FLIGHT, 1, 10_000),
+    }
+    assert WORKER_BATCH_SIZE <= WORKER_IN_FLIGHT
+    # AND a batch larger than ten has the batching window SQS requires for it
+    for function in BATCHED_WORKERS:
+        mapping = _mapping_of(translated, function)
+        assert _default(translated, mapping["BatchSize"]) == WORKER_BATCH_SIZE
+        assert mapping["MaximumBatchingWindowInSeconds"] >= 1
+
+
+def _mapping_of(template: dict[str, Any], function: str) -> dict[str, Any]:
+    [mapping] = [
+        r["Properties"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["FunctionName"] == {"Ref": function}
+    ]
+    return mapping  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("function", sorted(EVENT_SOURCE_MAPPINGS))

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -185,3 +186,71 @@ def test_the_log_is_one_json_object_per_line_with_metrics_summed_up(tmp_path: Pa
     summaries = [r for r in written if r.get("message") == "metrics"]
     assert sum(r["metrics"]["TicksCompleted"]["count"] for r in summaries) == 50
     assert len(written) == 5 and len(summaries) == 1
+
+
+class ListQueue:
+    """An SQS client's receive_message on a list of messages: at most ten a receive, as
+    SQS answers, each receive counted."""
+
+    def __init__(self, count: int, body_bytes: int = 100) -> None:
+        self.waiting = [
+            {"MessageId": f"m{n}", "ReceiptHandle": f"r{n}", "Body": "x" * body_bytes}
+            for n in range(count)
+        ]
+        self.receives: list[int] = []
+
+    def receive_message(self, **request: Any) -> dict[str, Any]:
+        most = request["MaxNumberOfMessages"]
+        assert 1 <= most <= 10  # SQS refuses more
+        taken, self.waiting = self.waiting[:most], self.waiting[most:]
+        self.receives.append(len(taken))
+        return {"Messages": taken} if taken else {}
+
+
+def mapping(queue: ListQueue, *, batch_size: int, window: float) -> runtime.SqsMapping:
+    return runtime.SqsMapping(
+        queue,
+        # No function behind it: only the gathering is played.
+        cast(Any, types.SimpleNamespace(spec=types.SimpleNamespace(logical_id="Worker"))),
+        queue_url="http://queue",
+        queue_arn="arn:aws:sqs:us-east-1:123456789012:q",
+        batch_size=batch_size,
+        max_concurrency=1,
+        partial_failures=True,
+        batching_window=window,
+    )
+
+
+def test_a_batch_larger_than_ten_is_gathered_from_several_receives_within_its_window() -> None:
+    # GIVEN 300 messages waiting and a mapping of batch size 256 with a 1 s window
+    queue = ListQueue(300)
+    # WHEN it gathers a batch
+    batch = mapping(queue, batch_size=256, window=1.0)._gather()
+    # THEN it holds 256 records, taken ten a receive, the last receive asking for six
+    assert [m["MessageId"] for m in batch] == [f"m{n}" for n in range(256)]
+    assert queue.receives == [10] * 25 + [6]
+
+
+def test_without_a_window_a_batch_is_what_one_receive_returns() -> None:
+    queue = ListQueue(30)
+    batch = mapping(queue, batch_size=10, window=0)._gather()
+    assert len(batch) == 10 and queue.receives == [10]
+
+
+def test_a_window_that_closes_invokes_with_what_it_gathered() -> None:
+    # GIVEN fewer messages than the batch size
+    queue = ListQueue(13)
+    # WHEN the window closes
+    batch = mapping(queue, batch_size=256, window=0.2)._gather()
+    # THEN the batch holds them all, and no one twice
+    assert sorted(m["MessageId"] for m in batch) == sorted(f"m{n}" for n in range(13))
+
+
+def test_a_gathered_batch_stays_within_lambdas_payload_limit() -> None:
+    # GIVEN 100 messages of 200 KB (20 MB), and a batch size of 100
+    queue = ListQueue(100, body_bytes=200 * 1024)
+    # WHEN a batch is gathered
+    batch = mapping(queue, batch_size=100, window=1.0)._gather()
+    # THEN it stops below Lambda's 6 MB payload limit
+    assert sum(len(m["Body"]) for m in batch) <= runtime.PAYLOAD_LIMIT_BYTES
+    assert len(batch) < 100

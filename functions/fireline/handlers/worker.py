@@ -1,9 +1,11 @@
-"""SQS (one queue per job class) -> the worker, a batch's records side by side, with
-partial batch failures.
+"""SQS (one queue per job class) -> the worker, a large batch's records side by side
+within the dispatcher's bounds (services.worker_dispatch), with partial batch failures.
 
 A record that fails (another delivery is running it, no occurrence key, a worker error)
 is reported in batchItemFailures and comes back after its visibility timeout; the others
-are deleted by the event source mapping and never re-run.
+are deleted by the event source mapping and never re-run. A record left unstarted as the
+invocation nears its end was sent again as a fresh message first, so it is deleted too
+(one it could not send again is reported failed instead).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fireline import wiring
 from fireline.adapters import threads
+from fireline.services import worker_dispatch
 
 logger = wiring.logger()
 metrics = wiring.metrics()
@@ -33,12 +36,20 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         except (KeyError, TypeError, ValueError):
             bodies.append({})  # refused below, like any message without a key
         receive_counts.append(_receive_count(record))
-    with threads.ThreadPool(max(1, len(bodies)), name="worker-record") as pool:
+    dispatcher = worker_dispatch.Dispatcher(
+        wiring.dispatch_limits(),
+        context.get_remaining_time_in_millis,
+        pools=wiring.dispatch_pools(),
+    )
+    # The batch's two reads (rows, schedules) side by side; the records run on the
+    # dispatcher's own threads.
+    with threads.ThreadPool(2, name="worker-read") as pool:
         outcomes = wiring.worker().handle_batch(
             bodies,
             remaining_ms=context.get_remaining_time_in_millis,
             parallel=pool,
             receive_counts=receive_counts,
+            dispatcher=dispatcher,
         )
     for record, outcome in zip(records, outcomes, strict=True):
         if isinstance(outcome, Exception):

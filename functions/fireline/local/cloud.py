@@ -300,7 +300,8 @@ class LocalCloud:
                 host,
                 queue_url=sqs.get_queue_url(QueueName=queue_name)["QueueUrl"],
                 queue_arn=mapping["EventSourceArn"],
-                batch_size=int(mapping.get("BatchSize", 10)),
+                batch_size=int(mapping.get("BatchSize") or 10),
+                batching_window=float(mapping.get("MaximumBatchingWindowInSeconds") or 0),
                 max_concurrency=int(mapping.get("ScalingConfig", {}).get("MaximumConcurrency", 10)),
                 partial_failures="ReportBatchItemFailures"
                 in mapping.get("FunctionResponseTypes", []),

@@ -10,9 +10,11 @@ Lambda, EventBridge, SQS event source mappings and API Gateway would:
 - every EventBridge schedule rule invokes its target on its period;
 - every SQS event source mapping is disabled in the emulator (which would otherwise take
   the messages for its own stub) and played here: long-polls the queue, invokes the
-  function with a real SQS event of up to BatchSize records, deletes only the records not
-  in batchItemFailures, keeps at most MaximumConcurrency invocations in flight, and leaves
-  the rest to the visibility timeout and the queue's redrive;
+  function with a real SQS event of up to BatchSize records (gathered for up to
+  MaximumBatchingWindowInSeconds once the first arrives, ten a receive, never past Lambda's
+  6 MB payload), deletes only the records not in batchItemFailures, keeps at most
+  MaximumConcurrency invocations in flight, and leaves the rest to the visibility timeout
+  and the queue's redrive;
 - API Gateway: a real HTTP server that runs the REQUEST authorizer on the x-api-key header
   (decisions cached as long as the template says), applies the usage plan's per-tenant
   throttle and daily quota to the usage identifier the authorizer returns (a token
@@ -388,8 +390,17 @@ class MappingStats:
     in_flight: int = 0
 
 
+# Lambda's limit on a synchronous invocation's payload, and SQS's largest message: a batch
+# stops gathering once one more message might take it past the first.
+PAYLOAD_LIMIT_BYTES = 6 * 1024 * 1024
+LARGEST_MESSAGE_BYTES = 256 * 1024
+# How often a mapping gathering a batch asks the queue again while its window is open.
+GATHER_POLL_SECONDS = 0.05
+
+
 class SqsMapping:
-    """An SQS event source mapping, played: poll, invoke, delete what succeeded."""
+    """An SQS event source mapping, played: poll, gather a batch, invoke, delete what
+    succeeded."""
 
     def __init__(
         self,
@@ -401,12 +412,14 @@ class SqsMapping:
         batch_size: int,
         max_concurrency: int,
         partial_failures: bool,
+        batching_window: float = 0.0,
     ) -> None:
         self.sqs = sqs
         self.host = host
         self.queue_url = queue_url
         self.queue_arn = queue_arn
         self.batch_size = batch_size
+        self.batching_window = batching_window
         self.max_concurrency = max_concurrency
         self.partial_failures = partial_failures
         self.stats = MappingStats()
@@ -427,13 +440,7 @@ class SqsMapping:
             if not self._slots.acquire(timeout=0.5):
                 continue
             try:
-                messages = self.sqs.receive_message(
-                    QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=self.batch_size,
-                    WaitTimeSeconds=1,
-                    MessageSystemAttributeNames=["All"],
-                    MessageAttributeNames=["All"],
-                ).get("Messages", [])
+                messages = self._gather()
             except Exception:  # the emulator is stopping, or briefly busy
                 self._slots.release()
                 time.sleep(0.5)
@@ -449,6 +456,40 @@ class SqsMapping:
                 self._finish(done, batch)
 
             future.add_done_callback(finish)
+
+    def _gather(self) -> list[dict[str, Any]]:
+        """One batch: a long poll for the first messages, then (with a batching window)
+        more until the batch is full, the window has passed since the first arrived, or
+        the payload is as large as one more message could safely make it. SQS returns at
+        most ten a receive, so a larger batch takes several."""
+        messages = self._receive(1, self.batch_size)
+        if not messages or self.batching_window <= 0:
+            return messages
+        ends = time.monotonic() + self.batching_window
+        size = sum(len(m["Body"]) for m in messages)
+        while (
+            len(messages) < self.batch_size
+            and size + LARGEST_MESSAGE_BYTES <= PAYLOAD_LIMIT_BYTES
+            and time.monotonic() < ends
+            and not self._stop.is_set()
+        ):
+            more = self._receive(0, self.batch_size - len(messages))
+            if not more:
+                time.sleep(min(GATHER_POLL_SECONDS, max(0.0, ends - time.monotonic())))
+                continue
+            messages += more
+            size += sum(len(m["Body"]) for m in more)
+        return messages
+
+    def _receive(self, wait_seconds: int, most: int) -> list[dict[str, Any]]:
+        answer = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=max(1, min(10, most)),
+            WaitTimeSeconds=wait_seconds,
+            MessageSystemAttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        return list(answer.get("Messages", []))
 
     def _finish(self, done: Future[Any], messages: list[dict[str, Any]]) -> None:
         try:

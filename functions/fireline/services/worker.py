@@ -40,7 +40,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from fireline import ports
 from fireline.adapters.idempotency import OccurrenceIdempotency
 from fireline.domain import errors, model, occurrence, policies, quota, workflow
-from fireline.services import claims, dispatch, targets, workflows
+from fireline.services import claims, dispatch, targets, worker_dispatch, workflows
 from fireline.services import long_jobs as long_jobs_service
 
 logger = Logger(service="fireline", child=True)
@@ -70,6 +70,7 @@ class Result(enum.StrEnum):
     DEFERRED = "deferred"  # tenant limit or overlap: sent again for later
     BUSY = "busy"  # another delivery is running it: leave the message to SQS
     STARTED = "started"  # a long job's supervising execution started
+    RETURNED = "returned"  # not started (the invocation was ending): sent again, unrun
 
 
 class Busy(Exception):
@@ -184,6 +185,10 @@ class Prefetch:
             return self._schedules[(tenant_id, schedule_id)]
         return read()
 
+    def known_schedule(self, tenant_id: str, schedule_id: str) -> model.Schedule | None:
+        """The schedule's prefetched answer, or None where none was read (nothing read)."""
+        return self._schedules.get((tenant_id, schedule_id))
+
 
 # Outside a batch (a redelivery handled alone, a tool): every read is the record's own.
 _NOTHING_PREFETCHED = Prefetch()
@@ -246,11 +251,18 @@ class Worker:
         remaining_ms: Callable[[], int],
         parallel: ports.Parallel,
         receive_counts: Sequence[int] | None = None,
+        dispatcher: worker_dispatch.Dispatcher | None = None,
     ) -> list[Result | Exception]:
         """Process a batch's messages side by side: each record's deadline counts from
         its own start, so its place in the batch never decides its outcome. Each one's
         Result, or the exception it raised (Busy: leave it to SQS), in order.
         ``receive_counts``: SQS's ApproximateReceiveCount of each message, where known.
+
+        With a ``dispatcher`` the records start within its bounds, earliest fire first,
+        Python jobs in its compute lane (see services.worker_dispatch); the ones it left
+        unstarted as the invocation neared its end are sent again, unrun (RETURNED; see
+        :meth:`_hand_back`). Without one, every record runs at once on ``parallel``,
+        which also makes the batch's reads.
 
         The batch's rows and schedules are read first, together (see Prefetch); the
         one-off jobs the batch settles give their units of quota back together after
@@ -264,13 +276,109 @@ class Worker:
             result, ended[index] = self._process(body, remaining_ms, prefetched)
             return result
 
+        calls = [functools.partial(run, index, body) for index, body in enumerate(bodies)]
         try:
-            outcomes = parallel.run(
-                [functools.partial(run, index, body) for index, body in enumerate(bodies)]
-            )
+            if dispatcher is None:
+                outcomes = parallel.run(calls)
+            else:
+                outcomes = dispatcher.run(
+                    [
+                        worker_dispatch.Job(call, *self._place(body, prefetched))
+                        for call, body in zip(calls, bodies, strict=True)
+                    ]
+                )
+                outcomes = self._hand_back(bodies, outcomes)
             return self._give_back(outcomes, ended)
         finally:
             self.metrics.flush()
+
+    def _place(
+        self, body: dict[str, Any], prefetched: Prefetch
+    ) -> tuple[worker_dispatch.Lane, float, float]:
+        """A record's lane (a Python job is compute: see services.worker_dispatch), its
+        place in the batch (its fire time) and how much of the invocation it needs left
+        to start: its whole deadline, the margin to record its outcome and its hold until
+        its fire time, so that starting late in a batch never shortens its run. Lane and
+        deadline are read from the batch's read of the schedule; a record it did not read
+        (a workflow node, a failed batch read) goes in the remote lane with the
+        dispatcher's reserve, and its Python run, if it is one, still waits for a vCPU
+        (the runner's gate, see worker_dispatch.gated)."""
+        key = body.get("occurrence_key")
+        try:
+            parsed = occurrence.parse_key(key) if isinstance(key, str) else None
+        except errors.ValidationError:
+            parsed = None
+        if parsed is None:  # refused at once by its own handling: first, it costs nothing
+            return worker_dispatch.Lane.REMOTE, -math.inf, 0.0
+        tenant_id = body.get("tenant_id")
+        item = (
+            prefetched.known_schedule(tenant_id, parsed.schedule_id)
+            if isinstance(tenant_id, str)
+            else None
+        )
+        if item is None:
+            return worker_dispatch.Lane.REMOTE, parsed.fire_time.timestamp(), 0.0
+        python = item.target.get("type") == "python"
+        lane = worker_dispatch.Lane.COMPUTE if python else worker_dispatch.Lane.REMOTE
+        needs = (
+            0.0  # a long job's record only starts its execution
+            if self.long_jobs is not None
+            else model.deadline_for(item.job_class, item.deadline_seconds)
+            + STOP_MARGIN_SECONDS
+            + self.config.early_hold_seconds
+        )
+        return lane, parsed.fire_time.timestamp(), needs
+
+    def _hand_back(
+        self, bodies: Sequence[dict[str, Any]], outcomes: list[Result | Exception]
+    ) -> list[Result | Exception]:
+        """Send the records the dispatcher left unstarted to the queue again, at once,
+        and acknowledge them (RETURNED). Not left to SQS as failures: those would come
+        back only after the queue's visibility timeout (minutes), and each such return
+        counts as a receive towards the queue's redrive to its dead-letter queue, so a
+        record unlucky enough to sit at the end of five large batches would be
+        dead-lettered without ever running. A fresh message counts no receive and no
+        attempt (nothing claimed the row). A record whose new message could not be sent
+        stays a failure for SQS to redeliver: never dropped."""
+        answered = list(outcomes)
+        unstarted = [
+            i
+            for i, outcome in enumerate(outcomes)
+            if isinstance(outcome, worker_dispatch.NotStarted)
+            and isinstance(bodies[i].get("occurrence_key"), str)
+        ]
+        if not unstarted:
+            return answered
+        pending = [
+            dispatch.Outbound(
+                self.config.job_class,
+                bodies[i]["occurrence_key"],
+                ports.OutboundMessage(body=bodies[i], delay_seconds=0),
+            )
+            for i in unstarted
+        ]
+        try:
+            failed = dispatch.send_batches(self.queue, pending, dispatch.DispatchReport())
+        except Exception as exc:  # whatever failed, SQS redelivers them
+            logger.warning(
+                "unstarted records not sent again",
+                extra={"action": "worker.hand_back", "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return answered
+        for i in unstarted:
+            if bodies[i]["occurrence_key"] not in failed:
+                answered[i] = Result.RETURNED
+        returned = len(unstarted) - sum(1 for i in unstarted if answered[i] is not Result.RETURNED)
+        logger.info(
+            "unstarted records sent again",
+            extra={
+                "action": "worker.hand_back",
+                "returned": returned,
+                "kept": len(unstarted) - returned,
+            },
+        )
+        self.metrics.add_metric("Returned", "Count", returned)
+        return answered
 
     def prefetch(
         self,
