@@ -219,13 +219,13 @@ def build_app(
         after = models.listing_cursor_after(cursor, owner, "schedules", filters)
         page = service.list(owner, limit=limit, cursor=after, state=state, q=q)
         return models.SchedulePage(
-            items=[models.ScheduleOut.of(s) for s in page.items],
+            items=[models.ScheduleOut.of(s, service.clock.now()) for s in page.items],
             next_cursor=models.listing_cursor(owner, "schedules", filters, page.cursor),
         )
 
     @app.get("/schedules/<schedule_id>", summary="Get a schedule")
     def get_schedule(schedule_id: ID) -> models.ScheduleOut:
-        return models.ScheduleOut.of(service.get(tenant(), schedule_id))
+        return models.ScheduleOut.of(service.get(tenant(), schedule_id), service.clock.now())
 
     @app.put("/schedules/<schedule_id>", summary="Replace a schedule (new version)")
     def update_schedule(
@@ -283,7 +283,10 @@ def build_app(
             description=item.description,
             timezone=item.timing.timezone,
             fire_times=[f.fire_time for f in fires],
-            fires=[models.FireOut(fire_time=f.fire_time, queued=f.queued) for f in fires],
+            fires=[
+                models.FireOut(fire_time=f.fire_time, queued=f.queued, sent_at=f.sent_at)
+                for f in fires
+            ],
         )
 
     @app.get("/schedules/<schedule_id>/occurrences", summary="Occurrence history, newest first")
