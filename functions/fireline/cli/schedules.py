@@ -318,5 +318,8 @@ def _fires(out: Console, body: Any) -> None:
     fires = body.get("fires") or [{"fire_time": t} for t in body.get("fire_times") or []]
     found = common.table("fire time", "queued")
     for fire in fires:
-        found.add_row(common.cell(fire["fire_time"]), "yes" if fire.get("queued") else "")
+        queued = ""
+        if fire.get("queued"):
+            queued = f"sent {common.cell(fire['sent_at'])}" if fire.get("sent_at") else "yes"
+        found.add_row(common.cell(fire["fire_time"]), queued)
     out.print(found)
