@@ -106,8 +106,10 @@ def test_the_console_shows_the_next_fire_of_a_schedule_sent_ahead(
     first = page.locator(f"tr[data-id='{schedule_id}'] td.next div").first
     expect(first).to_contain_text("Z")
     listed = shown_instant(first.inner_text())
-    assert opened - timedelta(seconds=1) < listed <= datetime.now(UTC).replace(
-        tzinfo=None
-    ) + timedelta(seconds=10), listed
+    assert (
+        opened - timedelta(seconds=1)
+        < listed
+        <= datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=10)
+    ), listed
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "schedules-next-fire.png"), full_page=True)

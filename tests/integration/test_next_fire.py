@@ -72,9 +72,7 @@ def test_the_preview_of_a_schedule_sent_ahead_shows_the_sent_fires_queued(
     system.clock.advance(3)
     now = system.clock.now()
     # WHEN its next five fires are previewed
-    status, preview = system.call(
-        "GET", f"/schedules/{schedule_id}/preview", query={"count": "5"}
-    )
+    status, preview = system.call("GET", f"/schedules/{schedule_id}/preview", query={"count": "5"})
     assert status == 200, preview
     fires = preview["fires"]
     # THEN they are the next five, 10 s apart, the first within 10 s
