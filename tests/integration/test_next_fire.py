@@ -7,6 +7,7 @@ as "next fire" is still the earliest fire that has not run, whatever was sent ah
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -78,7 +79,7 @@ def test_the_preview_of_a_schedule_sent_ahead_shows_the_sent_fires_queued(
     # THEN they are the next five, 10 s apart, the first within 10 s
     times = [parse(f["fire_time"]) for f in fires]
     assert now < times[0] <= now + timedelta(seconds=10)
-    assert [b - a for a, b in zip(times, times[1:])] == [timedelta(seconds=10)] * 4
+    assert [b - a for a, b in itertools.pairwise(times)] == [timedelta(seconds=10)] * 4
     # AND each is queued, with the time the ticker sent it
     assert all(f["queued"] for f in fires), fires
     assert {parse(f["sent_at"]) for f in fires} == {ticked_at}

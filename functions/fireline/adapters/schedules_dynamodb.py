@@ -484,7 +484,10 @@ class DynamoScheduleStore:
             ":now": {"N": str(_ms(now))},
         }
         if next_fire is None:
-            update = "SET #upd = :now, #sf = :expected, #sa = :now, #state = :completed REMOVE #next, #shard"
+            update = (
+                "SET #upd = :now, #sf = :expected, #sa = :now, #state = :completed"
+                " REMOVE #next, #shard"
+            )
             names |= {"#state": "state", "#shard": "due_shard"}
             values[":completed"] = {"S": model.ScheduleState.COMPLETED.value}
         else:
