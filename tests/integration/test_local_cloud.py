@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,20 @@ def test_requests_without_a_valid_key_are_401_and_tenants_are_isolated(cloud: Lo
         {"spec": "rate(1 hour)", "target": {"type": "python", "handler": "noop"}},
     )
     assert call(cloud, "GET", f"/schedules/{mine['id']}", key=OTHER_KEY)[0] == 404
+
+
+def test_the_root_is_an_index_of_links_without_a_key_and_other_methods_need_one(
+    cloud: LocalCloud,
+) -> None:
+    # WHEN the root is asked for without a key, through the local gateway
+    status, index = call(cloud, "GET", "/", key=None)
+    # THEN it names the console, the docs and the API description, each served keyless
+    assert status == 200, index
+    for link in ("console", "docs", "openapi.json"):
+        assert link in index["links"].values()
+        assert urllib.request.urlopen(f"{cloud.api_url}/{link}", timeout=30).status == 200
+    # AND another method on the root is still the authorizer's (as deployed: GET only)
+    assert call(cloud, "POST", "/", {}, key=None)[0] == 401
 
 
 def test_a_poison_job_goes_dead_and_can_be_redriven(cloud: LocalCloud) -> None:

@@ -468,6 +468,15 @@ def build_app(
     def console_asset(name: str) -> Response[str]:
         return _asset(name)
 
+    # --- the front door (public: what a browser or a client finds at the API's root) ---------
+
+    @app.get("/", include_in_schema=False)
+    def index() -> Response[str]:
+        accept = (app.current_event.headers or {}).get("accept") or ""
+        if "text/html" in accept:
+            return Response(status_code=200, content_type="text/html", body=INDEX_PAGE)
+        return _json(INDEX, 200)
+
     # --- the document ----------------------------------------------------------------------
 
     @app.get("/openapi.json", include_in_schema=False)
@@ -654,6 +663,29 @@ def _refused_operator(event: dict[str, Any]) -> Response[str] | None:
     if context.get("role") == OPERATOR and method not in READ_METHODS:
         return _error(403, "forbidden", "an operator's key is read-only")
     return None
+
+
+# The API's root: where to go next. Links are relative to the root, so they hold on a
+# stage's path (/Prod/) and on the local cloud's bare host alike.
+INDEX: dict[str, Any] = {
+    "name": "Fireline",
+    "about": "a serverless job scheduler: schedules, one-off jobs and workflows; every other"
+    " route needs an API key (x-api-key)",
+    "links": {
+        "console": "console",
+        "docs": "docs",
+        "openapi": "openapi.json",
+    },
+}
+INDEX_PAGE = (
+    '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Fireline</title>'
+    "</head><body><h1>Fireline</h1><p>A serverless job scheduler. Every route but these "
+    "needs an API key (<code>x-api-key</code>).</p><ul>"
+    '<li><a href="console">Console</a> (sign in with an API key)</li>'
+    '<li><a href="docs">API documentation</a></li>'
+    '<li><a href="openapi.json">OpenAPI document</a></li>'
+    "</ul></body></html>"
+)
 
 
 def _asset(name: str) -> Response[str]:

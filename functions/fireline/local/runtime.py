@@ -595,8 +595,16 @@ class ApiGateway:
 
     api: FunctionHost
     authorizer: FunctionHost | None
-    # The template's routes without the authorizer ({name}: one path segment).
-    public_paths: tuple[str, ...] = ("/openapi.json", "/docs", "/console", "/console/{asset}")
+    # The template's routes without the authorizer ({name}: one path segment), each
+    # "METHOD /path" (that method only, as API Gateway's method on the resource) or
+    # "/path" (any method).
+    public_paths: tuple[str, ...] = (
+        "GET /",
+        "GET /openapi.json",
+        "GET /docs",
+        "GET /console",
+        "GET /console/{asset}",
+    )
     stage: str = "prod"
     cache_seconds: float = 300
     # None: methods need no usage identifier (a stack without a usage plan).
@@ -690,7 +698,7 @@ class ApiGateway:
         path = parts.path or "/"
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         context: dict[str, Any] | None = None
-        if not any(_route_matches(route, path) for route in self.public_paths):
+        if not any(_public(route, method, path) for route in self.public_paths):
             try:
                 context = self.authorize(headers, method, path)
             except TimeoutError:
@@ -767,6 +775,12 @@ class ApiGateway:
         server = _GatewayServer((host, port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True, name="api-gateway").start()
         return server
+
+
+def _public(route: str, method: str, path: str) -> bool:
+    """Does the public route ("METHOD /path" or "/path") take this request?"""
+    wanted, _, pattern = route.rpartition(" ")
+    return (not wanted or wanted == method) and _route_matches(pattern, path)
 
 
 def _route_matches(route: str, path: str) -> bool:
