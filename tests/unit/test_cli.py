@@ -1112,6 +1112,72 @@ def test_usage_errors_exit_2_without_a_request(
     assert api.requests == []
 
 
+def test_a_usage_error_is_the_error_first_then_one_line_of_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # WHEN a command with many options is run without its SPEC
+    code = main.main(["schedules", "create"])
+    # THEN stderr is two lines: the error, then the usage on one line and where the rest is
+    assert code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "fireline schedules create: error: the following arguments are required: SPEC",
+        "usage: fireline schedules create [options] SPEC"
+        "   (fireline schedules create --help: every option)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["schedules"],
+        ["bogus"],
+        ["admin", "quotas", "set"],
+        ["admin", "keys", "create"],
+        ["runs", "nodes"],
+        ["local", "--port", "many"],
+    ],
+)
+def test_every_usage_error_is_two_lines_the_error_first(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert main.main(argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert ": error: " in lines[0] and lines[1].startswith("usage: fireline")
+
+
+def test_version_names_the_installed_package(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib import metadata
+
+    assert main.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"fireline {metadata.version('fireline')}\n"
+
+
+def command_groups(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every parser that has subcommands of its own, with the words that reach it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield prefix, parser
+            for name, child in action.choices.items():
+                yield from command_groups(child, (*prefix, name))
+
+
+def test_every_command_groups_help_page_describes_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN every group of commands (schedules, admin, admin keys, ...)
+    groups = list(command_groups(main.build_parser()))
+    assert len(groups) >= 12
+    for words, parser in groups:
+        # THEN its help page has a description, more than its name
+        assert parser.description, words
+        assert len(parser.description.split()) >= 4, (words, parser.description)
+        # AND it is shown on the page
+        assert main.main([*words, "--help"]) == 0
+        assert parser.description.split()[0] in capsys.readouterr().out, words
+
+
 def test_a_naive_time_is_refused_with_an_example(
     api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -43,10 +43,20 @@ def add_admin_command(subparsers: Any) -> None:
     admin = subparsers.add_parser(
         "admin",
         help="tenants' API keys, signing keys and quotas (AWS credentials, not an API key)",
+        description="Administer a deployment with the operator's AWS credentials, not an "
+        "API key: tenants' API keys and webhook signing keys, their quotas and concurrency "
+        "limits, and data migrations. Every command finds the deployment the same way: "
+        "--stack (default $FIRELINE_STACK, else fireline), --endpoint-url for an emulator "
+        "(the local cloud: --stack fireline-local --endpoint-url URL it prints) and --region.",
     )
     groups = admin.add_subparsers(dest="area", metavar="AREA", required=True)
 
-    keys_parser = groups.add_parser("keys", help="tenants' API keys")
+    keys_parser = groups.add_parser(
+        "keys",
+        help="tenants' API keys",
+        description="Tenants' API keys: create one (shown once, only its hash is stored), "
+        "list them, revoke one, or rotate one with a grace period for the old key.",
+    )
     key_actions = keys_parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = _leaf(key_actions, "create", _keys_create, "create an API key (shown once)")
     create.add_argument("--tenant", required=True, help="the tenant the key authenticates")
@@ -70,7 +80,12 @@ def add_admin_command(subparsers: Any) -> None:
         help="keep the old key working this long (default: 0, revoked at once)",
     )
 
-    signing_parser = groups.add_parser("signing", help="tenants' webhook signing keys")
+    signing_parser = groups.add_parser(
+        "signing",
+        help="tenants' webhook signing keys",
+        description="Tenants' webhook signing keys: show the keys a receiver verifies "
+        "deliveries with, or rotate to a new key, the previous ones valid for an overlap.",
+    )
     signing_actions = signing_parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = _leaf(signing_actions, "show", _signing_show, "the keys a receiver verifies with")
     show.add_argument("--tenant", required=True)

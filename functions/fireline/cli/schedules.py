@@ -86,7 +86,14 @@ NONE = "none"
 
 
 def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None:
-    schedules = subparsers.add_parser("schedules", help="recurring schedules")
+    schedules = subparsers.add_parser(
+        "schedules",
+        help="recurring schedules",
+        description="A tenant's recurring schedules (cron with seconds, rate, at, or plain "
+        "words such as 'every 10 seconds'): create, read, change, pause, resume, trigger, "
+        "preview their next fires and read their occurrences. Through the HTTP API, as the "
+        "tenant whose key is --api-key or $FIRELINE_API_KEY.",
+    )
     group = schedules.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     listing = common.leaf(group, "list", _list, "list the tenant's schedules by id")
