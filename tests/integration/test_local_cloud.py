@@ -7,7 +7,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -265,3 +267,44 @@ def test_a_large_definition_goes_through_the_readmes_presigned_post(
         2999,
     )
     assert call(cloud, "GET", "/workflows/big")[1]["nodes"] == 3000
+
+
+def test_a_sigterm_to_the_process_group_stops_fireline_local_cleanly(tmp_path: Path) -> None:
+    # GIVEN `fireline local` running in a process group of its own, as make run runs it
+    root = Path(__file__).resolve().parents[2]
+    output = tmp_path / "out.txt"
+    with output.open("w") as sink:
+        started = subprocess.Popen(
+            [sys.executable, "-m", "fireline.cli.main", "local", "--port", "0", "--plain",
+             "--no-examples", "--log-file", str(tmp_path / "local.log")],
+            cwd=root, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: "console:" in output.read_text() or started.poll() is not None, 300)
+            assert started.poll() is None, output.read_text()
+            # WHEN the whole group is sent SIGTERM (make, its fireline and every function)
+            os.killpg(started.pid, signal.SIGTERM)
+            code = started.wait(timeout=120)
+        finally:
+            if started.poll() is None:
+                os.killpg(started.pid, signal.SIGKILL)
+                started.wait()
+    # THEN it stops as a Ctrl-C stops it: exit 0, no traceback, every process gone
+    printed = output.read_text()
+    assert code == 0, printed
+    assert "Traceback" not in printed, printed
+    assert printed.rstrip().endswith("stopping ..."), printed
+    wait_for(lambda: not group_members(started.pid), 30)
+
+
+def group_members(group: int) -> list[int]:
+    """The live (not zombie) processes of a process group."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited meanwhile
+        if int(fields[2]) == group and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found

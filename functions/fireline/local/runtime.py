@@ -102,8 +102,11 @@ def _serve(spec: FunctionSpec, connection: Any, lines: Any) -> None:
     resolver or the current event, is never shared by two invocations at once). Each
     process has its own connection to the host, so one that is killed takes no lock or
     queue the others need with it."""
-    # Ctrl-C reaches the whole process group; the parent stops its functions itself.
+    # Ctrl-C and a SIGTERM to the group (make run stopped, a supervisor's stop) reach
+    # every process of it; the parent stops its functions itself, each after its
+    # invocation, so a signal must not kill one mid-invocation and have it replaced.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.clear()
     os.environ.update(spec.environment)
     sys.stdout = _Lines(lines, spec.logical_id)
@@ -190,7 +193,27 @@ def process_context() -> Any:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOADED_MODULES)
+    _start_fork_server_deaf_to_sigterm()
     return context
+
+
+def _start_fork_server_deaf_to_sigterm() -> None:
+    """Start the fork server now, ignoring SIGTERM (which it keeps across its exec).
+
+    A SIGTERM to the process group (``make run`` stopped, a supervisor's stop) would
+    otherwise kill it first: each function process then reads as dead (its exit status
+    comes through the server), is replaced while the parent is stopping, and the
+    replacements fail with tracebacks. Ignoring it, the server outlives the stop and
+    exits with its parent, as it does after Ctrl-C."""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal dispositions are the main thread's to change
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class FunctionHost:
@@ -353,9 +376,11 @@ class _Environment:
         return message
 
     def stop(self, deadline: float) -> None:
+        if self.process.pid is None:  # its start failed (the fork server was gone)
+            return
         self.process.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.process.is_alive():
-            self.process.terminate()
+            self.process.kill()  # it ignores SIGTERM (see _serve)
 
 
 # --- event sources -------------------------------------------------------------------------
