@@ -195,7 +195,7 @@ def build_app(
 
         def run() -> dict[str, Any]:
             created = service.create(owner, body.to_draft(), request_key=request_key())
-            return models.ScheduleOut.of(created).model_dump(mode="json")
+            return models.ScheduleOut.of(created, service.clock.now()).model_dump(mode="json")
 
         return _json(once("create_schedule", run), 201)
 
@@ -232,7 +232,9 @@ def build_app(
         schedule_id: ID,
         body: Annotated[models.ScheduleIn, Body(openapi_examples=document.SCHEDULE_EXAMPLES)],
     ) -> models.ScheduleOut:
-        return models.ScheduleOut.of(service.update(tenant(), schedule_id, body.to_draft()))
+        return models.ScheduleOut.of(
+            service.update(tenant(), schedule_id, body.to_draft()), service.clock.now()
+        )
 
     @app.delete(
         "/schedules/<schedule_id>", summary="Delete a schedule", responses=document.success(204)
@@ -243,11 +245,11 @@ def build_app(
 
     @app.post("/schedules/<schedule_id>/pause", summary="Pause (leaves the due index)")
     def pause_schedule(schedule_id: ID) -> models.ScheduleOut:
-        return models.ScheduleOut.of(service.pause(tenant(), schedule_id))
+        return models.ScheduleOut.of(service.pause(tenant(), schedule_id), service.clock.now())
 
     @app.post("/schedules/<schedule_id>/resume", summary="Resume (missed fires: misfire policy)")
     def resume_schedule(schedule_id: ID) -> models.ScheduleOut:
-        return models.ScheduleOut.of(service.resume(tenant(), schedule_id))
+        return models.ScheduleOut.of(service.resume(tenant(), schedule_id), service.clock.now())
 
     @app.post(
         "/schedules/<schedule_id>/trigger",

@@ -592,7 +592,7 @@ class ScheduleOut(BaseModel):
     @classmethod
     def of(cls, item: model.Schedule, now: datetime | None = None) -> ScheduleOut:
         """``now``: what the next fire is counted from (None: the schedule's next fire to
-        send, right after a write, when nothing of its version was sent yet)."""
+        send, as stored; the fires it was sent ahead of are then not counted)."""
         t = item.timing
         return cls(
             id=item.schedule_id,
