@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from fireline.cli import deployment, main
+from fireline.local import command as local_command
 from fireline.local.cloud import LocalCloud, LocalOptions
 from helpers.local_cloud import TEST_KEYS, call, wait_for
 
@@ -175,3 +177,24 @@ def test_without_the_emulator_named_a_command_says_which_region_is_missing(
     assert code == 1
     assert err.startswith("error: region: name the deployment's region: --region"), err
     assert "--endpoint-url" in err
+
+
+def test_the_local_clouds_admin_hint_runs_when_pasted_with_no_aws_setting(
+    cloud: LocalCloud, admin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the line `fireline local` prints for the admin commands (the fixture took
+    # every AWS_* variable and the emulator's address out of the environment)
+    hint = local_command.admin_hint(cloud.endpoint_url, STACK, argv0="python")
+    monkeypatch.delenv(deployment.ENDPOINT_ENV)
+    assert hint.startswith("admin: ")
+    # WHEN it is pasted into a shell
+    done = subprocess.run(
+        ["bash", "-c", hint.removeprefix("admin: ")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # THEN the command it names lists the cloud's keys
+    assert done.returncode == 0, done.stderr
+    assert "tenant-a" in done.stdout

@@ -125,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         f"API on {cloud.api_url} (x-api-key: {key} -> {options.api_keys[key]})"
     )
     console.print(try_hint(cloud.api_url, key))
+    console.print(admin_hint(cloud.endpoint_url, options.stack_name))
     console.print(f"API reference (Swagger UI, offline): {cloud.api_url}/docs")
     console.print(
         f"[bold]console[/bold]: {cloud.api_url}/console (sign in with the API key {key})",
@@ -170,6 +171,17 @@ def try_hint(api_url: str, key: str, argv0: str | None = None) -> str:
     ``make run`` names it: .venv/bin/fireline), else through this Python."""
     shown = cli_command(sys.argv[0] if argv0 is None else argv0)
     return f"try: export FIRELINE_API_URL={api_url} FIRELINE_API_KEY={key}; {shown} schedules list"
+
+
+def admin_hint(endpoint_url: str, stack: str, argv0: str | None = None) -> str:
+    """The same for the admin commands: where they find this stack (no AWS setting)."""
+    from fireline.cli import deployment
+
+    shown = cli_command(sys.argv[0] if argv0 is None else argv0)
+    return (
+        f"admin: export {deployment.STACK_ENV}={stack} {deployment.ENDPOINT_ENV}={endpoint_url}; "
+        f"{shown} admin keys list"
+    )
 
 
 def cli_command(argv0: str) -> str:
