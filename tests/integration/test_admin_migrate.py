@@ -127,6 +127,16 @@ def test_a_pass_resumes_from_its_cursor_and_pages_through_the_table(table: str) 
 def test_a_missing_table_name_is_refused_naming_the_option(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # GIVEN a stack without the workflows table's output
     monkeypatch.delenv("FIRELINE_WORKFLOWS_TABLE", raising=False)
-    assert cli.main(["admin", "migrate", "listings", "--region", REGION]) == 1
-    assert "name the workflows table: --table, --stack" in capsys.readouterr().err
+    with mock_aws():
+        boto3.client("cloudformation", region_name=REGION).create_stack(
+            StackName="bare",
+            TemplateBody='{"Resources": {"Q": {"Type": "AWS::SQS::Queue"}}}',
+        )
+        # WHEN the listings are migrated on it
+        code = cli.main(["admin", "migrate", "listings", "--stack", "bare", "--region", REGION])
+    # THEN it is refused, naming the output it lacks and how to name the table
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "no WorkflowsTableName output: name the workflows table with --table" in err

@@ -64,12 +64,16 @@ def test_a_limit_out_of_range_is_a_usage_error_and_changes_nothing(table: str) -
     assert store(table).usage(TENANT).overrides == {}
 
 
-def test_without_a_table_the_command_says_how_to_name_it(
+def test_without_a_table_or_its_stack_the_command_says_how_to_name_them(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # GIVEN no table named and no stack of the default name (an account on moto)
     monkeypatch.delenv("FIRELINE_SLOTS_TABLE", raising=False)
-
-    code = run("show", TENANT, "--region", REGION)
-
+    monkeypatch.delenv("FIRELINE_STACK", raising=False)
+    with mock_aws():
+        # WHEN a command looks for the slots table
+        code = run("show", TENANT, "--region", REGION)
+    # THEN it is refused, naming the stack it looked for and how to name either
     assert code == 1
-    assert "--table, --stack or $FIRELINE_SLOTS_TABLE" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no stack 'fireline'" in err and "--stack" in err

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from openapi_spec_validator import validate
 
+from fireline.api import app as api_app
 from fireline.domain import model, occurrence, schedule
 from fireline.services import claims
 from fireline.services.worker import Result
-from helpers.system import START, System
+from helpers.system import START, System, api_event
 
 A, B = "tenant-a", "tenant-b"
 PYTHON = {"type": "python", "handler": "noop"}
@@ -1181,3 +1182,32 @@ def test_times_outside_what_can_be_stored_are_refused(
     assert status in (400, 422)
     assert answer["error"]["field"] == field
     assert stored(system) == before
+
+
+def test_the_root_answers_an_index_of_links_without_a_key(system: System) -> None:
+    # WHEN a client without a key asks for the API's root
+    status, index = system.call("GET", "/", tenant=None)
+    # THEN it is told where the console, the docs and the API description are
+    assert status == 200, index
+    assert index["links"] == {"console": "console", "docs": "docs", "openapi": "openapi.json"}
+    # AND each link is a route the API serves without a key
+    for link in index["links"].values():
+        assert raw(system, "GET", f"/{link}")["statusCode"] == 200, link
+
+
+def test_a_browser_at_the_root_gets_a_page_of_those_links(system: System) -> None:
+    # WHEN a browser (it accepts HTML) asks for the root
+    response = raw(system, "GET", "/", {"accept": "text/html,*/*"})
+    # THEN it gets a page linking to each, relative to the root (a stage's path holds)
+    assert response["statusCode"] == 200
+    assert response["multiValueHeaders"]["Content-Type"] == ["text/html"]
+    for href in ("console", "docs", "openapi.json"):
+        assert f'href="{href}"' in response["body"]
+
+
+def raw(
+    system: System, method: str, path: str, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The API's whole answer to a request without a key."""
+    event = api_event(method, path, None, tenant=None, headers=headers)
+    return api_app.handle(system._api, event, None)

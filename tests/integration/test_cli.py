@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +162,29 @@ def test_schedules_are_listed_paused_resumed_previewed_and_deleted(
     code, _, err = cli("schedules", "get", paused["id"])
     assert code == 1
     assert err == f"error: schedule {paused['id']} not found (HTTP 404)\n"
+
+
+def test_the_next_fire_shown_counts_the_fires_the_ticker_sent_ahead(
+    cloud: LocalCloud, cli: Any
+) -> None:
+    # GIVEN an every-10-second schedule whose fires the ticker has sent minutes ahead
+    created = answer(cli, "schedules", "create", "rate(10 seconds)", *NOOP)
+    path = f"/schedules/{created['id']}/preview?count=20"
+    wait_for(lambda: all(f["queued"] and f["sent_at"] for f in api(cloud, path)["fires"]))
+    # WHEN it is read through the CLI, alone and in the list
+    before = datetime.now(UTC)
+    got = answer(cli, "schedules", "get", created["id"])
+    listed = answer(cli, "schedules", "list", "--all")
+    after = datetime.now(UTC)
+    (in_list,) = [s for s in listed["items"] if s["id"] == created["id"]]
+    # THEN its next fire is within 10 seconds, in both
+    for shown in (got, in_list):
+        next_fire = datetime.fromisoformat(shown["next_fire"])
+        assert before - timedelta(seconds=1) < next_fire <= after + timedelta(seconds=10), shown
+    # AND its preview shows the next fires queued, with the time they were sent
+    code, out, err = cli("schedules", "preview", created["id"], "--count", "3")
+    assert code == 0, err
+    assert out.count("sent 20") == 3, out
 
 
 def test_a_triggered_fire_is_in_the_history_by_state_and_time(cloud: LocalCloud, cli: Any) -> None:

@@ -7,7 +7,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,6 +79,20 @@ def test_requests_without_a_valid_key_are_401_and_tenants_are_isolated(cloud: Lo
         {"spec": "rate(1 hour)", "target": {"type": "python", "handler": "noop"}},
     )
     assert call(cloud, "GET", f"/schedules/{mine['id']}", key=OTHER_KEY)[0] == 404
+
+
+def test_the_root_is_an_index_of_links_without_a_key_and_other_methods_need_one(
+    cloud: LocalCloud,
+) -> None:
+    # WHEN the root is asked for without a key, through the local gateway
+    status, index = call(cloud, "GET", "/", key=None)
+    # THEN it names the console, the docs and the API description, each served keyless
+    assert status == 200, index
+    for link in ("console", "docs", "openapi.json"):
+        assert link in index["links"].values()
+        assert urllib.request.urlopen(f"{cloud.api_url}/{link}", timeout=30).status == 200
+    # AND another method on the root is still the authorizer's (as deployed: GET only)
+    assert call(cloud, "POST", "/", {}, key=None)[0] == 401
 
 
 def test_a_poison_job_goes_dead_and_can_be_redriven(cloud: LocalCloud) -> None:
@@ -269,3 +286,44 @@ def test_a_large_definition_goes_through_the_documented_presigned_post(
         2999,
     )
     assert call(cloud, "GET", "/workflows/big")[1]["nodes"] == 3000
+
+
+def test_a_sigterm_to_the_process_group_stops_fireline_local_cleanly(tmp_path: Path) -> None:
+    # GIVEN `fireline local` running in a process group of its own, as make run runs it
+    root = Path(__file__).resolve().parents[2]
+    output = tmp_path / "out.txt"
+    with output.open("w") as sink:
+        started = subprocess.Popen(
+            [sys.executable, "-m", "fireline.cli.main", "local", "--port", "0", "--plain",
+             "--no-examples", "--log-file", str(tmp_path / "local.log")],
+            cwd=root, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: "console:" in output.read_text() or started.poll() is not None, 300)
+            assert started.poll() is None, output.read_text()
+            # WHEN the whole group is sent SIGTERM (make, its fireline and every function)
+            os.killpg(started.pid, signal.SIGTERM)
+            code = started.wait(timeout=120)
+        finally:
+            if started.poll() is None:
+                os.killpg(started.pid, signal.SIGKILL)
+                started.wait()
+    # THEN it stops as a Ctrl-C stops it: exit 0, no traceback, every process gone
+    printed = output.read_text()
+    assert code == 0, printed
+    assert "Traceback" not in printed, printed
+    assert printed.rstrip().endswith("stopping ..."), printed
+    wait_for(lambda: not group_members(started.pid), 30)
+
+
+def group_members(group: int) -> list[int]:
+    """The live (not zombie) processes of a process group."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited meanwhile
+        if int(fields[2]) == group and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found

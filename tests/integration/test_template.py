@@ -1230,6 +1230,8 @@ def test_every_route_but_the_api_description_and_the_console_needs_the_key_autho
             {"api_key": []},
         ],
         ("/", "x-amazon-apigateway-any-method"): [{"ApiKeyAuthorizer": []}, {"api_key": []}],
+        # the root's index of links, for a browser or client without a key yet
+        ("/", "get"): [],
         ("/openapi.json", "get"): [],
         ("/docs", "get"): [],
         # the console's page and static assets: the page asks for the key itself
@@ -1239,7 +1241,9 @@ def test_every_route_but_the_api_description_and_the_console_needs_the_key_autho
         ("/favicon.ico", "get"): [],
     }
     # the local cloud's gateway lets the same routes through without a key
-    public = {path for (path, _), scheme in security.items() if scheme == []}
+    public = {
+        f"{method.upper()} {path}" for (path, method), scheme in security.items() if scheme == []
+    }
     gateway = runtime.ApiGateway.__dataclass_fields__["public_paths"].default
     assert set(gateway) == public
     integrations = {

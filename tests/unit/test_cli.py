@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import email
 import email.policy
+import io
 import json
 import shlex
 import socket
 import subprocess
+import sys
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -1132,6 +1134,72 @@ def test_usage_errors_exit_2_without_a_request(
     assert api.requests == []
 
 
+def test_a_usage_error_is_the_error_first_then_one_line_of_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # WHEN a command with many options is run without its SPEC
+    code = main.main(["schedules", "create"])
+    # THEN stderr is two lines: the error, then the usage on one line and where the rest is
+    assert code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "fireline schedules create: error: the following arguments are required: SPEC",
+        "usage: fireline schedules create [options] SPEC"
+        "   (fireline schedules create --help: every option)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["schedules"],
+        ["bogus"],
+        ["admin", "quotas", "set"],
+        ["admin", "keys", "create"],
+        ["runs", "nodes"],
+        ["local", "--port", "many"],
+    ],
+)
+def test_every_usage_error_is_two_lines_the_error_first(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert main.main(argv) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert ": error: " in lines[0] and lines[1].startswith("usage: fireline")
+
+
+def test_version_names_the_installed_package(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib import metadata
+
+    assert main.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"fireline {metadata.version('fireline')}\n"
+
+
+def command_groups(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every parser that has subcommands of its own, with the words that reach it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield prefix, parser
+            for name, child in action.choices.items():
+                yield from command_groups(child, (*prefix, name))
+
+
+def test_every_command_groups_help_page_describes_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # GIVEN every group of commands (schedules, admin, admin keys, ...)
+    groups = list(command_groups(main.build_parser()))
+    assert len(groups) >= 12
+    for words, parser in groups:
+        # THEN its help page has a description, more than its name
+        assert parser.description, words
+        assert len(parser.description.split()) >= 4, (words, parser.description)
+        # AND it is shown on the page
+        assert main.main([*words, "--help"]) == 0
+        assert parser.description.split()[0] in capsys.readouterr().out, words
+
+
 def test_a_naive_time_is_refused_with_an_example(
     api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1179,3 +1247,61 @@ def test_local_takes_a_synthesized_template_and_a_stack_name() -> None:
     # THEN the local cloud deploys that template under that name; the rest keeps defaults
     assert options.template_path == Path("cdk.out/Fireline.template.json")
     assert (options.stack_name, options.api_port) == ("mine", 8080)
+
+
+# --- the local cloud's hint ----------------------------------------------------------------
+
+
+def test_the_local_clouds_hint_runs_when_pasted_into_a_shell(
+    api: FakeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the CLI started as make run starts it, .venv/bin/fireline, not on PATH
+    program = tmp_path / ".venv" / "bin" / "fireline"
+    program.parent.mkdir(parents=True)
+    program.write_text(f"#!{sys.executable}\nfrom fireline.cli.main import main\nmain()\n")
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    api.answer("GET", "/schedules", 200, {"items": [SCHEDULE], "next_cursor": None})
+    # WHEN its hint is pasted into a shell in the same folder
+    hint = local_command.try_hint(api.url, KEY, argv0=".venv/bin/fireline")
+    assert hint.startswith("try: ")
+    done = subprocess.run(
+        ["bash", "-c", hint.removeprefix("try: ")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # THEN it lists the tenant's schedules, with the key it names
+    assert done.returncode == 0, done.stderr
+    assert "nightly" in done.stdout
+    assert api.requests[-1].headers["x-api-key"] == KEY
+
+
+def test_the_hint_names_fireline_when_that_is_this_cli_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    program = tmp_path / "fireline"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert local_command.try_hint("http://h", "k", argv0=str(program)).endswith(
+        "; fireline schedules list"
+    )
+    # AND another program (python -m, a test runner) is named through this Python
+    assert local_command.try_hint("http://h", "k", argv0="pytest").endswith(
+        f"{sys.executable} -m fireline.cli.main schedules list"
+    )
+
+
+def test_the_status_lines_are_not_wrapped_without_a_terminal() -> None:
+    # GIVEN the local cloud's console writing to a file (piped: no terminal)
+    out = io.StringIO()
+    console = local_command.status_console(file=out)
+    # WHEN the hint, longer than 80 columns, is printed
+    hint = local_command.try_hint("http://127.0.0.1:8080", "local-key-tenant-a", "x/fireline")
+    assert len(hint) > 80
+    console.print(hint)
+    # THEN it is one line, as it was made
+    assert out.getvalue() == hint + "\n"

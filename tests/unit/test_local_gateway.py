@@ -118,3 +118,20 @@ def test_the_authorizers_decision_is_cached_for_the_ttl_only() -> None:
     clock.now += 5
     gateway_.handle("GET", "/s", {"x-api-key": "k"}, b"")
     assert len(authorizer.events) == 2
+
+
+def test_the_root_is_public_for_get_only_as_the_templates_methods_say() -> None:
+    # GIVEN a gateway whose authorizer refuses every key
+    api = Host({"statusCode": 200, "body": "{}"})
+    refused = Host(
+        runtime.FunctionError({"errorType": "Exception", "errorMessage": "Unauthorized"})
+    )
+    served = gateway(refused, api)
+    # WHEN the root is asked for without a key THEN GET reaches the API (its index)
+    status, _, _ = served.handle("GET", "/", {}, b"")
+    assert (status, len(api.events), refused.events) == (200, 1, [])
+    # AND another method on the root, or a GET of another route, needs the key
+    assert served.handle("POST", "/", {}, b"")[0] == 401
+    assert served.handle("POST", "/openapi.json", {}, b"")[0] == 401
+    assert served.handle("GET", "/schedules", {}, b"")[0] == 401
+    assert len(api.events) == 1

@@ -161,15 +161,57 @@ def test_given_no_policies_then_the_defaults_apply() -> None:
 # --- advanced / paused --------------------------------------------------------------------
 
 
-def test_given_a_next_fire_when_advanced_then_only_next_fire_and_updated_at_change() -> None:
+def test_given_a_next_fire_when_advanced_then_only_next_fire_and_what_was_sent_change() -> None:
     # GIVEN
     item = make(version=4, payload={"n": 1})
     # WHEN
     moved = item.advanced(T0 + timedelta(minutes=1), LATER)
-    # THEN
-    assert moved == dataclasses.replace(item, next_fire=T0 + timedelta(minutes=1), updated_at=LATER)
+    # THEN the fires from the one it moved past were sent at LATER
+    assert moved == dataclasses.replace(
+        item, next_fire=T0 + timedelta(minutes=1), updated_at=LATER, sent_from=T0, sent_at=LATER
+    )
     assert moved.state is model.ScheduleState.ACTIVE
     assert item.next_fire == T0  # the original record is untouched
+
+
+def every_10_seconds_sent_ahead(sent_at: datetime) -> model.Schedule:
+    """An every-10-second schedule whose fires from T0 to T0 + 10 min were sent at sent_at."""
+    timing = schedule.Timing(spec=schedule.parse_spec("rate(10 seconds)"))
+    item = make(timing=timing, spec_text="rate(10 seconds)", next_fire=T0)
+    return item.advanced(T0 + timedelta(minutes=10), sent_at)
+
+
+def test_the_upcoming_fire_of_a_schedule_sent_ahead_is_the_next_one_after_now() -> None:
+    # GIVEN an every-10-second schedule the ticker sent ten minutes ahead
+    item = every_10_seconds_sent_ahead(T0 - timedelta(seconds=30))
+    # WHEN its upcoming fire is read 3 s past a fire
+    # THEN it is the next fire after then, not the next one to send
+    assert item.upcoming(T0 + timedelta(seconds=23)) == T0 + timedelta(seconds=30)
+    # AND past what was sent, it is the next one to send
+    assert item.upcoming(T0 + timedelta(minutes=9, seconds=55)) == T0 + timedelta(minutes=10)
+
+
+def test_the_upcoming_fire_of_a_schedule_behind_is_its_overdue_next_fire() -> None:
+    # GIVEN a schedule whose next fire passed without the ticker sending it
+    item = make(next_fire=T0)
+    # WHEN its upcoming fire is read two minutes later THEN it is that overdue fire
+    assert item.upcoming(T0 + timedelta(minutes=2)) == T0
+    # AND a paused one has none
+    assert item.paused(LATER).upcoming(LATER) is None
+
+
+def test_the_send_time_is_known_for_what_the_last_advance_sent_and_void_once_paused() -> None:
+    # GIVEN an every-10-second schedule whose fires from T0 were sent 30 s before T0
+    sent_at = T0 - timedelta(seconds=30)
+    item = every_10_seconds_sent_ahead(sent_at)
+    # THEN the fires it sent have that send time, and the one left to send has none
+    assert item.sent_time(T0) == sent_at
+    assert item.sent_time(T0 + timedelta(minutes=9, seconds=50)) == sent_at
+    assert item.sent_time(T0 + timedelta(minutes=10)) is None
+    assert item.sent_time(T0 - timedelta(seconds=10)) is None  # an earlier advance's
+    # AND a new version (paused) forgets what the older one sent
+    paused = item.paused(LATER)
+    assert (paused.sent_from, paused.sent_at) == (None, None)
 
 
 def test_given_no_next_fire_when_advanced_then_the_schedule_is_completed() -> None:

@@ -82,6 +82,8 @@ def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
         "paused_at_ms": _ms(item.paused_at) if item.paused_at else None,
         "quota_held": True if item.quota_held else None,
         "held_in": item.held_in,
+        "sent_from_ms": _ms(item.sent_from) if item.sent_from else None,
+        "sent_at_ms": _ms(item.sent_at) if item.sent_at else None,
     }
     if item.next_fire is not None:
         # The two attributes that put the item in the sparse due index.
@@ -132,6 +134,8 @@ def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
         paused_at=_opt_from_ms(record.get("paused_at_ms")),
         quota_held=bool(record.get("quota_held", False)),
         held_in=None if record.get("held_in") is None else int(record["held_in"]),
+        sent_from=_opt_from_ms(record.get("sent_from_ms")),
+        sent_at=_opt_from_ms(record.get("sent_at_ms")),
     )
 
 
@@ -465,18 +469,29 @@ class DynamoScheduleStore:
         next_fire: datetime | None,
         now: datetime,
     ) -> bool:
-        names = {"#next": "next_fire_ms", "#v": "version", "#upd": "updated_at_ms"}
+        # The fires from the expected one on were sent now: two numbers in the same write
+        # (no index holds them), so a preview can say when a fire sent ahead was sent.
+        names = {
+            "#next": "next_fire_ms",
+            "#v": "version",
+            "#upd": "updated_at_ms",
+            "#sf": "sent_from_ms",
+            "#sa": "sent_at_ms",
+        }
         values: dict[str, Any] = {
             ":expected": {"N": str(_ms(expected_next_fire))},
             ":v": {"N": str(expected_version)},
             ":now": {"N": str(_ms(now))},
         }
         if next_fire is None:
-            update = "SET #upd = :now, #state = :completed REMOVE #next, #shard"
+            update = (
+                "SET #upd = :now, #sf = :expected, #sa = :now, #state = :completed"
+                " REMOVE #next, #shard"
+            )
             names |= {"#state": "state", "#shard": "due_shard"}
             values[":completed"] = {"S": model.ScheduleState.COMPLETED.value}
         else:
-            update = "SET #next = :next, #upd = :now"
+            update = "SET #next = :next, #upd = :now, #sf = :expected, #sa = :now"
             values[":next"] = {"N": str(_ms(next_fire))}
         try:
             with _translated():

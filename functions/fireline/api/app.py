@@ -195,7 +195,7 @@ def build_app(
 
         def run() -> dict[str, Any]:
             created = service.create(owner, body.to_draft(), request_key=request_key())
-            return models.ScheduleOut.of(created).model_dump(mode="json")
+            return models.ScheduleOut.of(created, service.clock.now()).model_dump(mode="json")
 
         return _json(once("create_schedule", run), 201)
 
@@ -219,20 +219,22 @@ def build_app(
         after = models.listing_cursor_after(cursor, owner, "schedules", filters)
         page = service.list(owner, limit=limit, cursor=after, state=state, q=q)
         return models.SchedulePage(
-            items=[models.ScheduleOut.of(s) for s in page.items],
+            items=[models.ScheduleOut.of(s, service.clock.now()) for s in page.items],
             next_cursor=models.listing_cursor(owner, "schedules", filters, page.cursor),
         )
 
     @app.get("/schedules/<schedule_id>", summary="Get a schedule")
     def get_schedule(schedule_id: ID) -> models.ScheduleOut:
-        return models.ScheduleOut.of(service.get(tenant(), schedule_id))
+        return models.ScheduleOut.of(service.get(tenant(), schedule_id), service.clock.now())
 
     @app.put("/schedules/<schedule_id>", summary="Replace a schedule (new version)")
     def update_schedule(
         schedule_id: ID,
         body: Annotated[models.ScheduleIn, Body(openapi_examples=document.SCHEDULE_EXAMPLES)],
     ) -> models.ScheduleOut:
-        return models.ScheduleOut.of(service.update(tenant(), schedule_id, body.to_draft()))
+        return models.ScheduleOut.of(
+            service.update(tenant(), schedule_id, body.to_draft()), service.clock.now()
+        )
 
     @app.delete(
         "/schedules/<schedule_id>", summary="Delete a schedule", responses=document.success(204)
@@ -243,11 +245,11 @@ def build_app(
 
     @app.post("/schedules/<schedule_id>/pause", summary="Pause (leaves the due index)")
     def pause_schedule(schedule_id: ID) -> models.ScheduleOut:
-        return models.ScheduleOut.of(service.pause(tenant(), schedule_id))
+        return models.ScheduleOut.of(service.pause(tenant(), schedule_id), service.clock.now())
 
     @app.post("/schedules/<schedule_id>/resume", summary="Resume (missed fires: misfire policy)")
     def resume_schedule(schedule_id: ID) -> models.ScheduleOut:
-        return models.ScheduleOut.of(service.resume(tenant(), schedule_id))
+        return models.ScheduleOut.of(service.resume(tenant(), schedule_id), service.clock.now())
 
     @app.post(
         "/schedules/<schedule_id>/trigger",
@@ -283,7 +285,10 @@ def build_app(
             description=item.description,
             timezone=item.timing.timezone,
             fire_times=[f.fire_time for f in fires],
-            fires=[models.FireOut(fire_time=f.fire_time, queued=f.queued) for f in fires],
+            fires=[
+                models.FireOut(fire_time=f.fire_time, queued=f.queued, sent_at=f.sent_at)
+                for f in fires
+            ],
         )
 
     @app.get("/schedules/<schedule_id>/occurrences", summary="Occurrence history, newest first")
@@ -471,6 +476,15 @@ def build_app(
     def favicon() -> Response[str]:
         return _asset(console.FAVICON)
 
+    # --- the front door (public: what a browser or a client finds at the API's root) ---------
+
+    @app.get("/", include_in_schema=False)
+    def index() -> Response[str]:
+        accept = (app.current_event.headers or {}).get("accept") or ""
+        if "text/html" in accept:
+            return Response(status_code=200, content_type="text/html", body=INDEX_PAGE)
+        return _json(INDEX, 200)
+
     # --- the document ----------------------------------------------------------------------
 
     @app.get("/openapi.json", include_in_schema=False)
@@ -657,6 +671,29 @@ def _refused_operator(event: dict[str, Any]) -> Response[str] | None:
     if context.get("role") == OPERATOR and method not in READ_METHODS:
         return _error(403, "forbidden", "an operator's key is read-only")
     return None
+
+
+# The API's root: where to go next. Links are relative to the root, so they hold on a
+# stage's path (/Prod/) and on the local cloud's bare host alike.
+INDEX: dict[str, Any] = {
+    "name": "Fireline",
+    "about": "a serverless job scheduler: schedules, one-off jobs and workflows; every other"
+    " route needs an API key (x-api-key)",
+    "links": {
+        "console": "console",
+        "docs": "docs",
+        "openapi": "openapi.json",
+    },
+}
+INDEX_PAGE = (
+    '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Fireline</title>'
+    "</head><body><h1>Fireline</h1><p>A serverless job scheduler. Every route but these "
+    "needs an API key (<code>x-api-key</code>).</p><ul>"
+    '<li><a href="console">Console</a> (sign in with an API key)</li>'
+    '<li><a href="docs">API documentation</a></li>'
+    '<li><a href="openapi.json">OpenAPI document</a></li>'
+    "</ul></body></html>"
+)
 
 
 def _asset(name: str) -> Response[str]:

@@ -582,12 +582,17 @@ class ScheduleOut(BaseModel):
     deadline_seconds: int | None
     state: str
     version: int
-    next_fire: datetime | None
+    next_fire: datetime | None = Field(
+        description="the earliest fire that has not run yet, whether or not the ticker has"
+        " sent it ahead (none while paused or once completed)"
+    )
     created_at: datetime | None
     updated_at: datetime | None
 
     @classmethod
-    def of(cls, item: model.Schedule) -> ScheduleOut:
+    def of(cls, item: model.Schedule, now: datetime | None = None) -> ScheduleOut:
+        """``now``: what the next fire is counted from (None: the schedule's next fire to
+        send, as stored; the fires it was sent ahead of are then not counted)."""
         t = item.timing
         return cls(
             id=item.schedule_id,
@@ -618,7 +623,7 @@ class ScheduleOut(BaseModel):
             deadline_seconds=item.deadline_seconds,
             state=item.state.value,
             version=item.version,
-            next_fire=item.next_fire,
+            next_fire=item.next_fire if now is None else item.upcoming(now),
             created_at=item.created_at,
             updated_at=item.updated_at,
         )
@@ -737,7 +742,12 @@ class OccurrencePage(BaseModel):
 
 class FireOut(BaseModel):
     fire_time: datetime
-    queued: bool = Field(description="already materialized: its message waits in the queue")
+    queued: bool = Field(description="already sent: its message waits in the queue")
+    sent_at: datetime | None = Field(
+        default=None,
+        description="when a queued fire's message was sent, when known (null: not sent, or"
+        " sent by an earlier pass of the ticker)",
+    )
 
 
 class PreviewOut(BaseModel):

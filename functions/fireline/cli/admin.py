@@ -4,7 +4,8 @@ Unlike the operator commands (the HTTP API, as a tenant), these act on the deplo
 resources with the operator's AWS credentials (boto3's usual chain): the API keys table,
 the tenants' secrets in Secrets Manager and API Gateway's usage plan, found from the
 CloudFormation stack's outputs (``--stack``), or named one by one. ``--endpoint-url``
-points them at an emulator (the local cloud prints its URL).
+points them at an emulator (the local cloud prints its URL); every admin command reaches
+a deployment the same way (fireline.cli.deployment).
 
     fireline admin keys create --tenant acme     # the key is shown once, here
     fireline admin keys list [--tenant acme]
@@ -22,11 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -38,21 +38,25 @@ from fireline.cli import quotas as quotas_cli
 from fireline.domain import api_keys, errors, signing
 from fireline.services import keys
 
-if TYPE_CHECKING:
-    import boto3
-
-STACK_ENV = "FIRELINE_STACK"
-DEFAULT_STACK = "fireline"
-
 
 def add_admin_command(subparsers: Any) -> None:
     admin = subparsers.add_parser(
         "admin",
         help="tenants' API keys, signing keys and quotas (AWS credentials, not an API key)",
+        description="Administer a deployment with the operator's AWS credentials, not an "
+        "API key: tenants' API keys and webhook signing keys, their quotas and concurrency "
+        "limits, and data migrations. Every command finds the deployment the same way: "
+        "--stack (default $FIRELINE_STACK, else fireline), --endpoint-url for an emulator "
+        "(the local cloud: --stack fireline-local --endpoint-url URL it prints) and --region.",
     )
     groups = admin.add_subparsers(dest="area", metavar="AREA", required=True)
 
-    keys_parser = groups.add_parser("keys", help="tenants' API keys")
+    keys_parser = groups.add_parser(
+        "keys",
+        help="tenants' API keys",
+        description="Tenants' API keys: create one (shown once, only its hash is stored), "
+        "list them, revoke one, or rotate one with a grace period for the old key.",
+    )
     key_actions = keys_parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = _leaf(key_actions, "create", _keys_create, "create an API key (shown once)")
     create.add_argument("--tenant", required=True, help="the tenant the key authenticates")
@@ -76,7 +80,12 @@ def add_admin_command(subparsers: Any) -> None:
         help="keep the old key working this long (default: 0, revoked at once)",
     )
 
-    signing_parser = groups.add_parser("signing", help="tenants' webhook signing keys")
+    signing_parser = groups.add_parser(
+        "signing",
+        help="tenants' webhook signing keys",
+        description="Tenants' webhook signing keys: show the keys a receiver verifies "
+        "deliveries with, or rotate to a new key, the previous ones valid for an overlap.",
+    )
     signing_actions = signing_parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = _leaf(signing_actions, "show", _signing_show, "the keys a receiver verifies with")
     show.add_argument("--tenant", required=True)
@@ -104,15 +113,7 @@ def add_admin_command(subparsers: Any) -> None:
 
 def _leaf(group: Any, name: str, run: Any, help: str) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = group.add_parser(name, help=help, description=help)
-    where = parser.add_argument_group("deployment")
-    where.add_argument(
-        "--stack",
-        default=os.environ.get(STACK_ENV) or DEFAULT_STACK,
-        help=f"CloudFormation stack whose outputs name the resources (default: ${STACK_ENV}, "
-        f"else {DEFAULT_STACK})",
-    )
-    where.add_argument("--region", help="AWS region (default: the AWS configuration's)")
-    where.add_argument("--endpoint-url", metavar="URL", help="an emulator (the local cloud)")
+    where = deployment.add_deployment_options(parser)
     where.add_argument("--keys-table", help="ApiKeysTable's name, instead of the stack output")
     where.add_argument("--signing-prefix", help="the signing secrets' name prefix, likewise")
     where.add_argument("--usage-plan-id", help="the usage plan's id, likewise")
@@ -146,43 +147,24 @@ def _guarded(run: Any, args: argparse.Namespace) -> int:
 # --- the deployment ------------------------------------------------------------------------
 
 
-def _session(args: argparse.Namespace) -> boto3.session.Session:
-    import boto3
-
-    if args.endpoint_url and not os.environ.get("AWS_ACCESS_KEY_ID"):
-        # An emulator takes any credentials; the local cloud's are these.
-        return boto3.session.Session(
-            aws_access_key_id="local",
-            aws_secret_access_key="local",
-            region_name=args.region or "us-east-1",
-        )
-    return boto3.session.Session(region_name=args.region)
-
-
 def admin_for(args: argparse.Namespace) -> keys.KeyAdmin:
-    import botocore.exceptions
-
     from fireline.adapters import api_keys_dynamodb, apigateway, memory_keys, secretsmanager
 
-    session = _session(args)
+    session = deployment.session(args)
 
     def client(service: str) -> Any:
-        return session.client(service, endpoint_url=args.endpoint_url)  # type: ignore[call-overload]
+        return deployment.client(args, session, service)
 
     needed = (args.keys_table, args.signing_prefix)
     outputs: dict[str, str] = {}
     if not all(needed) or args.usage_plan_id is None:
         try:
-            stack = client("cloudformation").describe_stacks(StackName=args.stack)["Stacks"][0]
-        except botocore.exceptions.ClientError as exc:
+            outputs = deployment.stack_outputs(args, session)
+        except errors.ValidationError as exc:
             if not all(needed):
                 raise errors.ValidationError(
-                    f"no stack {args.stack!r} to read outputs from ({exc}); name it, or give "
-                    "--keys-table and --signing-prefix",
-                    field="stack",
+                    f"{exc.detail}, or give --keys-table and --signing-prefix", field="stack"
                 ) from exc
-        else:
-            outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
     table = args.keys_table or outputs.get("ApiKeysTableName")
     prefix = args.signing_prefix or outputs.get("SigningSecretPrefix")
     if not table or not prefix:

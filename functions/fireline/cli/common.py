@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -37,6 +37,41 @@ SubParsers = argparse._SubParsersAction
 
 
 # --- parsers -----------------------------------------------------------------------------
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is the error first, then one line of usage and
+    where the whole help is (argparse prints the whole usage, dozens of lines for a
+    command with many options, before a one-line error at the bottom). Its subcommands
+    are parsers of the same kind, whose help page is described by their help line when
+    they name no description of their own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Subcommands)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n{self.short_usage()}\n")
+
+    def short_usage(self) -> str:
+        """One line: the command, [options], its positional arguments, and --help."""
+        words = [self.prog, "[options]"]
+        for action in self._actions:
+            if action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            if isinstance(action, argparse._SubParsersAction):
+                words.append(action.metavar or "COMMAND")  # type: ignore[arg-type]
+                words.append("...")
+            else:
+                words.append(str(action.metavar or action.dest.upper()))
+        return f"usage: {' '.join(words)}   ({self.prog} --help: every option)"
+
+
+class _Subcommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if "help" in kwargs and "description" not in kwargs:
+            kwargs["description"] = kwargs["help"]
+        return super().add_parser(name, **kwargs)
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, top_level: bool) -> None:

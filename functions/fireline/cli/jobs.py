@@ -20,7 +20,13 @@ def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None
 
 
 def _add_job_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None:
-    jobs = subparsers.add_parser("jobs", help="one-off jobs")
+    jobs = subparsers.add_parser(
+        "jobs",
+        help="one-off jobs",
+        description="A tenant's one-off jobs: run once at a time or after a delay, through "
+        "the same ticker, queues and workers as a schedule's fires. Create one or a batch, "
+        "read, list by state, and cancel (a running long job is stopped).",
+    )
     group = jobs.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     create = common.leaf(group, "create", _create, "create a one-off job")
@@ -131,7 +137,12 @@ def _rows(out: Console, body: Any) -> None:
 
 
 def _add_dead_letter_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None:
-    dead = subparsers.add_parser("dead-letters", help="occurrences whose attempts ran out")
+    dead = subparsers.add_parser(
+        "dead-letters",
+        help="occurrences whose attempts ran out",
+        description="Occurrences whose attempts ran out (dead): list them newest first, "
+        "and redrive one to run again, its attempts started over.",
+    )
     group = dead.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     listing = common.leaf(group, "list", _dead_list, "list dead occurrences, newest first")

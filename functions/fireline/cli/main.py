@@ -52,10 +52,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = common.Parser(
         prog="fireline",
-        description="Operate a Fireline deployment through its HTTP API.",
+        description="Operate a Fireline deployment through its HTTP API "
+        "(schedules, jobs, dead letters, workflows, runs), run the local cloud (local) "
+        "and administer a deployment with AWS credentials (admin).",
     )
+    parser.add_argument("--version", action="version", version=f"fireline {version()}")
     common.add_global_options(parser, top_level=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_operator_commands(commands)
@@ -64,6 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
     completion.add_command(commands)
     parser.set_defaults(root_parser=parser)
     return parser
+
+
+def version() -> str:
+    """The installed package's version (a copy that is not installed has none)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("fireline")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def add_local_command(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None:

@@ -37,7 +37,13 @@ STACK_OUTPUT = "WorkflowsTableName"
 
 
 def add_migrate_commands(admin: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    migrate = admin.add_parser("migrate", help="bring older data up to this version's layout")
+    migrate = admin.add_parser(
+        "migrate",
+        help="bring older data up to this version's layout",
+        description="Bring data written by an older version up to this one's layout: the "
+        "workflows' listings (listings) and the register of limit overrides (overrides). "
+        "Each is idempotent.",
+    )
     actions = migrate.add_subparsers(dest="migrate_action", metavar="ACTION", required=True)
     listings = actions.add_parser(
         "listings",

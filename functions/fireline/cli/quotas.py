@@ -34,7 +34,13 @@ STACK_OUTPUT = "SlotsTableName"
 
 
 def add_quota_commands(admin: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    quotas = admin.add_parser("quotas", help="per-tenant count quotas: use and overrides")
+    quotas = admin.add_parser(
+        "quotas",
+        help="per-tenant count quotas: use and overrides",
+        description="A tenant's count quotas (schedules, active jobs, workflows, versions, "
+        "uploads a day): show its use and overrides, set overrides (0: no limit), or clear "
+        "them back to the deployment's defaults. A change applies at the tenant's next create.",
+    )
     actions = quotas.add_subparsers(dest="quota_action", metavar="ACTION", required=True)
 
     show = tenant_command(actions, "show", "a tenant's quota use and overrides")

@@ -86,7 +86,14 @@ NONE = "none"
 
 
 def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None:
-    schedules = subparsers.add_parser("schedules", help="recurring schedules")
+    schedules = subparsers.add_parser(
+        "schedules",
+        help="recurring schedules",
+        description="A tenant's recurring schedules (cron with seconds, rate, at, or plain "
+        "words such as 'every 10 seconds'): create, read, change, pause, resume, trigger, "
+        "preview their next fires and read their occurrences. Through the HTTP API, as the "
+        "tenant whose key is --api-key or $FIRELINE_API_KEY.",
+    )
     group = schedules.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     listing = common.leaf(group, "list", _list, "list the tenant's schedules by id")
@@ -318,5 +325,8 @@ def _fires(out: Console, body: Any) -> None:
     fires = body.get("fires") or [{"fire_time": t} for t in body.get("fire_times") or []]
     found = common.table("fire time", "queued")
     for fire in fires:
-        found.add_row(common.cell(fire["fire_time"]), "yes" if fire.get("queued") else "")
+        queued = ""
+        if fire.get("queued"):
+            queued = f"sent {common.cell(fire['sent_at'])}" if fire.get("sent_at") else "yes"
+        found.add_row(common.cell(fire["fire_time"]), queued)
     out.print(found)

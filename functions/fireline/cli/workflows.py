@@ -29,7 +29,13 @@ RUN_COLUMNS = {
 
 
 def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None:
-    workflows = subparsers.add_parser("workflows", help="workflows: DAGs of jobs")
+    workflows = subparsers.add_parser(
+        "workflows",
+        help="workflows: DAGs of jobs",
+        description="A tenant's workflows: DAGs of jobs, each node run once its parents "
+        "succeeded. Register a definition (a new version each time), read the latest "
+        "version and list them; their runs are the runs commands'.",
+    )
     group = workflows.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     register = common.leaf(
@@ -58,7 +64,12 @@ def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None
     common.leaf(group, "get", _get, "show a workflow's latest version", subject="workflow")
     common.add_paging(common.leaf(group, "list", _list, "list the tenant's workflows by id"))
 
-    runs = subparsers.add_parser("runs", help="runs of workflows")
+    runs = subparsers.add_parser(
+        "runs",
+        help="runs of workflows",
+        description="Runs of a tenant's workflows: start one, read it and its nodes, list a "
+        "workflow's runs, cancel one, retry its failed nodes, or reconcile it.",
+    )
     group = runs.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     start = common.leaf(group, "start", _start, "start a run of a workflow", subject="workflow")

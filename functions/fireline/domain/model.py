@@ -194,6 +194,11 @@ class Schedule:
     # A batch's job: the number of the holder that holds its unit instead (see
     # fireline.domain.quota.Holder); it never holds a mark of its own.
     held_in: int | None = None
+    # The last advance: the first fire it moved past (every fire from there to next_fire
+    # was sent then, ahead of its time, and has no row until a worker claims it) and when.
+    # A new version starts without them: what an older version sent is void.
+    sent_from: datetime | None = None
+    sent_at: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.job_class not in JOB_CLASSES:
@@ -226,13 +231,38 @@ class Schedule:
             paused_at=now,
             version=self.version + 1,
             updated_at=now,
+            sent_from=None,
+            sent_at=None,
         )
 
     def advanced(self, next_fire: datetime | None, now: datetime) -> Schedule:
-        """After firing: the next fire, or completed when there is none."""
+        """After firing: the next fire, or completed when there is none; the fires from
+        the one it moved past were sent ``now``."""
+        moved = replace(self, updated_at=now, sent_from=self.next_fire, sent_at=now)
         if next_fire is None:
-            return replace(self, state=ScheduleState.COMPLETED, next_fire=None, updated_at=now)
-        return replace(self, next_fire=next_fire, updated_at=now)
+            return replace(moved, state=ScheduleState.COMPLETED, next_fire=None)
+        return replace(moved, next_fire=next_fire)
+
+    def upcoming(self, now: datetime) -> datetime | None:
+        """The earliest fire after ``now`` that has not run: ``next_fire`` is the next
+        one the ticker has still to send, and the fires before it were sent ahead (up to
+        its horizon), so the earliest of those still to come is the next one to run. One
+        overdue and not sent yet (the ticker behind) is ``next_fire`` itself."""
+        if self.next_fire is None or self.next_fire <= now:
+            return self.next_fire
+        sooner = schedule.next_fire(self.timing, now)
+        if sooner is not None and sooner < self.next_fire:
+            return sooner
+        return self.next_fire
+
+    def sent_time(self, fire_time: datetime) -> datetime | None:
+        """When the last advance sent ``fire_time`` ahead, if it did (None: not sent, or
+        sent by an earlier advance, whose time is not kept)."""
+        if self.sent_from is None or self.next_fire is None:
+            return None
+        if self.sent_from <= fire_time < self.next_fire:
+            return self.sent_at
+        return None
 
 
 def held_entry(job: Schedule) -> str:

@@ -339,16 +339,19 @@ class LocalCloud:
         self.gateway = gateway
 
     def _public_paths(self) -> tuple[str, ...]:
-        """The paths the deployed API serves without the authorizer (an operation whose
-        security is empty: the API description and its page)."""
+        """The routes the deployed API serves without the authorizer (an operation whose
+        security is empty: the index, the API description and its page, the console), as
+        "METHOD /path", or "/path" for any method."""
         assert self.deployed is not None
         public = []
         for resource in self.deployed.played.values():
             if resource["Type"] == "AWS::ApiGateway::RestApi":
                 paths = (resource.get("Properties", {}).get("Body") or {}).get("paths", {})
                 for path, operations in paths.items():
-                    if any(op.get("security") == [] for op in operations.values()):
-                        public.append(path)
+                    for method, op in operations.items():
+                        if op.get("security") == []:
+                            any_method = method == "x-amazon-apigateway-any-method"
+                            public.append(path if any_method else f"{method.upper()} {path}")
         return tuple(public)
 
     def _gateway_settings(self) -> tuple[float, runtime.UsagePlan | None]:

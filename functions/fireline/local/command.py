@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the heavy imports wait for `fireline local` itself
-    from rich.console import Group
+    from rich.console import Console, Group
 
     from fireline.local.cloud import LocalCloud, LocalOptions
 
@@ -104,13 +106,12 @@ def options_from(args: argparse.Namespace) -> LocalOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.live import Live
 
     from fireline.local import examples
     from fireline.local.cloud import LocalCloud
 
-    console = Console()
+    console = status_console()
     args.log_file.parent.mkdir(parents=True, exist_ok=True)
     options = options_from(args)
     shown = args.template or "infra/template.yaml"
@@ -123,10 +124,8 @@ def run(args: argparse.Namespace) -> int:
         f"deployed in {time.monotonic() - started:.1f} s into {cloud.endpoint_url}; "
         f"API on {cloud.api_url} (x-api-key: {key} -> {options.api_keys[key]})"
     )
-    console.print(
-        f"try: export FIRELINE_API_URL={cloud.api_url} FIRELINE_API_KEY={key}; "
-        "fireline schedules list"
-    )
+    console.print(try_hint(cloud.api_url, key))
+    console.print(admin_hint(cloud.endpoint_url, options.stack_name))
     console.print(f"API reference (Swagger UI, offline): {cloud.api_url}/docs")
     console.print(
         f"[bold]console[/bold]: {cloud.api_url}/console (sign in with the API key {key})",
@@ -156,6 +155,43 @@ def run(args: argparse.Namespace) -> int:
         if options.state_dir:
             console.print(f"state saved in {options.state_dir}")
     return 0
+
+
+def status_console(**options: Any) -> Console:
+    """Where the status lines go: a line is never wrapped (piped, a terminal's width is
+    80 columns, and a command split over two lines cannot be pasted)."""
+    from rich.console import Console
+
+    return Console(soft_wrap=True, **options)
+
+
+def try_hint(api_url: str, key: str, argv0: str | None = None) -> str:
+    """A command to paste that lists the tenant's schedules, naming the CLI as it can be
+    run from here: ``fireline`` when that is this one on PATH, else this one's path (as
+    ``make run`` names it: .venv/bin/fireline), else through this Python."""
+    shown = cli_command(sys.argv[0] if argv0 is None else argv0)
+    return f"try: export FIRELINE_API_URL={api_url} FIRELINE_API_KEY={key}; {shown} schedules list"
+
+
+def admin_hint(endpoint_url: str, stack: str, argv0: str | None = None) -> str:
+    """The same for the admin commands: where they find this stack (no AWS setting)."""
+    from fireline.cli import deployment
+
+    shown = cli_command(sys.argv[0] if argv0 is None else argv0)
+    return (
+        f"admin: export {deployment.STACK_ENV}={stack} {deployment.ENDPOINT_ENV}={endpoint_url}; "
+        f"{shown} admin keys list"
+    )
+
+
+def cli_command(argv0: str) -> str:
+    program = Path(argv0)
+    on_path = shutil.which("fireline")
+    if program.name == "fireline" and program.is_file():
+        if on_path and Path(on_path).resolve() == program.resolve():
+            return "fireline"
+        return shlex.quote(str(program))
+    return f"{shlex.quote(sys.executable)} -m fireline.cli.main"
 
 
 def plain_line(status: dict[str, Any]) -> str:

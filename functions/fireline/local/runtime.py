@@ -104,8 +104,11 @@ def _serve(spec: FunctionSpec, connection: Any, lines: Any) -> None:
     resolver or the current event, is never shared by two invocations at once). Each
     process has its own connection to the host, so one that is killed takes no lock or
     queue the others need with it."""
-    # Ctrl-C reaches the whole process group; the parent stops its functions itself.
+    # Ctrl-C and a SIGTERM to the group (make run stopped, a supervisor's stop) reach
+    # every process of it; the parent stops its functions itself, each after its
+    # invocation, so a signal must not kill one mid-invocation and have it replaced.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.clear()
     os.environ.update(spec.environment)
     sys.stdout = _Lines(lines, spec.logical_id)
@@ -192,7 +195,27 @@ def process_context() -> Any:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOADED_MODULES)
+    _start_fork_server_deaf_to_sigterm()
     return context
+
+
+def _start_fork_server_deaf_to_sigterm() -> None:
+    """Start the fork server now, ignoring SIGTERM (which it keeps across its exec).
+
+    A SIGTERM to the process group (``make run`` stopped, a supervisor's stop) would
+    otherwise kill it first: each function process then reads as dead (its exit status
+    comes through the server), is replaced while the parent is stopping, and the
+    replacements fail with tracebacks. Ignoring it, the server outlives the stop and
+    exits with its parent, as it does after Ctrl-C."""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal dispositions are the main thread's to change
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class FunctionHost:
@@ -355,9 +378,11 @@ class _Environment:
         return message
 
     def stop(self, deadline: float) -> None:
+        if self.process.pid is None:  # its start failed (the fork server was gone)
+            return
         self.process.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.process.is_alive():
-            self.process.terminate()
+            self.process.kill()  # it ignores SIGTERM (see _serve)
 
 
 # --- event sources -------------------------------------------------------------------------
@@ -636,13 +661,16 @@ class ApiGateway:
 
     api: FunctionHost
     authorizer: FunctionHost | None
-    # The template's routes without the authorizer ({name}: one path segment).
+    # The template's routes without the authorizer ({name}: one path segment), each
+    # "METHOD /path" (that method only, as API Gateway's method on the resource) or
+    # "/path" (any method).
     public_paths: tuple[str, ...] = (
-        "/openapi.json",
-        "/docs",
-        "/console",
-        "/console/{asset}",
-        "/favicon.ico",
+        "GET /",
+        "GET /openapi.json",
+        "GET /docs",
+        "GET /console",
+        "GET /console/{asset}",
+        "GET /favicon.ico",
     )
     stage: str = "prod"
     cache_seconds: float = 300
@@ -737,7 +765,7 @@ class ApiGateway:
         path = parts.path or "/"
         query = dict(parse_qsl(parts.query, keep_blank_values=True))
         context: dict[str, Any] | None = None
-        if not any(_route_matches(route, path) for route in self.public_paths):
+        if not any(_public(route, method, path) for route in self.public_paths):
             try:
                 context = self.authorize(headers, method, path)
             except TimeoutError:
@@ -814,6 +842,12 @@ class ApiGateway:
         server = _GatewayServer((host, port), Handler)
         threading.Thread(target=server.serve_forever, daemon=True, name="api-gateway").start()
         return server
+
+
+def _public(route: str, method: str, path: str) -> bool:
+    """Does the public route ("METHOD /path" or "/path") take this request?"""
+    wanted, _, pattern = route.rpartition(" ")
+    return (not wanted or wanted == method) and _route_matches(pattern, path)
 
 
 def _route_matches(route: str, path: str) -> bool:

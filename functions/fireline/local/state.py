@@ -14,13 +14,22 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fireline.domain import occurrence
+from fireline.local import deploy
 from fireline.services import dispatch
 
-if TYPE_CHECKING:
-    from fireline.local.cloud import LocalCloud
+
+class LocalCloud(Protocol):
+    """What keeping the state needs of a running local cloud (fireline.local.cloud, which
+    calls this module): its deployed stack's names and a client on its emulator."""
+
+    @property
+    def deployed(self) -> deploy.Deployed | None: ...
+
+    def client(self, service: str) -> Any: ...
+
 
 KEPT_TABLES = (
     "SchedulesTable",

@@ -21,13 +21,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from aws_lambda_powertools import Logger
 
 from fireline import ports
 from fireline.domain import errors, model, occurrence, quota, retry, workflow
-from fireline.services import targets, workflows
+from fireline.services import targets
 
 logger = Logger(service="fireline", child=True)
 DEFAULT_HEARTBEAT_SECONDS = 60
@@ -83,6 +83,13 @@ class LongJobConfig:
     heartbeat_seconds: int = DEFAULT_HEARTBEAT_SECONDS
 
 
+class NodeJobs(Protocol):
+    """What a long job needs of workflows (fireline.services.workflows.NodeJobs, which
+    builds on this module): the job a workflow node's occurrence runs."""
+
+    def job_for(self, row: occurrence.Occurrence) -> tuple[model.Schedule | None, str | None]: ...
+
+
 class LongJobs:
     def __init__(
         self,
@@ -93,7 +100,7 @@ class LongJobs:
         clock: ports.Clock,
         runner: targets.TargetRunner | None = None,
         config: LongJobConfig | None = None,
-        nodes: workflows.NodeJobs | None = None,
+        nodes: NodeJobs | None = None,
         slots: ports.SlotStore | None = None,
     ) -> None:
         self.nodes = nodes

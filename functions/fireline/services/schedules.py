@@ -125,6 +125,9 @@ class JobDraft:
 class PreviewFire:
     fire_time: datetime
     queued: bool  # materialized already: its message waits in the queue
+    # When its message was sent, if known: a row's creation, or the schedule's last advance
+    # for the fires that advance sent ahead (an earlier advance's time is not kept).
+    sent_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -399,6 +402,8 @@ class ScheduleService:
             paused_at=None,
             version=current.version + 1,
             updated_at=now,
+            sent_from=None,
+            sent_at=None,
         )
         self.schedules.replace(resumed, expected_version=current.version)
         return resumed
@@ -444,32 +449,46 @@ class ScheduleService:
         self, tenant_id: str, schedule_id: str, count: int = 10, after: datetime | None = None
     ) -> builtins.list[PreviewFire]:
         """The next ``count`` fires after ``after`` (default: now), the fires already
-        queued (materialized ahead, not run yet) among them and marked so.
+        queued (sent ahead, not run yet) among them and marked so.
+
+        The ticker sends a schedule's fires up to its horizon ahead and moves the
+        schedule's next fire past them; they have no row until a worker claims them. So
+        every fire before the schedule's next fire and after now is queued, row or not;
+        one at or before now is shown only while its row says it waits.
 
         Reads: the schedule, and one Query of at most ``count`` rows on its occurrence
         partition from ``after`` on (the open rows); the rest is computed."""
         if not 1 <= count <= MAX_PREVIEW:
             raise errors.ValidationError(f"must be 1 to {MAX_PREVIEW}", field="count")
         current = self.get(tenant_id, schedule_id)
-        since = after or self._now()
-        # Fires before the next fire have been handed on (queued, run or skipped): they
-        # are computed from it unless asked for later, and found queued in the rows.
+        now = self._now()
+        since = after or now
         start = since
-        if current.next_fire is not None and (after is None or after < current.next_fire):
+        if after is None and current.next_fire is not None and current.next_fire <= since:
+            # The ticker is behind: the fires from the next fire on are due and not sent.
             start = current.next_fire - timedelta(microseconds=1)
         # A paused schedule has no next fire (it left the due index): its preview is what
         # it would fire from ``since`` once resumed.
         computed = schedule.preview(current.timing, start, count)
         rows = self.occurrences.open_rows(tenant_id, schedule_id, since=since, limit=count).items
         queued = {
-            r.fire_time
+            r.fire_time: r.created_at
             for r in rows
             if r.state is occurrence.State.QUEUED
             and r.version == current.version
             and (after is None or r.fire_time > after)
         }
-        times = sorted(set(computed) | queued)[:count]
-        return [PreviewFire(t, t in queued) for t in times]
+        shown: dict[datetime, PreviewFire] = {}
+        for t in computed:
+            if current.next_fire is None or t >= current.next_fire:
+                shown[t] = PreviewFire(t, False)
+            elif t > now:
+                sent_at = queued.get(t) or current.sent_time(t)
+                shown[t] = PreviewFire(t, True, sent_at)
+            # else: handed on and due: shown below only while its row says it waits
+        for t, created in queued.items():
+            shown[t] = PreviewFire(t, True, created or current.sent_time(t))
+        return [shown[t] for t in sorted(shown)[:count]]
 
     def history(
         self,

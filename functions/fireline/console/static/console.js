@@ -640,7 +640,8 @@ async function schedulePage(page, id) {
         const mark = changed ? h("span", { class: "dst" }, `DST ${previous} → ${offset}`) : null;
         const row = h("tr", { class: changed ? "dst-row" : null },
           h("td", {}, localIn(f.fire_time, p.timezone), mark),
-          h("td", {}, when(f.fire_time)), h("td", { class: "mono" }, offset), h("td", {}, f.queued ? "yes" : ""));
+          h("td", {}, when(f.fire_time)), h("td", { class: "mono" }, offset),
+          h("td", {}, f.queued ? (f.sent_at ? `sent ${when(f.sent_at)}` : "yes") : ""));
         previous = offset;
         return row;
       }), "No fire to come."));
