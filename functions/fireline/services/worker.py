@@ -471,9 +471,15 @@ class Worker:
             return self._skip(row, "overlap", now, stored=stored)
         if overlap == "defer":
             return self._defer(body, row, "overlap", stored=stored)
-        slot = self._take_slot(item.tenant_id, key, held_for, now)
+        try:
+            slot = self._take_slot(item.tenant_id, key, held_for, now)
+        except Exception:
+            # Not running after all: a run slot kept would skip the schedule's next fires
+            # as "overlap" while nothing runs, until it expired.
+            self._give_back_slots(item, key, (), took_run)
+            raise
         if isinstance(slot, str):
-            self._end_run(item, key, took_run)
+            self._give_back_slots(item, key, (), took_run)
             return self._defer(body, row, slot, stored=stored)
         if self.long_jobs is not None:
             return self._start_long(item, row, slot, deadline, now, took_run, fresh=not stored)
@@ -481,11 +487,11 @@ class Worker:
         try:
             outcome = self._run_once(item, row, deadline, remaining_ms, fresh=not stored)
         finally:
-            if outcome is None or outcome["state"] not in _HANDED_ON:
-                # A run that ended otherwise (a failure to retry, dead, an error) gives its
-                # slots back; a finished one leaves them to be handed on (see _take_one).
-                self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
+            # A run that ended otherwise (a failure to retry, dead, an error) gives its
+            # tenant slots back; a finished one leaves them to be handed on (see
+            # _take_one). Its run slot is given back either way.
+            handed_on = outcome is not None and outcome["state"] in _HANDED_ON
+            self._give_back_slots(item, key, () if handed_on else slot, took_run)
         if self._idempotency.claimed is None:
             # The claim was refused: another delivery (or a cancel) settled the row
             # first, and Powertools replayed its outcome, already acted on there.
@@ -551,13 +557,35 @@ class Worker:
         """Claim, then hand the run to its state machine; the slots stay held until the
         outcome message (or their expiry, should that never come)."""
         assert self.long_jobs is not None
+        started = False
+        try:
+            result = self._start_claimed_long(item, row, slot, deadline, now, took_run, fresh=fresh)
+            started = result is Result.STARTED
+            return result
+        finally:
+            if not started:
+                # Nothing of this delivery runs (refused, settled, or an error on the way):
+                # the slots it took would otherwise block its tenant and its schedule for
+                # every attempt's deadline (see long_jobs_service.hold).
+                self._give_back_slots(item, row.key, slot, took_run)
+
+    def _start_claimed_long(
+        self,
+        item: model.Schedule,
+        row: occurrence.Occurrence,
+        slot: tuple[int, ...],
+        deadline: int,
+        now: datetime,
+        took_run: bool,
+        *,
+        fresh: bool,
+    ) -> Result:
+        assert self.long_jobs is not None
         key = row.key
         claimed, current = self.occurrences.claim(
             key, now=now, until=now + long_jobs_service.START_MARGIN, intent=row
         )
         if not claimed:
-            self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
             if current is not None and current.execution:
                 return Result.SETTLED  # its execution is in flight: this was a repeat
             if current is not None and current.state in occurrence.SETTLED:
@@ -576,8 +604,6 @@ class Worker:
                 exit_reason=_PAST_CAP,
                 attempt=current.attempts,
             )
-            self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
             self.metrics.add_metric("DeadLettered", "Count", 1)
             return Result.DEAD
         why = self._unwanted_after_claim(current, fresh=fresh)
@@ -589,17 +615,10 @@ class Worker:
                 exit_reason=f"skipped: {why}",
                 attempt=current.attempts,
             )
-            self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
             self.metrics.add_metric("Skipped", "Count", 1)
             return Result.SKIPPED
         self._started(current, now)
-        try:
-            self.long_jobs.start(item, current, deadline)
-        except Exception:
-            self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
-            raise
+        self.long_jobs.start(item, current, deadline)
         self.metrics.add_metric("LongJobsStarted", "Count", 1)
         return Result.STARTED
 
@@ -609,8 +628,14 @@ class Worker:
         state = self.long_jobs.record_outcome(body)
         row = self.occurrences.get(body["occurrence_key"])
         if row is not None:
-            self._release_slot(row.tenant_id, row.key, None)
-            long_jobs_service.release_run(self.slots, row)
+            # Each give-back is tried whatever became of the other; a failed one fails the
+            # message, whose redelivery (the outcome is recorded once) tries it again.
+            _each(
+                functools.partial(
+                    long_jobs_service.release_slot, self.slots, row.tenant_id, row.key
+                ),
+                functools.partial(long_jobs_service.release_run, self.slots, row),
+            )
         if state is occurrence.State.SUCCEEDED:
             self.metrics.add_metric("Succeeded", "Count", 1)
             return Result.SUCCEEDED
@@ -620,13 +645,37 @@ class Worker:
             return Result.DEAD
         return Result.SETTLED  # cancelled meanwhile, or a repeated outcome message
 
-    def _release_slot(self, tenant_id: str, key: str, slot: tuple[int, ...] | None) -> None:
-        """Give back the tenant slots a run took (None: whichever ``key`` holds)."""
-        if slot is None:
-            long_jobs_service.release_slot(self.slots, tenant_id, key)
-            return
-        for number in slot:
-            self.slots.give_back(tenant_id, number, key)
+    def _give_back_slots(
+        self, item: model.Schedule, key: str, slot: tuple[int, ...], took_run: bool
+    ) -> None:
+        """Give back the tenant slots ``slot`` and, if this delivery took it, the
+        schedule's run slot: each one tried whatever became of the others, and a failure
+        (a throttled delete) logged, never raised. Raised, it would hide the run's outcome
+        from what follows (a retry's send) and fail a message whose work is done. A slot
+        left held is not left blocking: the next run that needs it reads its holder's row
+        and takes it over once that row is terminal (see _take_one and _overlap), and any
+        holder's slot expires with its deadline."""
+        scope = quota.overlap_scope(item.tenant_id, item.schedule_id)
+        backs = [(item.tenant_id, number) for number in slot]
+        if took_run:
+            backs.append((scope, quota.RUN_SLOT))
+        for owner, number in backs:
+            self._give_back_quietly(owner, number, key)
+
+    def _give_back_quietly(self, owner: str, number: int, key: str) -> None:
+        try:
+            self.slots.give_back(owner, number, key)
+        except Exception as exc:  # whatever failed, the slot's holder check or expiry frees it
+            logger.warning(
+                "slot not given back",
+                extra={
+                    "action": "worker.give_back",
+                    "key": key,
+                    "slot": number,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
+            self.metrics.add_metric("SlotGiveBackFailed", "Count", 1)
 
     # --- steps -----------------------------------------------------------------------------
 
@@ -692,12 +741,29 @@ class Worker:
         if running == row.key:
             return None, False  # a delivery of this fire holds it: the claim decides
         until_ms = now_ms + int(held_for.total_seconds() * 1000)
+        # A holder whose row is terminal ran and ended (its give-back failed, or a
+        # redelivery ran it without taking the slot): it blocks nobody. Its slot is taken
+        # over conditional on that holder, so of two fires that saw it, one runs. A holder
+        # whose row is anything else may be about to run (the slot is taken before the
+        # claim): it counts as running until it ends or its slot expires.
+        replacing = running if running is not None and self._finished(running) else None
         # Two fires racing for a free run slot: the conditional take lets one run.
-        if running is None and self.slots.take(
-            scope, quota.RUN_SLOT, row.key, now_ms=now_ms, expires_at_ms=until_ms
+        if (running is None or replacing is not None) and self.slots.take(
+            scope,
+            quota.RUN_SLOT,
+            row.key,
+            now_ms=now_ms,
+            expires_at_ms=until_ms,
+            replacing=replacing,
         ):
             if quota.holder_of(held, quota.BUFFER_SLOT, now_ms) == row.key:
-                self.slots.give_back(scope, quota.BUFFER_SLOT, row.key)
+                try:
+                    self.slots.give_back(scope, quota.BUFFER_SLOT, row.key)
+                except Exception:
+                    # Not running after all: the run slot is not kept (the buffer it held
+                    # expires by itself, and this fire's redelivery takes it again).
+                    self._give_back_slots(item, row.key, (), True)
+                    raise
             return None, True
         if row.attempts > 0:
             return "defer", False
@@ -716,12 +782,6 @@ class Worker:
         ):
             return "defer", False
         return "skip", False
-
-    def _end_run(self, item: model.Schedule, key: str, took_run: bool) -> None:
-        """Give back the schedule's run slot this delivery took."""
-        if took_run:
-            scope = quota.overlap_scope(item.tenant_id, item.schedule_id)
-            self.slots.give_back(scope, quota.RUN_SLOT, key)
 
     def _take_slot(
         self, tenant_id: str, key: str, held_for: timedelta, now: datetime
@@ -772,12 +832,20 @@ class Worker:
             if in_class is None:
                 return _AT_CLASS_SHARE
         mine = [s for s in held if s.number < limit]
-        number = self._take_one(
-            tenant_id, key, quota.free_slots(held, limit, now_ms), mine, now_ms, expires
-        )
+        # The class share's slot is this run's only if the limit's is too: refused or
+        # failed, it goes back (else it would count a run that never started against the
+        # tenant's share until it expired).
+        try:
+            number = self._take_one(
+                tenant_id, key, quota.free_slots(held, limit, now_ms), mine, now_ms, expires
+            )
+        except Exception:
+            if in_class is not None:
+                self._give_back_quietly(tenant_id, in_class, key)
+            raise
         if number is None:
             if in_class is not None:
-                self.slots.give_back(tenant_id, in_class, key)
+                self._give_back_quietly(tenant_id, in_class, key)
             return _AT_LIMIT
         return (number,) if in_class is None else (number, in_class)
 
@@ -1077,6 +1145,18 @@ class Worker:
         message = ports.OutboundMessage(body=body, delay_seconds=max(0, min(900, delay)))
         out = dispatch.Outbound(job_class, body["occurrence_key"], message)
         dispatch.send(self.queue, [out], dispatch.DispatchReport())
+
+
+def _each(*steps: Callable[[], None]) -> None:
+    """Run every step, even after one raised; then raise the first failure."""
+    failure: Exception | None = None
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:  # re-raised below, once every step had its turn
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 def _abandoned(row: occurrence.Occurrence, now: datetime) -> bool:
