@@ -55,6 +55,14 @@ SLOT_MARGIN_SECONDS = 60
 BUFFER_HOLD_DEFERRALS = 3
 # Stop a job this long before the invocation would be killed, to record its outcome.
 STOP_MARGIN_SECONDS = 5.0
+# A fire this invocation cannot give its deadline goes back to the queue (see
+# Worker._short_of_time) when a fresh invocation would give it more than this much more:
+# the time a record may spend before its run (an early fire's hold, the batch's reads).
+TIME_SLACK_SECONDS = 3.0
+REQUEUE_FOR_TIME_DELAY_SECONDS = 0
+# ...at most this many times for one fire, then it runs with what it is given.
+MOST_REQUEUES_FOR_TIME = 3
+_TIME_REQUEUES = "time_requeues"  # the message's count of those
 # How long a worker keeps the register of tenant limit overrides before reading it again
 # (see Worker._take_slot): a limit set on a tenant that runs unlimited applies, at the
 # latest, to the runs that start this long after the change.
@@ -222,6 +230,9 @@ class Worker:
         self._overrides_until = -math.inf
         self._overrides_lock = threading.Lock()
         self._told_unbuilt = False
+        # The longest an invocation of this worker has had at its start (see
+        # _note_invocation); until one is seen, nothing is decided on it.
+        self._longest_invocation_ms = 0
         # Powertools idempotency, set up once for every record: its configuration, the
         # persistence layer (which keeps each record's claim per thread) and the guarded
         # run. Built per record, they were a good part of a fire's CPU.
@@ -256,6 +267,7 @@ class Worker:
         one-off jobs the batch settles give their units of quota back together after
         the runs, one give-back per tenant (see :meth:`_give_back`). Its counts go out
         summed, one data point per metric (see _Tally)."""
+        self._note_invocation(remaining_ms)
         self._refresh_overrides()
         prefetched = self.prefetch(bodies, parallel, receive_counts)
         ended: list[_Ended | None] = [None] * len(bodies)
@@ -343,6 +355,7 @@ class Worker:
         prefetched: Prefetch = _NOTHING_PREFETCHED,
     ) -> Result:
         """Process one message. Raises Busy (redeliver later) or MissingIdempotencyKey."""
+        self._note_invocation(remaining_ms)
         self._refresh_overrides()
         try:
             result, ended = self._process(body, remaining_ms, prefetched)
@@ -453,12 +466,8 @@ class Worker:
             # worker failed): another attempt would pass the cap, so it is dead now.
             return self._exhausted(row, now)
         deadline = model.deadline_for(item.job_class, item.deadline_seconds)
-        if self.long_jobs is None and remaining_ms() / 1000 - STOP_MARGIN_SECONDS < min(
-            deadline, 5
-        ):
-            # Too little of this invocation is left to run it: leave the message for a
-            # redelivery rather than spend an attempt on a run that cannot finish.
-            raise Busy(f"{key}: not enough time left in this invocation")
+        if self.long_jobs is None and self._short_of_time(item, deadline, remaining_ms, body):
+            return self._requeue_for_time(body, row)
         # Slots last as long as the job may run: one attempt here, every attempt of a
         # long job (its state machine retries without coming back here).
         held_for = (
@@ -498,6 +507,70 @@ class Worker:
             self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
             return Result.SETTLED
         return self._after(body, row, outcome)
+
+    # --- the invocation's time ---------------------------------------------------------
+
+    def _note_invocation(self, remaining_ms: Callable[[], int]) -> None:
+        """Remember the longest time an invocation of this worker has had at its start:
+        the function's timeout, as near as the worker can see it (a warm container's
+        invocations all start with it)."""
+        self._longest_invocation_ms = max(self._longest_invocation_ms, remaining_ms())
+
+    def _longest_attempt(self, remaining_ms: Callable[[], int]) -> float:
+        """The longest attempt an invocation of this worker can give (seconds)."""
+        longest_ms = max(self._longest_invocation_ms, remaining_ms())
+        return longest_ms / 1000 - STOP_MARGIN_SECONDS
+
+    def _short_of_time(
+        self,
+        item: model.Schedule,
+        deadline: int,
+        remaining_ms: Callable[[], int],
+        body: dict[str, Any],
+    ) -> bool:
+        """Should the fire go back to the queue because this invocation cannot give the
+        run its deadline and a fresh one would? No when it gives the deadline, or as
+        much as any invocation of this worker would (a class's own deadline is what its
+        function gives; a deadline of the job's own that no invocation gives is refused
+        after the claim: see _too_long)."""
+        longest = self._longest_attempt(remaining_ms)
+        left = remaining_ms() / 1000 - STOP_MARGIN_SECONDS
+        if left >= deadline or left >= longest - TIME_SLACK_SECONDS:
+            return False
+        if item.deadline_seconds is not None and deadline > longest:
+            return False  # no invocation gives it: refused, not sent round
+        # Sent back often enough, every invocation it met late (each record of a batch
+        # starts as the batch does, so this is rare): it runs with what is left rather
+        # than going round for ever.
+        return _requeues_for_time(body) < MOST_REQUEUES_FOR_TIME
+
+    def _too_long(
+        self, item: model.Schedule, deadline: int, remaining_ms: Callable[[], int]
+    ) -> str | None:
+        """Why no invocation of this worker can keep the job's own deadline (None: one
+        can): a deployment whose function's timeout was cut below what registration
+        allows its class (model.DEADLINES, which the template's timeouts are held to)."""
+        longest = self._longest_attempt(remaining_ms)
+        if item.deadline_seconds is None or deadline <= longest:
+            return None
+        return (
+            f"error: its deadline ({deadline} s) is longer than an attempt can run in this "
+            f"worker ({max(0, int(longest))} s: the function's timeout less "
+            f"{STOP_MARGIN_SECONDS:.0f} s to record the outcome)"
+        )
+
+    def _requeue_for_time(self, body: dict[str, Any], row: occurrence.Occurrence) -> Result:
+        """Back to the queue for an invocation that has the time: a fresh message, and
+        this one acknowledged, so no attempt is spent and SQS's receive count (the
+        dead-letter redrive's) does not grow; the row, if any, stays as it is."""
+        again = {**body, _TIME_REQUEUES: _requeues_for_time(body) + 1}
+        self._send_again(again, row.job_class, REQUEUE_FOR_TIME_DELAY_SECONDS)
+        logger.info(
+            "requeued: not enough time left in this invocation",
+            extra={"action": "worker.requeue_for_time", "key": row.key},
+        )
+        self.metrics.add_metric("RequeuedForTime", "Count", 1)
+        return Result.DEFERRED
 
     def _read_row(self, key: str, prefetched: Prefetch) -> occurrence.Occurrence | None:
         """The occurrence's row, read eventually consistently (half the price of a
@@ -1024,6 +1097,11 @@ class Worker:
                 "exit_reason": f"skipped: {why}",
                 "attempt": claimed.attempts,
             }
+        too_long = self._too_long(item, deadline, remaining_ms)
+        if too_long is not None:
+            # Every attempt would be cut short by the invocation's end: dead at once, with
+            # why, rather than failing as "deadline" attempt after attempt.
+            return self._failed(item, claimed, too_long, too_long, final=True)
         self._started(claimed, self.clock.now())
         context = targets.JobContext(
             occurrence_key=claimed.key,
@@ -1145,6 +1223,11 @@ class Worker:
         message = ports.OutboundMessage(body=body, delay_seconds=max(0, min(900, delay)))
         out = dispatch.Outbound(job_class, body["occurrence_key"], message)
         dispatch.send(self.queue, [out], dispatch.DispatchReport())
+
+
+def _requeues_for_time(body: dict[str, Any]) -> int:
+    count = body.get(_TIME_REQUEUES)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
 def _each(*steps: Callable[[], None]) -> None:
