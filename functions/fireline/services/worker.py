@@ -40,7 +40,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from fireline import ports
 from fireline.adapters.idempotency import OccurrenceIdempotency
 from fireline.domain import errors, model, occurrence, policies, quota, workflow
-from fireline.services import claims, dispatch, targets, workflows
+from fireline.services import claims, dispatch, pool, targets, workflows
 from fireline.services import long_jobs as long_jobs_service
 
 logger = Logger(service="fireline", child=True)
@@ -87,6 +87,7 @@ class Busy(Exception):
 # Why a run waits for a tenant slot (the reason its deferral logs).
 _AT_LIMIT = "tenant limit"
 _AT_CLASS_SHARE = "tenant share of the class"
+_AT_INVOCATION_SHARE = "tenant share of the class's running invocations"
 
 _PAST_CAP = "error: the last attempt ended without an outcome"
 # Outcomes whose row no run ever leaves: the run's tenant slots are handed on, not given back.
@@ -110,6 +111,11 @@ class WorkerConfig:
     # One-off jobs hold a unit of their tenant's active jobs quota, given back at their end.
     jobs_counted: bool = False
     overrides_cache_seconds: float = OVERRIDES_CACHE_SECONDS
+    # This worker's container, in its class's register of live containers: a tenant
+    # occupies at most its share of the class's invocations as really running (see
+    # services.pool). None: not shared out by invocations (the configured size alone).
+    pool_member: str | None = None
+    pool_refresh_seconds: float = pool.REFRESH_SECONDS
 
     @property
     def class_limit(self) -> int:
@@ -233,6 +239,23 @@ class Worker:
         # The longest an invocation of this worker has had at its start (see
         # _note_invocation); until one is seen, nothing is decided on it.
         self._longest_invocation_ms = 0
+        # The class's invocations as really running, and each tenant's share of them:
+        # for a class whose jobs run in the worker's own invocations (a long job runs in
+        # its runner's, which the configured size counts).
+        self._pool = (
+            pool.Pool(
+                slots=slots,
+                clock=clock,
+                job_class=self.config.job_class,
+                member=self.config.pool_member,
+                configured=self.config.class_max_concurrency,
+                refresh_seconds=self.config.pool_refresh_seconds,
+            )
+            if self.config.pool_member
+            and self.config.class_max_concurrency > 0
+            and long_jobs is None
+            else None
+        )
         # Powertools idempotency, set up once for every record: its configuration, the
         # persistence layer (which keeps each record's claim per thread) and the guarded
         # run. Built per record, they were a good part of a fire's CPU.
@@ -282,6 +305,8 @@ class Worker:
             )
             return self._give_back(outcomes, ended)
         finally:
+            if self._pool is not None:
+                self._pool.end_invocation()
             self.metrics.flush()
 
     def prefetch(
@@ -363,6 +388,8 @@ class Worker:
                 self.schedules.release(ended.tenant_id, ended.schedule_id, quota.Quota.ACTIVE_JOBS)
             return result
         finally:
+            if self._pool is not None:
+                self._pool.end_invocation()
             self.metrics.flush()
 
     def _process(
@@ -480,6 +507,52 @@ class Worker:
             return self._skip(row, "overlap", now, stored=stored)
         if overlap == "defer":
             return self._defer(body, row, "overlap", stored=stored)
+        # A tenant the operator runs unlimited is not shared out (as for its class's jobs:
+        # see _take_slot).
+        shared = self._pool is not None and (
+            self._registered_limit(item.tenant_id) != quota.UNLIMITED
+        )
+        try:
+            entered = not shared or self._enter_pool(item.tenant_id, remaining_ms())
+        except Exception:
+            self._give_back_slots(item, key, (), took_run)
+            raise
+        if not entered:
+            self._give_back_slots(item, key, (), took_run)
+            return self._defer(body, row, _AT_INVOCATION_SHARE, stored=stored)
+        try:
+            return self._run_in_slots(
+                body, row, item, deadline, held_for, now, took_run, remaining_ms, stored=stored
+            )
+        finally:
+            if shared:
+                self._leave_pool(item.tenant_id)
+
+    def _enter_pool(self, tenant_id: str, remaining_ms: int) -> bool:
+        assert self._pool is not None
+        return self._pool.enter(tenant_id, remaining_ms)
+
+    def _leave_pool(self, tenant_id: str) -> None:
+        assert self._pool is not None
+        self._pool.leave(tenant_id)
+
+    def _run_in_slots(
+        self,
+        body: dict[str, Any],
+        row: occurrence.Occurrence,
+        item: model.Schedule,
+        deadline: int,
+        held_for: timedelta,
+        now: datetime,
+        took_run: bool,
+        remaining_ms: Callable[[], int],
+        *,
+        stored: bool,
+    ) -> Result:
+        """The run, once its overlap allows it (the run slot ``took_run``) and its share
+        of the class's invocations: the tenant slots, then the run or the long job's
+        start."""
+        key = row.key
         try:
             slot = self._take_slot(item.tenant_id, key, held_for, now)
         except Exception:
@@ -514,7 +587,10 @@ class Worker:
         """Remember the longest time an invocation of this worker has had at its start:
         the function's timeout, as near as the worker can see it (a warm container's
         invocations all start with it)."""
-        self._longest_invocation_ms = max(self._longest_invocation_ms, remaining_ms())
+        left = remaining_ms()
+        self._longest_invocation_ms = max(self._longest_invocation_ms, left)
+        if self._pool is not None:
+            self._pool.observe(left)
 
     def _longest_attempt(self, remaining_ms: Callable[[], int]) -> float:
         """The longest attempt an invocation of this worker can give (seconds)."""
