@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from fireline.domain import errors, occurrence, policies, quota
+from fireline.domain import errors, occurrence, policies, quota, retry
 from fireline.services import targets
-from fireline.services.schedules import ScheduleDraft
+from fireline.services.schedules import JobDraft, ScheduleDraft
 from fireline.services.worker import Result
 from helpers.faults import FaultPlan
 from helpers.system import System
@@ -171,3 +171,43 @@ def test_a_run_slot_held_by_a_fire_about_to_run_still_skips_the_next(system: Sys
     # THEN it is skipped: a holder that has not ended may be running
     assert worker.handle(second, remaining_ms=remaining) is Result.SKIPPED
     assert run_slot_holder(system, schedule_id) == first["occurrence_key"]
+
+
+def test_a_retry_whose_failed_attempt_kept_its_tenant_slot_runs_at_its_backoff(
+    system: System,
+) -> None:
+    calls: list[int] = []
+
+    def fails_once(context: targets.JobContext) -> None:
+        calls.append(context.attempt)
+        if context.attempt == 1:
+            raise targets.TargetFailed("first attempt fails")
+
+    system.registry.register("fails-once")(fails_once)
+    # GIVEN a job whose first attempt fails, and whose tenant slot's give-back is
+    # throttled (the slot stays with the occurrence, for the deadline and a minute)
+    view = system.service.create_job(
+        "tenant-a",
+        JobDraft(
+            delay_seconds=0,
+            target={"type": "python", "handler": "fails-once"},
+            retry=retry.RetryPolicy(max_attempts=3, base_seconds=1, cap_seconds=1),
+        ),
+    )
+    worker = system.worker()
+    (first,) = system.receive()
+    plan = faulted(system, "DeleteItem", at=0)
+    assert worker.handle(first.body, remaining_ms=remaining) is Result.RETRYING
+    assert plan.fired["throttle"] == 1
+    key = first.body["occurrence_key"]
+    held, _ = system.slots.held("tenant-a")
+    assert [s.holder for s in held] == [key]
+    # WHEN its retry arrives after its backoff
+    system.clock.advance(2)
+    (again,) = [m for m in system.receive() if m.body["occurrence_key"] == key]
+    result = worker.handle(again.body, remaining_ms=remaining)
+    # THEN it runs now, on the slot it held (not deferred until that slot expires)
+    assert result is Result.SUCCEEDED
+    assert calls == [1, 2]
+    assert system.occurrences.get(key).state is occurrence.State.SUCCEEDED
+    assert view.job.schedule_id in key

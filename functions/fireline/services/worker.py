@@ -130,6 +130,12 @@ class _Ended:
     schedule_id: str
 
 
+class _Reused(tuple[int, ...]):
+    """Tenant slots the occurrence held before this delivery (see Worker._held_already).
+    A delivery whose claim is refused does not give them back: the delivery that holds
+    the claim may be running on them."""
+
+
 class _NoMetrics:
     def add_metric(self, name: str, unit: str, value: float) -> None:
         return None
@@ -573,7 +579,8 @@ class Worker:
             # tenant slots back; a finished one leaves them to be handed on (see
             # _take_one). Its run slot is given back either way.
             handed_on = outcome is not None and outcome["state"] in _HANDED_ON
-            self._give_back_slots(item, key, () if handed_on else slot, took_run)
+            left_to_holder = outcome is None and isinstance(slot, _Reused)
+            self._give_back_slots(item, key, () if handed_on or left_to_holder else slot, took_run)
         if self._idempotency.claimed is None:
             # The claim was refused: another delivery (or a cancel) settled the row
             # first, and Powertools replayed its outcome, already acted on there.
@@ -961,12 +968,10 @@ class Worker:
         if limit == quota.UNLIMITED:
             return ()
         now_ms = int(now.timestamp() * 1000)
-        if quota.holding(held, key, now_ms) is not None:
-            # Another delivery of this occurrence holds its slot (running, or a holder
-            # that died): this one must not run beside it nor free the slot it holds.
-            return _AT_LIMIT
         share = self.config.class_limit
         expires = now_ms + int(held_for.total_seconds() * 1000)
+        if quota.holding(held, key, now_ms) is not None:
+            return self._held_already(tenant_id, key, held, limit, share, now_ms, expires)
         in_class: int | None = None
         # A limit within the class's share bounds the share too (a tenant running at most
         # `limit` jobs runs at most that many in one class): then the tenant slot is the
@@ -997,6 +1002,40 @@ class Worker:
                 self._give_back_quietly(tenant_id, in_class, key)
             return _AT_LIMIT
         return (number,) if in_class is None else (number, in_class)
+
+    def _held_already(
+        self,
+        tenant_id: str,
+        key: str,
+        held: list[quota.Slot],
+        limit: int,
+        share: int,
+        now_ms: int,
+        expires: int,
+    ) -> _Reused | str:
+        """The occurrence holds tenant slots already: an earlier delivery's, left by a
+        give-back that failed (its attempt failed, to be retried) or by a delivery that
+        died, or those of a delivery running it now. This one's row showed no live run
+        (see _handle), so it goes ahead on them, as their holder (a run beside a live one
+        is refused by the claim, and a refused claim leaves them to it: see _Reused),
+        their expiry moved to this run's. Only a set that is whole (the limit's slot, and
+        the class share's where the run takes one) is taken over; any other waits for its
+        expiry, as every held slot did."""
+        if self.long_jobs is not None:
+            return _AT_LIMIT  # a long job's start, refused, gives its slots back: left alone
+        mine = [s for s in held if s.holder == key and not s.free(now_ms)]
+        band = set(quota.class_band(self._class_index, share)) if share and share < limit else set()
+        whole = len(mine) == (2 if band else 1) and any(s.number < limit for s in mine)
+        if not whole or (band and not any(s.number in band for s in mine)):
+            return _AT_LIMIT
+        for slot in mine:
+            # Conditional on this holder: a slot that expired and went to another run
+            # meanwhile is not taken back.
+            if not self.slots.take(
+                tenant_id, slot.number, key, now_ms=now_ms, expires_at_ms=expires, replacing=key
+            ):
+                return _AT_LIMIT
+        return _Reused(s.number for s in mine)
 
     def _registered_limit(self, tenant_id: str) -> int | None:
         """The tenant's limit as the register says (its override, else the default);
