@@ -25,6 +25,14 @@ that size the share of the class's jobs, half of it, already leaves room), per
 invocation and tenant (not per job: its jobs side by side share it) a read of the
 tenant's slots, the take and the give-back. A container that dies holding a slot frees
 it by expiry: the end of its invocation, and a margin.
+
+What it gives up: like the share of the class's jobs, it holds whether or not another
+tenant waits (a waiting message is not seen by any worker until an invocation takes it),
+so a tenant alone runs in half of the live containers while fewer are alive than
+configured; its other jobs come back after their deferral. A container counts as alive
+from its invocation's start until that invocation may end and a period more, so the size
+follows a shrinking pool by up to the function's timeout late; and while it shrinks, the
+slots taken in a larger share count until their invocations end.
 """
 
 from __future__ import annotations
@@ -47,13 +55,11 @@ SLOT_MARGIN_SECONDS = 60
 
 @dataclass
 class _Entry:
-    """One tenant's occupation of this container: its running jobs here, and the slot."""
+    """One tenant's occupation of this container: its jobs running here, and the slots
+    (one, but two records that raced for it may each have taken one)."""
 
     count: int = 0
-    number: int | None = None  # the invocation slot held, once taken
-    ready: threading.Event = field(default_factory=threading.Event)  # the take answered
-    taken: bool = False  # what the take answered
-    leaving: threading.Event | None = None  # set once the give-back is done
+    numbers: set[int] = field(default_factory=set)
 
 
 class Pool:
@@ -113,40 +119,26 @@ class Pool:
     def enter(self, tenant_id: str, remaining_ms: int) -> bool:
         """May this container run one more job of ``tenant_id``? True: it counts in the
         tenant's occupation until :meth:`leave`. False: the tenant occupies its share of
-        the class's invocations already (nothing is held)."""
+        the class's invocations already (nothing is held for this job).
+
+        No record waits on another: two of one tenant's jobs starting together each take
+        the slot themselves, and they meet on one number (taken in order, and a slot
+        this container holds is taken again by it: see _take)."""
         if self.share == 0:
             return True
-        while True:
-            with self._lock:
-                entry = self._entries.get(tenant_id)
-                if entry is None:
-                    entry = self._entries[tenant_id] = _Entry(count=1)
-                    break  # this job takes the slot
-                if entry.leaving is not None:
-                    leaving = entry.leaving
-                else:
-                    entry.count += 1
-                    if entry.ready.is_set():
-                        return True  # held: this job shares it (or reuses it, idle)
-                    leaving = None
-            if leaving is not None:
-                leaving.wait()  # the last job's give-back: then take it anew
-                continue
-            entry.ready.wait()  # another job of the tenant is taking it
-            return entry.taken
-        taken = False
-        try:
-            entry.number = self._take(tenant_id, remaining_ms)
-            taken = entry.number is not None
-        finally:
-            with self._lock:
-                entry.taken = taken
-                if not taken:
-                    # Refused (or failed): every job that waited on this take is refused
-                    # with it, and none of them will leave.
-                    del self._entries[tenant_id]
-            entry.ready.set()
-        return taken
+        with self._lock:
+            entry = self._entries.get(tenant_id)
+            if entry is not None and entry.numbers:
+                entry.count += 1
+                return True  # held: this job shares it
+        number = self._take(tenant_id, remaining_ms)
+        if number is None:
+            return False
+        with self._lock:
+            entry = self._entries.setdefault(tenant_id, _Entry())
+            entry.numbers.add(number)
+            entry.count += 1
+        return True
 
     def leave(self, tenant_id: str) -> None:
         """A job that :meth:`enter` let in has ended. The slot stays with this container
@@ -159,29 +151,22 @@ class Pool:
 
     def end_invocation(self) -> None:
         """The invocation has returned: give back the slots no job of it still runs in
-        (each give-back tried; a failure logged, the slot left to expire)."""
+        (each give-back tried; a failure logged, the slot left to expire). A container
+        runs one invocation at a time, so no job of the next one takes a slot while this
+        gives it back."""
         with self._lock:
-            idle = [
-                (tenant_id, entry)
-                for tenant_id, entry in self._entries.items()
-                if entry.count == 0 and entry.ready.is_set() and entry.leaving is None
-            ]
-            for _, entry in idle:
-                entry.leaving = threading.Event()
+            idle = [(t, e) for t, e in self._entries.items() if e.count == 0]
+            for tenant_id, _ in idle:
+                del self._entries[tenant_id]
         for tenant_id, entry in idle:
-            try:
-                if entry.number is not None:
-                    self.slots.give_back(tenant_id, entry.number, self.member)
-            except Exception as exc:  # the slot expires with the invocation: never raised
-                logger.warning(
-                    "invocation slot not given back",
-                    extra={"action": "worker.pool", "error": f"{type(exc).__name__}: {exc}"},
-                )
-            finally:
-                with self._lock:
-                    del self._entries[tenant_id]
-                assert entry.leaving is not None
-                entry.leaving.set()
+            for number in sorted(entry.numbers):
+                try:
+                    self.slots.give_back(tenant_id, number, self.member)
+                except Exception as exc:  # the slot expires with the invocation: never raised
+                    logger.warning(
+                        "invocation slot not given back",
+                        extra={"action": "worker.pool", "error": f"{type(exc).__name__}: {exc}"},
+                    )
 
     def _take(self, tenant_id: str, remaining_ms: int) -> int | None:
         """One of the tenant's invocation slots for this container, or None when the
@@ -194,10 +179,16 @@ class Pool:
         widest = set(quota.invocation_band(index, quota.class_limit(self.configured)))
         held, _ = self.slots.held(tenant_id, consistent=False)
         live = [s for s in held if s.number in widest and not s.free(now_ms)]
-        mine = [s for s in live if s.holder == self.member]
-        if mine:
-            # Left by a give-back that failed: this container's own, taken again.
-            number = mine[0].number
+        # This container's own (another of its jobs just took it, or a give-back that
+        # failed left it), else the first free ones, in order: two jobs of one container
+        # racing meet on one number. Every take is "free, or held by this container".
+        mine = [s.number for s in live if s.holder == self.member]
+        # Slots above the share (taken while the pool was larger) count until they end.
+        if not mine and len(live) >= share:
+            return None
+        others = {s.number for s in live if s.holder != self.member}
+        band = [n for n in quota.invocation_band(index, share) if n not in others]
+        for number in sorted(mine)[:1] + [n for n in band if n not in mine][:3]:
             if self.slots.take(
                 tenant_id,
                 number,
@@ -205,17 +196,6 @@ class Pool:
                 now_ms=now_ms,
                 expires_at_ms=expires,
                 replacing=self.member,
-            ):
-                return number
-        # Slots above the share (taken while the pool was larger) count until they end.
-        if len(live) >= share:
-            return None
-        taken = {s.number for s in live}
-        # In order, not shuffled: two jobs of one container racing converge on a number.
-        free = [n for n in quota.invocation_band(index, share) if n not in taken]
-        for number in free[:3]:  # a few tries; losing every race means the share is used
-            if self.slots.take(
-                tenant_id, number, self.member, now_ms=now_ms, expires_at_ms=expires
             ):
                 return number
         return None
