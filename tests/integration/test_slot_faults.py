@@ -92,6 +92,10 @@ def test_a_throttled_read_of_the_tenants_slots_leaves_no_run_slot_behind(
         for k in (first["occurrence_key"], second["occurrence_key"])
     }
     assert set(states.values()) == {occurrence.State.SUCCEEDED}
+    print(
+        f"\none throttled read of the tenant's slots: {plan.fired['throttle']} fault, "
+        "the next fire 10 s later succeeded, 0 fires skipped as overlap"
+    )
 
 
 def test_a_throttled_give_back_of_the_run_slot_does_not_skip_the_next_fire(
@@ -116,6 +120,10 @@ def test_a_throttled_give_back_of_the_run_slot_does_not_skip_the_next_fire(
     row = system.occurrences.get(second["occurrence_key"])
     assert row.state is occurrence.State.SUCCEEDED
     assert run_slot_holder(system, schedule_id) is None
+    print(
+        f"\none throttled give-back of the run slot: {plan.fired['throttle']} fault, the run "
+        "succeeded and the next fire 10 s later succeeded, 0 fires skipped as overlap"
+    )
 
 
 def test_a_failed_run_whose_tenant_slot_give_back_is_throttled_still_gives_its_run_slot_and_retries(

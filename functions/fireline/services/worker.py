@@ -4,13 +4,17 @@ Per message, in order:
 1. The occurrence key (no key: a loud failure, never a run without idempotency).
 2. Still wanted? Cancel, pause, delete and update are checks of the row and the schedule
    version, here at the last moment; an unwanted fire is recorded as skipped.
-3. Overlap at run time: a ``forbid``/``buffer_one`` fire is skipped (or held) while
+3. Time: an invocation that cannot give the job its deadline, where a fresh one would,
+   sends the fire back to the queue (no attempt spent).
+4. Overlap at run time: a ``forbid``/``buffer_one`` fire is skipped (or held) while
    another run of its schedule holds the schedule's run slot.
-4. A tenant slot (per-tenant concurrency): none free -> deferred, never run over the
+5. A tenant's share of the class's invocations as really running (services.pool), and
+   a tenant slot (per-tenant concurrency): none free -> deferred, never run over the
    limit, never dropped.
-5. The run, under Powertools idempotency on the occurrence row (claim, then outcome), with
-   the job's deadline.
-6. A failed attempt is retried by sending the message again with the backoff as its delay
+6. The run, under Powertools idempotency on the occurrence row (claim, then outcome), with
+   the job's deadline. Every slot taken for it is given back on every path that does
+   not leave it to be handed on, whichever call fails (see _give_back_slots).
+7. A failed attempt is retried by sending the message again with the backoff as its delay
    (a fresh message: SQS's receive count, which drives the dead-letter redrive, counts
    deliveries that crashed, not attempts that failed); past the attempt cap it is dead.
 
