@@ -435,6 +435,12 @@ class SlotStore(Protocol):
         """Free the slot if ``holder`` still has it (conditional delete)."""
         ...
 
+    def join_pool(self, scope: str, member: str, *, now_ms: int, until_ms: int) -> int:
+        """Say ``member`` (a worker's container) is alive in the register ``scope`` (a
+        class's: quota.pool_scope) until ``until_ms``; how many members are alive at
+        ``now_ms``, this one included. One write."""
+        ...
+
     def set_limit(self, tenant_id: str, limit: int | None) -> None:
         """Override the default limit for one tenant (0: unlimited; None: the default).
         The tenant's override and the deployment's register of overrides (see

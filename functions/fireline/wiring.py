@@ -11,6 +11,7 @@ import functools
 import importlib
 import math
 import os
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -476,6 +477,9 @@ def worker() -> worker_service.Worker:
             tenant_limit=s.tenant_limit,
             class_max_concurrency=s.class_max_concurrency,
             jobs_counted=quota_store() is not None,
+            # This container in its class's register of live containers (one a warm
+            # container: the worker is built once per container).
+            pool_member=uuid.uuid4().hex,
         ),
         metrics=metrics(),
         long_jobs=long_jobs() if s.job_class == "long" else None,

@@ -353,3 +353,38 @@ def test_given_workers_racing_for_one_slot_then_exactly_one_holds_it(
     winners = [holder for holder, taken in results.items() if taken]
     assert len(results) == 8 and len(winners) == 1
     assert slot_store.held(TENANT) == ([quota.Slot(0, winners[0], NOW + TTL)], None)
+
+
+# --- a class's register of live containers ---------------------------------------------
+
+POOL = quota.pool_scope("default")
+
+
+def test_given_members_joining_a_pool_then_each_join_counts_the_ones_alive(
+    slot_store: ports.SlotStore,
+) -> None:
+    # WHEN two containers join, each alive for a minute
+    assert slot_store.join_pool(POOL, "c1", now_ms=NOW, until_ms=NOW + TTL) == 1
+    assert slot_store.join_pool(POOL, "c2", now_ms=NOW + 1, until_ms=NOW + TTL) == 2
+    # THEN a join again counts each once
+    assert slot_store.join_pool(POOL, "c1", now_ms=NOW + 2, until_ms=NOW + TTL) == 2
+    # AND once c2's time is over, only c1 (joining again) counts
+    later = NOW + TTL
+    assert slot_store.join_pool(POOL, "c1", now_ms=later, until_ms=later + TTL) == 1
+    # AND another class's register and the tenants' slots are apart from it
+    assert (
+        slot_store.join_pool(quota.pool_scope("short"), "c9", now_ms=NOW, until_ms=NOW + TTL) == 1
+    )
+    assert slot_store.held(TENANT) == ([], None)
+
+
+def test_given_a_member_gone_for_long_then_the_pool_forgets_it(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN a container that joined once, and another that joins two hours later
+    slot_store.join_pool(POOL, "old", now_ms=NOW, until_ms=NOW + TTL)
+    later = NOW + 2 * 3_600_000
+    assert slot_store.join_pool(POOL, "new", now_ms=later, until_ms=later + TTL) == 1
+    # WHEN the old one comes back THEN it counts again (forgetting never loses a live one)
+    assert slot_store.join_pool(POOL, "new", now_ms=later + 1, until_ms=later + TTL) == 1
+    assert slot_store.join_pool(POOL, "old", now_ms=later + 2, until_ms=later + TTL) == 2

@@ -180,6 +180,7 @@ def deployed_worker(system: System, *, tenant_limit: int) -> worker_service.Work
             tenant_limit=tenant_limit,
             class_max_concurrency=DEPLOYED_CLASS_CONCURRENCY if tenant_limit else 0,
             jobs_counted=True,
+            pool_member="container-1",
         ),
         metrics=system.metrics,
     )

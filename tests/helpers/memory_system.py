@@ -69,6 +69,7 @@ class MemorySystem:
         class_max_concurrency: int = 0,
         runner: targets.TargetRunner | None = None,
         long: long_jobs.LongJobs | None = None,
+        pool_member: str | None = None,
     ) -> worker.Worker:
         return worker.Worker(
             schedules=self.schedules,
@@ -81,6 +82,7 @@ class MemorySystem:
                 job_class=job_class,
                 tenant_limit=tenant_limit,
                 class_max_concurrency=class_max_concurrency,
+                pool_member=pool_member,
             ),
             metrics=self.metrics,
             long_jobs=long,

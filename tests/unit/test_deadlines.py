@@ -126,3 +126,109 @@ def test_the_heartbeat_interval_is_always_shorter_than_the_deadline(
     # Functions requires HeartbeatSeconds < TimeoutSeconds), at least a second
     assert given["deadline_seconds"] == deadline
     assert 1 <= given["heartbeat_seconds"] < deadline
+
+
+# --- the invocation's time left ----------------------------------------------------------
+
+FULL_MS = 120_000  # the default class's function: Timeout 120 (infra/template.yaml)
+
+
+class Timed:
+    """A Python runner that records the time each run is given, and runs it."""
+
+    def __init__(self) -> None:
+        self.given: list[float] = []
+
+    def __call__(self, handler: Any, context: Any, timeout: float) -> Any:
+        self.given.append(timeout)
+        return handler(context)
+
+
+def visible(system: MemorySystem) -> list[dict[str, Any]]:
+    """The default queue's messages visible now (taken off the queue)."""
+    bodies: list[dict[str, Any]] = []
+    while batch := system.queue.receive("default", max_messages=10):
+        for message in batch:
+            bodies.append(message.body)
+            system.queue.delete("default", message.receipt)
+    return bodies
+
+
+def late_invocation(
+    deadline: int | None, left_ms: int
+) -> tuple[MemorySystem, Timed, dict[str, Any], worker.Result]:
+    """A worker whose invocations start with the default class's 120 s (one seen), and
+    a job with ``deadline`` handled by one that has ``left_ms`` left."""
+    system = MemorySystem()
+    timed = Timed()
+    runner = system.worker(runner=system.runner(python=timed))
+    assert runner.handle(system.due_job(), remaining_ms=lambda: FULL_MS) is worker.Result.SUCCEEDED
+    timed.given.clear()
+    body = system.due_job(deadline_seconds=deadline)
+    visible(system)  # what the creates sent (the test hands their messages over itself)
+    return system, timed, body, runner.handle(body, remaining_ms=lambda: left_ms)
+
+
+@pytest.mark.parametrize(("deadline", "left_ms"), [(60, 40_000), (None, 40_000), (60, 3_000)])
+def test_a_job_the_invocation_cannot_give_its_deadline_goes_back_to_the_queue_unrun(
+    deadline: int | None, left_ms: int
+) -> None:
+    # GIVEN a job whose deadline (its own 60 s, or its class's 100 s) is more than an
+    # invocation with 40 s (or 3 s) left can give, though a fresh one (120 s) can
+    # WHEN that invocation takes its message
+    system, timed, body, result = late_invocation(deadline, left_ms)
+    # THEN it is not run and spends no attempt: its row (if any) is still queued
+    assert result is worker.Result.DEFERRED
+    assert timed.given == []
+    row = system.occurrences.get(body["occurrence_key"])
+    assert row is None or (row.state.value == "queued" and row.attempts == 0)
+    # AND it is sent again, at once, for another invocation (a fresh message: the one
+    # taken is acknowledged, so SQS's receive count, the dead-letter redrive's, stays)
+    (again,) = visible(system)
+    assert again["occurrence_key"] == body["occurrence_key"]
+    # AND a fresh invocation runs it with its whole deadline
+    ran = system.worker(runner=system.runner(python=timed)).handle(
+        again, remaining_ms=lambda: FULL_MS
+    )
+    assert ran is worker.Result.SUCCEEDED
+    assert timed.given == [float(deadline or 100)]
+    assert system.row(body).attempts == 1
+
+
+def test_a_job_that_fits_the_time_left_runs_with_its_whole_deadline() -> None:
+    _, timed, _, result = late_invocation(30, 40_000)
+    assert result is worker.Result.SUCCEEDED
+    assert timed.given == [30.0]
+
+
+def test_a_job_sent_back_for_time_too_often_runs_with_what_is_left() -> None:
+    # GIVEN a job's message already sent back for time as often as the worker sends one
+    system = MemorySystem()
+    timed = Timed()
+    runner = system.worker(runner=system.runner(python=timed))
+    runner.handle(system.due_job(), remaining_ms=lambda: FULL_MS)
+    timed.given.clear()
+    body = {**system.due_job(deadline_seconds=60), "time_requeues": worker.MOST_REQUEUES_FOR_TIME}
+    # WHEN it meets a late invocation once more THEN it runs with the time there is
+    assert runner.handle(body, remaining_ms=lambda: 40_000) is worker.Result.SUCCEEDED
+    assert timed.given == [35.0]
+
+
+def test_a_deadline_no_invocation_of_the_worker_can_give_is_dead_unrun_not_sent_round() -> None:
+    # GIVEN a worker whose invocations have 60 s (a function whose timeout was cut below
+    # what registration allows the class: model.DEADLINES) and a job asking for 90 s
+    system = MemorySystem()
+    timed = Timed()
+    runner = system.worker(runner=system.runner(python=timed))
+    body = system.due_job(deadline_seconds=90)
+    visible(system)
+    # WHEN its message arrives
+    result = runner.handle(body, remaining_ms=lambda: 60_000)
+    # THEN it is dead at once (claimed, never run), the reason naming both times, and
+    # not sent again
+    assert result is worker.Result.DEAD
+    assert timed.given == []
+    row = system.row(body)
+    assert row.state.value == "dead" and row.attempts == 1
+    assert "deadline (90 s)" in (row.exit_reason or "") and "(55 s" in (row.exit_reason or "")
+    assert visible(system) == []

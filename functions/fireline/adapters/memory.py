@@ -994,6 +994,10 @@ class MemoryIdempotencyStore(BasePersistenceLayer):
             self._records.pop(data_record.idempotency_key, None)
 
 
+# A pool's member gone this long is forgotten (as DynamoSlotStore removes it).
+POOL_FORGET_MS = 3_600_000
+
+
 class MemorySlotStore:
     def __init__(self) -> None:
         self._slots: dict[str, dict[int, quota.Slot]] = defaultdict(dict)
@@ -1002,6 +1006,7 @@ class MemorySlotStore:
         # (None) until a change or a build, and complete only once built.
         self._register: dict[str, int] | None = None
         self._complete = False
+        self._pools: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
 
     def held(
@@ -1033,6 +1038,14 @@ class MemorySlotStore:
             current = self._slots[tenant_id].get(number)
             if current is not None and current.holder == holder:
                 del self._slots[tenant_id][number]
+
+    def join_pool(self, scope: str, member: str, *, now_ms: int, until_ms: int) -> int:
+        with self._lock:
+            members = self._pools.setdefault(scope, {})
+            members[member] = until_ms
+            for gone in [m for m, until in members.items() if until <= now_ms - POOL_FORGET_MS]:
+                del members[gone]
+            return sum(1 for until in members.values() if until > now_ms)
 
     def set_limit(self, tenant_id: str, limit: int | None) -> None:
         with self._lock:

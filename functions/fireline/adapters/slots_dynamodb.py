@@ -45,6 +45,14 @@ OVERRIDES_KEY = {"tenant_id": {"S": OVERRIDES_TENANT}, "slot": {"N": str(LIMIT_S
 # which every change moves on, so a build knows whether a change landed while it scanned.
 REGISTER_COMPLETE = "complete"
 REGISTER_VERSION = "version"
+# A class's register of live worker containers (see fireline.services.pool) is item
+# (quota.pool_scope(class), POOL_SLOT): above the override (-1) and the quota use (-2),
+# which the table's scans look for; an attribute per container, its expiry in ms.
+POOL_SLOT = 0
+POOL_MEMBER_PREFIX = "m:"
+# A member gone this long is removed from the register, a few at a time.
+POOL_FORGET_MS = 3_600_000
+POOL_FORGET_AT_ONCE = 20
 # A change that meets another, or a build that loses its race with changes, goes again
 # this many times, then gives up (errors.Unavailable: try again).
 BUILD_ATTEMPTS = 5
@@ -71,6 +79,8 @@ class DynamoSlotStore:
         self._client = client
         self._table = table_name
         self._sleep = sleep  # the wait before a change that met another goes again
+        # Members of a pool register seen gone at this adapter's last join (see join_pool).
+        self._gone: set[str] = set()
 
     def held(
         self, tenant_id: str, *, consistent: bool = True
@@ -164,6 +174,34 @@ class DynamoSlotStore:
         except ClientError as exc:
             if _code(exc) != "ConditionalCheckFailedException":
                 raise
+
+    def join_pool(self, scope: str, member: str, *, now_ms: int, until_ms: int) -> int:
+        # One item per class's register (scope, POOL_SLOT), an attribute per member: this
+        # member's expiry set, and the members this adapter saw gone long ago removed in
+        # the same write (a member that came back meanwhile says so again within a
+        # period), so the item holds the containers of the last hour, not of all time.
+        names = {"#me": POOL_MEMBER_PREFIX + member}
+        change = "SET #me = :until"
+        forgotten = sorted(self._gone - {member})[:POOL_FORGET_AT_ONCE]
+        if forgotten:
+            names.update({f"#g{n}": POOL_MEMBER_PREFIX + m for n, m in enumerate(forgotten)})
+            change += " REMOVE " + ", ".join(f"#g{n}" for n in range(len(forgotten)))
+        with _translated():
+            response = self._client.update_item(
+                TableName=self._table,
+                Key=_encode({"tenant_id": scope, "slot": POOL_SLOT}),
+                UpdateExpression=change,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues={":until": {"N": str(until_ms)}},
+                ReturnValues="ALL_NEW",
+            )
+        members = {
+            name[len(POOL_MEMBER_PREFIX) :]: int(value["N"])
+            for name, value in response.get("Attributes", {}).items()
+            if name.startswith(POOL_MEMBER_PREFIX)
+        }
+        self._gone = {m for m, until in members.items() if until <= now_ms - POOL_FORGET_MS}
+        return sum(1 for until in members.values() if until > now_ms)
 
     def set_limit(self, tenant_id: str, limit: int | None) -> None:
         key = _encode({"tenant_id": tenant_id, "slot": LIMIT_SLOT})

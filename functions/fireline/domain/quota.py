@@ -108,6 +108,26 @@ def free_in_band(held: list[Slot], band: list[int], now_ms: int) -> list[int]:
     return [n for n in band if n not in taken]
 
 
+# A tenant's share of the class's invocations as really running (see
+# fireline.services.pool): a container running jobs of the tenant holds one of its
+# tenant's slots INVOCATION_OFFSET + 0 .. share-1 of its class's band, apart from the
+# jobs' own numbers (a class's share of jobs is at most half of 10,000).
+INVOCATION_OFFSET = CLASS_BAND // 2
+_POOL_SCOPE = "#pool#"
+
+
+def invocation_band(class_index: int, share: int) -> list[int]:
+    """The slot numbers of a tenant's share of a class's invocations."""
+    base = CLASS_BAND * (class_index + 1) + INVOCATION_OFFSET
+    return list(range(base, base + share))
+
+
+def pool_scope(job_class: str) -> str:
+    """Where a class's register of live containers lives in the slot store: no tenant
+    id has a '#', so it is nobody's."""
+    return f"{_POOL_SCOPE}{job_class}"
+
+
 RUN_SLOT = 0
 BUFFER_SLOT = 1
 _OVERLAP_SCOPE = "overlap#"

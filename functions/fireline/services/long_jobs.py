@@ -243,8 +243,12 @@ class LongJobs:
             exit_reason="cancelled",
         )
         if cancelled and self.slots is not None:
-            release_slot(self.slots, row.tenant_id, row.key)
-            release_run(self.slots, row)
+            # Both, whatever became of the first: the run slot kept would skip the
+            # schedule's next fires as "overlap" behind a run that was cancelled.
+            try:
+                release_slot(self.slots, row.tenant_id, row.key)
+            finally:
+                release_run(self.slots, row)
         return cancelled
 
 

@@ -4,13 +4,17 @@ Per message, in order:
 1. The occurrence key (no key: a loud failure, never a run without idempotency).
 2. Still wanted? Cancel, pause, delete and update are checks of the row and the schedule
    version, here at the last moment; an unwanted fire is recorded as skipped.
-3. Overlap at run time: a ``forbid``/``buffer_one`` fire is skipped (or held) while
+3. Time: an invocation that cannot give the job its deadline, where a fresh one would,
+   sends the fire back to the queue (no attempt spent).
+4. Overlap at run time: a ``forbid``/``buffer_one`` fire is skipped (or held) while
    another run of its schedule holds the schedule's run slot.
-4. A tenant slot (per-tenant concurrency): none free -> deferred, never run over the
+5. A tenant's share of the class's invocations as really running (services.pool), and
+   a tenant slot (per-tenant concurrency): none free -> deferred, never run over the
    limit, never dropped.
-5. The run, under Powertools idempotency on the occurrence row (claim, then outcome), with
-   the job's deadline.
-6. A failed attempt is retried by sending the message again with the backoff as its delay
+6. The run, under Powertools idempotency on the occurrence row (claim, then outcome), with
+   the job's deadline. Every slot taken for it is given back on every path that does
+   not leave it to be handed on, whichever call fails (see _give_back_slots).
+7. A failed attempt is retried by sending the message again with the backoff as its delay
    (a fresh message: SQS's receive count, which drives the dead-letter redrive, counts
    deliveries that crashed, not attempts that failed); past the attempt cap it is dead.
 
@@ -40,7 +44,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from fireline import ports
 from fireline.adapters.idempotency import OccurrenceIdempotency
 from fireline.domain import errors, model, occurrence, policies, quota, workflow
-from fireline.services import claims, dispatch, targets, worker_dispatch, workflows
+from fireline.services import claims, dispatch, pool, targets, worker_dispatch, workflows
 from fireline.services import long_jobs as long_jobs_service
 
 logger = Logger(service="fireline", child=True)
@@ -55,6 +59,14 @@ SLOT_MARGIN_SECONDS = 60
 BUFFER_HOLD_DEFERRALS = 3
 # Stop a job this long before the invocation would be killed, to record its outcome.
 STOP_MARGIN_SECONDS = 5.0
+# A fire this invocation cannot give its deadline goes back to the queue (see
+# Worker._short_of_time) when a fresh invocation would give it more than this much more:
+# the time a record may spend before its run (an early fire's hold, the batch's reads).
+TIME_SLACK_SECONDS = 3.0
+REQUEUE_FOR_TIME_DELAY_SECONDS = 0
+# ...at most this many times for one fire, then it runs with what it is given.
+MOST_REQUEUES_FOR_TIME = 3
+_TIME_REQUEUES = "time_requeues"  # the message's count of those
 # How long a worker keeps the register of tenant limit overrides before reading it again
 # (see Worker._take_slot): a limit set on a tenant that runs unlimited applies, at the
 # latest, to the runs that start this long after the change.
@@ -80,6 +92,7 @@ class Busy(Exception):
 # Why a run waits for a tenant slot (the reason its deferral logs).
 _AT_LIMIT = "tenant limit"
 _AT_CLASS_SHARE = "tenant share of the class"
+_AT_INVOCATION_SHARE = "tenant share of the class's running invocations"
 
 _PAST_CAP = "error: the last attempt ended without an outcome"
 # Outcomes whose row no run ever leaves: the run's tenant slots are handed on, not given back.
@@ -103,6 +116,11 @@ class WorkerConfig:
     # One-off jobs hold a unit of their tenant's active jobs quota, given back at their end.
     jobs_counted: bool = False
     overrides_cache_seconds: float = OVERRIDES_CACHE_SECONDS
+    # This worker's container, in its class's register of live containers: a tenant
+    # occupies at most its share of the class's invocations as really running (see
+    # services.pool). None: not shared out by invocations (the configured size alone).
+    pool_member: str | None = None
+    pool_refresh_seconds: float = pool.REFRESH_SECONDS
 
     @property
     def class_limit(self) -> int:
@@ -115,6 +133,12 @@ class _Ended:
 
     tenant_id: str
     schedule_id: str
+
+
+class _Reused(tuple[int, ...]):
+    """Tenant slots the occurrence held before this delivery (see Worker._held_already).
+    A delivery whose claim is refused does not give them back: the delivery that holds
+    the claim may be running on them."""
 
 
 class _NoMetrics:
@@ -227,6 +251,26 @@ class Worker:
         self._overrides_until = -math.inf
         self._overrides_lock = threading.Lock()
         self._told_unbuilt = False
+        # The longest an invocation of this worker has had at its start (see
+        # _note_invocation); until one is seen, nothing is decided on it.
+        self._longest_invocation_ms = 0
+        # The class's invocations as really running, and each tenant's share of them:
+        # for a class whose jobs run in the worker's own invocations (a long job runs in
+        # its runner's, which the configured size counts).
+        self._pool = (
+            pool.Pool(
+                slots=slots,
+                clock=clock,
+                job_class=self.config.job_class,
+                member=self.config.pool_member,
+                configured=self.config.class_max_concurrency,
+                refresh_seconds=self.config.pool_refresh_seconds,
+            )
+            if self.config.pool_member
+            and self.config.class_max_concurrency > 0
+            and long_jobs is None
+            else None
+        )
         # Powertools idempotency, set up once for every record: its configuration, the
         # persistence layer (which keeps each record's claim per thread) and the guarded
         # run. Built per record, they were a good part of a fire's CPU.
@@ -268,6 +312,7 @@ class Worker:
         one-off jobs the batch settles give their units of quota back together after
         the runs, one give-back per tenant (see :meth:`_give_back`). Its counts go out
         summed, one data point per metric (see _Tally)."""
+        self._note_invocation(remaining_ms)
         self._refresh_overrides()
         prefetched = self.prefetch(bodies, parallel, receive_counts)
         ended: list[_Ended | None] = [None] * len(bodies)
@@ -290,6 +335,8 @@ class Worker:
                 outcomes = self._hand_back(bodies, outcomes)
             return self._give_back(outcomes, ended)
         finally:
+            if self._pool is not None:
+                self._pool.end_invocation()
             self.metrics.flush()
 
     def _place(
@@ -451,6 +498,7 @@ class Worker:
         prefetched: Prefetch = _NOTHING_PREFETCHED,
     ) -> Result:
         """Process one message. Raises Busy (redeliver later) or MissingIdempotencyKey."""
+        self._note_invocation(remaining_ms)
         self._refresh_overrides()
         try:
             result, ended = self._process(body, remaining_ms, prefetched)
@@ -458,6 +506,8 @@ class Worker:
                 self.schedules.release(ended.tenant_id, ended.schedule_id, quota.Quota.ACTIVE_JOBS)
             return result
         finally:
+            if self._pool is not None:
+                self._pool.end_invocation()
             self.metrics.flush()
 
     def _process(
@@ -561,12 +611,8 @@ class Worker:
             # worker failed): another attempt would pass the cap, so it is dead now.
             return self._exhausted(row, now)
         deadline = model.deadline_for(item.job_class, item.deadline_seconds)
-        if self.long_jobs is None and remaining_ms() / 1000 - STOP_MARGIN_SECONDS < min(
-            deadline, 5
-        ):
-            # Too little of this invocation is left to run it: leave the message for a
-            # redelivery rather than spend an attempt on a run that cannot finish.
-            raise Busy(f"{key}: not enough time left in this invocation")
+        if self.long_jobs is None and self._short_of_time(item, deadline, remaining_ms, body):
+            return self._requeue_for_time(body, row)
         # Slots last as long as the job may run: one attempt here, every attempt of a
         # long job (its state machine retries without coming back here).
         held_for = (
@@ -579,9 +625,61 @@ class Worker:
             return self._skip(row, "overlap", now, stored=stored)
         if overlap == "defer":
             return self._defer(body, row, "overlap", stored=stored)
-        slot = self._take_slot(item.tenant_id, key, held_for, now)
+        # A tenant the operator runs unlimited is not shared out (as for its class's jobs:
+        # see _take_slot).
+        shared = self._pool is not None and (
+            self._registered_limit(item.tenant_id) != quota.UNLIMITED
+        )
+        try:
+            entered = not shared or self._enter_pool(item.tenant_id, remaining_ms())
+        except Exception:
+            self._give_back_slots(item, key, (), took_run)
+            raise
+        if not entered:
+            self._give_back_slots(item, key, (), took_run)
+            return self._defer(body, row, _AT_INVOCATION_SHARE, stored=stored)
+        try:
+            return self._run_in_slots(
+                body, row, item, deadline, held_for, now, took_run, remaining_ms, stored=stored
+            )
+        finally:
+            if shared:
+                self._leave_pool(item.tenant_id)
+
+    def _enter_pool(self, tenant_id: str, remaining_ms: int) -> bool:
+        assert self._pool is not None
+        return self._pool.enter(tenant_id, remaining_ms)
+
+    def _leave_pool(self, tenant_id: str) -> None:
+        assert self._pool is not None
+        self._pool.leave(tenant_id)
+
+    def _run_in_slots(
+        self,
+        body: dict[str, Any],
+        row: occurrence.Occurrence,
+        item: model.Schedule,
+        deadline: int,
+        held_for: timedelta,
+        now: datetime,
+        took_run: bool,
+        remaining_ms: Callable[[], int],
+        *,
+        stored: bool,
+    ) -> Result:
+        """The run, once its overlap allows it (the run slot ``took_run``) and its share
+        of the class's invocations: the tenant slots, then the run or the long job's
+        start."""
+        key = row.key
+        try:
+            slot = self._take_slot(item.tenant_id, key, held_for, now)
+        except Exception:
+            # Not running after all: a run slot kept would skip the schedule's next fires
+            # as "overlap" while nothing runs, until it expired.
+            self._give_back_slots(item, key, (), took_run)
+            raise
         if isinstance(slot, str):
-            self._end_run(item, key, took_run)
+            self._give_back_slots(item, key, (), took_run)
             return self._defer(body, row, slot, stored=stored)
         if self.long_jobs is not None:
             return self._start_long(item, row, slot, deadline, now, took_run, fresh=not stored)
@@ -589,17 +687,85 @@ class Worker:
         try:
             outcome = self._run_once(item, row, deadline, remaining_ms, fresh=not stored)
         finally:
-            if outcome is None or outcome["state"] not in _HANDED_ON:
-                # A run that ended otherwise (a failure to retry, dead, an error) gives its
-                # slots back; a finished one leaves them to be handed on (see _take_one).
-                self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
+            # A run that ended otherwise (a failure to retry, dead, an error) gives its
+            # tenant slots back; a finished one leaves them to be handed on (see
+            # _take_one). Its run slot is given back either way.
+            handed_on = outcome is not None and outcome["state"] in _HANDED_ON
+            left_to_holder = outcome is None and isinstance(slot, _Reused)
+            self._give_back_slots(item, key, () if handed_on or left_to_holder else slot, took_run)
         if self._idempotency.claimed is None:
             # The claim was refused: another delivery (or a cancel) settled the row
             # first, and Powertools replayed its outcome, already acted on there.
             self.metrics.add_metric("DuplicateDeliveries", "Count", 1)
             return Result.SETTLED
         return self._after(body, row, outcome)
+
+    # --- the invocation's time ---------------------------------------------------------
+
+    def _note_invocation(self, remaining_ms: Callable[[], int]) -> None:
+        """Remember the longest time an invocation of this worker has had at its start:
+        the function's timeout, as near as the worker can see it (a warm container's
+        invocations all start with it)."""
+        left = remaining_ms()
+        self._longest_invocation_ms = max(self._longest_invocation_ms, left)
+        if self._pool is not None:
+            self._pool.observe(left)
+
+    def _longest_attempt(self, remaining_ms: Callable[[], int]) -> float:
+        """The longest attempt an invocation of this worker can give (seconds)."""
+        longest_ms = max(self._longest_invocation_ms, remaining_ms())
+        return longest_ms / 1000 - STOP_MARGIN_SECONDS
+
+    def _short_of_time(
+        self,
+        item: model.Schedule,
+        deadline: int,
+        remaining_ms: Callable[[], int],
+        body: dict[str, Any],
+    ) -> bool:
+        """Should the fire go back to the queue because this invocation cannot give the
+        run its deadline and a fresh one would? No when it gives the deadline, or as
+        much as any invocation of this worker would (a class's own deadline is what its
+        function gives; a deadline of the job's own that no invocation gives is refused
+        after the claim: see _too_long)."""
+        longest = self._longest_attempt(remaining_ms)
+        left = remaining_ms() / 1000 - STOP_MARGIN_SECONDS
+        if left >= deadline or left >= longest - TIME_SLACK_SECONDS:
+            return False
+        if item.deadline_seconds is not None and deadline > longest:
+            return False  # no invocation gives it: refused, not sent round
+        # Sent back often enough, every invocation it met late (each record of a batch
+        # starts as the batch does, so this is rare): it runs with what is left rather
+        # than going round for ever.
+        return _requeues_for_time(body) < MOST_REQUEUES_FOR_TIME
+
+    def _too_long(
+        self, item: model.Schedule, deadline: int, remaining_ms: Callable[[], int]
+    ) -> str | None:
+        """Why no invocation of this worker can keep the job's own deadline (None: one
+        can): a deployment whose function's timeout was cut below what registration
+        allows its class (model.DEADLINES, which the template's timeouts are held to)."""
+        longest = self._longest_attempt(remaining_ms)
+        if item.deadline_seconds is None or deadline <= longest:
+            return None
+        return (
+            f"error: its deadline ({deadline} s) is longer than an attempt can run in this "
+            f"worker ({max(0, int(longest))} s: the function's timeout less "
+            f"{STOP_MARGIN_SECONDS:.0f} s to record the outcome)"
+        )
+
+    def _requeue_for_time(self, body: dict[str, Any], row: occurrence.Occurrence) -> Result:
+        """Back to the queue for an invocation that has the time: a fresh message, and
+        this one acknowledged, so no attempt is spent and SQS's receive count (the
+        dead-letter redrive's) does not grow; the row, if any, stays as it is."""
+        again = {**body, _TIME_REQUEUES: _requeues_for_time(body) + 1}
+        self._send_again(again, row.job_class, REQUEUE_FOR_TIME_DELAY_SECONDS)
+        logger.info(
+            "requeued: not enough time left in this invocation",
+            extra={"action": "worker.requeue_for_time", "key": row.key},
+        )
+        self.metrics.add_metric("RequeuedForTime", "Count", 1)
+        return Result.DEFERRED
 
     def _read_row(self, key: str, prefetched: Prefetch) -> occurrence.Occurrence | None:
         """The occurrence's row, read eventually consistently (half the price of a
@@ -659,13 +825,35 @@ class Worker:
         """Claim, then hand the run to its state machine; the slots stay held until the
         outcome message (or their expiry, should that never come)."""
         assert self.long_jobs is not None
+        started = False
+        try:
+            result = self._start_claimed_long(item, row, slot, deadline, now, took_run, fresh=fresh)
+            started = result is Result.STARTED
+            return result
+        finally:
+            if not started:
+                # Nothing of this delivery runs (refused, settled, or an error on the way):
+                # the slots it took would otherwise block its tenant and its schedule for
+                # every attempt's deadline (see long_jobs_service.hold).
+                self._give_back_slots(item, row.key, slot, took_run)
+
+    def _start_claimed_long(
+        self,
+        item: model.Schedule,
+        row: occurrence.Occurrence,
+        slot: tuple[int, ...],
+        deadline: int,
+        now: datetime,
+        took_run: bool,
+        *,
+        fresh: bool,
+    ) -> Result:
+        assert self.long_jobs is not None
         key = row.key
         claimed, current = self.occurrences.claim(
             key, now=now, until=now + long_jobs_service.START_MARGIN, intent=row
         )
         if not claimed:
-            self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
             if current is not None and current.execution:
                 return Result.SETTLED  # its execution is in flight: this was a repeat
             if current is not None and current.state in occurrence.SETTLED:
@@ -684,8 +872,6 @@ class Worker:
                 exit_reason=_PAST_CAP,
                 attempt=current.attempts,
             )
-            self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
             self.metrics.add_metric("DeadLettered", "Count", 1)
             return Result.DEAD
         why = self._unwanted_after_claim(current, fresh=fresh)
@@ -697,17 +883,10 @@ class Worker:
                 exit_reason=f"skipped: {why}",
                 attempt=current.attempts,
             )
-            self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
             self.metrics.add_metric("Skipped", "Count", 1)
             return Result.SKIPPED
         self._started(current, now)
-        try:
-            self.long_jobs.start(item, current, deadline)
-        except Exception:
-            self._release_slot(item.tenant_id, key, slot)
-            self._end_run(item, key, took_run)
-            raise
+        self.long_jobs.start(item, current, deadline)
         self.metrics.add_metric("LongJobsStarted", "Count", 1)
         return Result.STARTED
 
@@ -717,8 +896,14 @@ class Worker:
         state = self.long_jobs.record_outcome(body)
         row = self.occurrences.get(body["occurrence_key"])
         if row is not None:
-            self._release_slot(row.tenant_id, row.key, None)
-            long_jobs_service.release_run(self.slots, row)
+            # Each give-back is tried whatever became of the other; a failed one fails the
+            # message, whose redelivery (the outcome is recorded once) tries it again.
+            _each(
+                functools.partial(
+                    long_jobs_service.release_slot, self.slots, row.tenant_id, row.key
+                ),
+                functools.partial(long_jobs_service.release_run, self.slots, row),
+            )
         if state is occurrence.State.SUCCEEDED:
             self.metrics.add_metric("Succeeded", "Count", 1)
             return Result.SUCCEEDED
@@ -728,13 +913,37 @@ class Worker:
             return Result.DEAD
         return Result.SETTLED  # cancelled meanwhile, or a repeated outcome message
 
-    def _release_slot(self, tenant_id: str, key: str, slot: tuple[int, ...] | None) -> None:
-        """Give back the tenant slots a run took (None: whichever ``key`` holds)."""
-        if slot is None:
-            long_jobs_service.release_slot(self.slots, tenant_id, key)
-            return
-        for number in slot:
-            self.slots.give_back(tenant_id, number, key)
+    def _give_back_slots(
+        self, item: model.Schedule, key: str, slot: tuple[int, ...], took_run: bool
+    ) -> None:
+        """Give back the tenant slots ``slot`` and, if this delivery took it, the
+        schedule's run slot: each one tried whatever became of the others, and a failure
+        (a throttled delete) logged, never raised. Raised, it would hide the run's outcome
+        from what follows (a retry's send) and fail a message whose work is done. A slot
+        left held is not left blocking: the next run that needs it reads its holder's row
+        and takes it over once that row is terminal (see _take_one and _overlap), and any
+        holder's slot expires with its deadline."""
+        scope = quota.overlap_scope(item.tenant_id, item.schedule_id)
+        backs = [(item.tenant_id, number) for number in slot]
+        if took_run:
+            backs.append((scope, quota.RUN_SLOT))
+        for owner, number in backs:
+            self._give_back_quietly(owner, number, key)
+
+    def _give_back_quietly(self, owner: str, number: int, key: str) -> None:
+        try:
+            self.slots.give_back(owner, number, key)
+        except Exception as exc:  # whatever failed, the slot's holder check or expiry frees it
+            logger.warning(
+                "slot not given back",
+                extra={
+                    "action": "worker.give_back",
+                    "key": key,
+                    "slot": number,
+                    "error": f"{type(exc).__name__}: {exc}",
+                },
+            )
+            self.metrics.add_metric("SlotGiveBackFailed", "Count", 1)
 
     # --- steps -----------------------------------------------------------------------------
 
@@ -800,12 +1009,29 @@ class Worker:
         if running == row.key:
             return None, False  # a delivery of this fire holds it: the claim decides
         until_ms = now_ms + int(held_for.total_seconds() * 1000)
+        # A holder whose row is terminal ran and ended (its give-back failed, or a
+        # redelivery ran it without taking the slot): it blocks nobody. Its slot is taken
+        # over conditional on that holder, so of two fires that saw it, one runs. A holder
+        # whose row is anything else may be about to run (the slot is taken before the
+        # claim): it counts as running until it ends or its slot expires.
+        replacing = running if running is not None and self._finished(running) else None
         # Two fires racing for a free run slot: the conditional take lets one run.
-        if running is None and self.slots.take(
-            scope, quota.RUN_SLOT, row.key, now_ms=now_ms, expires_at_ms=until_ms
+        if (running is None or replacing is not None) and self.slots.take(
+            scope,
+            quota.RUN_SLOT,
+            row.key,
+            now_ms=now_ms,
+            expires_at_ms=until_ms,
+            replacing=replacing,
         ):
             if quota.holder_of(held, quota.BUFFER_SLOT, now_ms) == row.key:
-                self.slots.give_back(scope, quota.BUFFER_SLOT, row.key)
+                try:
+                    self.slots.give_back(scope, quota.BUFFER_SLOT, row.key)
+                except Exception:
+                    # Not running after all: the run slot is not kept (the buffer it held
+                    # expires by itself, and this fire's redelivery takes it again).
+                    self._give_back_slots(item, row.key, (), True)
+                    raise
             return None, True
         if row.attempts > 0:
             return "defer", False
@@ -824,12 +1050,6 @@ class Worker:
         ):
             return "defer", False
         return "skip", False
-
-    def _end_run(self, item: model.Schedule, key: str, took_run: bool) -> None:
-        """Give back the schedule's run slot this delivery took."""
-        if took_run:
-            scope = quota.overlap_scope(item.tenant_id, item.schedule_id)
-            self.slots.give_back(scope, quota.RUN_SLOT, key)
 
     def _take_slot(
         self, tenant_id: str, key: str, held_for: timedelta, now: datetime
@@ -860,12 +1080,10 @@ class Worker:
         if limit == quota.UNLIMITED:
             return ()
         now_ms = int(now.timestamp() * 1000)
-        if quota.holding(held, key, now_ms) is not None:
-            # Another delivery of this occurrence holds its slot (running, or a holder
-            # that died): this one must not run beside it nor free the slot it holds.
-            return _AT_LIMIT
         share = self.config.class_limit
         expires = now_ms + int(held_for.total_seconds() * 1000)
+        if quota.holding(held, key, now_ms) is not None:
+            return self._held_already(tenant_id, key, held, limit, share, now_ms, expires)
         in_class: int | None = None
         # A limit within the class's share bounds the share too (a tenant running at most
         # `limit` jobs runs at most that many in one class): then the tenant slot is the
@@ -880,14 +1098,56 @@ class Worker:
             if in_class is None:
                 return _AT_CLASS_SHARE
         mine = [s for s in held if s.number < limit]
-        number = self._take_one(
-            tenant_id, key, quota.free_slots(held, limit, now_ms), mine, now_ms, expires
-        )
+        # The class share's slot is this run's only if the limit's is too: refused or
+        # failed, it goes back (else it would count a run that never started against the
+        # tenant's share until it expired).
+        try:
+            number = self._take_one(
+                tenant_id, key, quota.free_slots(held, limit, now_ms), mine, now_ms, expires
+            )
+        except Exception:
+            if in_class is not None:
+                self._give_back_quietly(tenant_id, in_class, key)
+            raise
         if number is None:
             if in_class is not None:
-                self.slots.give_back(tenant_id, in_class, key)
+                self._give_back_quietly(tenant_id, in_class, key)
             return _AT_LIMIT
         return (number,) if in_class is None else (number, in_class)
+
+    def _held_already(
+        self,
+        tenant_id: str,
+        key: str,
+        held: list[quota.Slot],
+        limit: int,
+        share: int,
+        now_ms: int,
+        expires: int,
+    ) -> _Reused | str:
+        """The occurrence holds tenant slots already: an earlier delivery's, left by a
+        give-back that failed (its attempt failed, to be retried) or by a delivery that
+        died, or those of a delivery running it now. This one's row showed no live run
+        (see _handle), so it goes ahead on them, as their holder (a run beside a live one
+        is refused by the claim, and a refused claim leaves them to it: see _Reused),
+        their expiry moved to this run's. Only a set that is whole (the limit's slot, and
+        the class share's where the run takes one) is taken over; any other waits for its
+        expiry, as every held slot did."""
+        if self.long_jobs is not None:
+            return _AT_LIMIT  # a long job's start, refused, gives its slots back: left alone
+        mine = [s for s in held if s.holder == key and not s.free(now_ms)]
+        band = set(quota.class_band(self._class_index, share)) if share and share < limit else set()
+        whole = len(mine) == (2 if band else 1) and any(s.number < limit for s in mine)
+        if not whole or (band and not any(s.number in band for s in mine)):
+            return _AT_LIMIT
+        for slot in mine:
+            # Conditional on this holder: a slot that expired and went to another run
+            # meanwhile is not taken back.
+            if not self.slots.take(
+                tenant_id, slot.number, key, now_ms=now_ms, expires_at_ms=expires, replacing=key
+            ):
+                return _AT_LIMIT
+        return _Reused(s.number for s in mine)
 
     def _registered_limit(self, tenant_id: str) -> int | None:
         """The tenant's limit as the register says (its override, else the default);
@@ -1064,6 +1324,11 @@ class Worker:
                 "exit_reason": f"skipped: {why}",
                 "attempt": claimed.attempts,
             }
+        too_long = self._too_long(item, deadline, remaining_ms)
+        if too_long is not None:
+            # Every attempt would be cut short by the invocation's end: dead at once, with
+            # why, rather than failing as "deadline" attempt after attempt.
+            return self._failed(item, claimed, too_long, too_long, final=True)
         self._started(claimed, self.clock.now())
         context = targets.JobContext(
             occurrence_key=claimed.key,
@@ -1185,6 +1450,23 @@ class Worker:
         message = ports.OutboundMessage(body=body, delay_seconds=max(0, min(900, delay)))
         out = dispatch.Outbound(job_class, body["occurrence_key"], message)
         dispatch.send(self.queue, [out], dispatch.DispatchReport())
+
+
+def _requeues_for_time(body: dict[str, Any]) -> int:
+    count = body.get(_TIME_REQUEUES)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+
+def _each(*steps: Callable[[], None]) -> None:
+    """Run every step, even after one raised; then raise the first failure."""
+    failure: Exception | None = None
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:  # re-raised below, once every step had its turn
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 def _abandoned(row: occurrence.Occurrence, now: datetime) -> bool:

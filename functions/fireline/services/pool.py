@@ -1,0 +1,204 @@
+"""A job class's invocations as really running, and each tenant's share of them.
+
+A running job keeps its worker's invocation busy until it ends (an invocation returns when
+its whole batch has), and a message waits for an invocation that is free. So a tenant
+holding every invocation of a class makes every other tenant's jobs wait, however short
+they are, and how many invocations there are is not what the class is configured with
+(its event source's maximum concurrency) but what really runs: the account's concurrency,
+the pollers' ramp, the local cloud's two processes. A share of the configured size (half
+of 50) is no bound at all when two invocations run.
+
+So each worker's container (one invocation at a time) says it is alive in the class's
+register every few seconds (``SlotStore.join_pool``: one write per container per period,
+whatever the number of jobs), and the answer is how many containers of the class are
+alive. A tenant occupies at most ``quota.class_limit`` of that many at once: a container
+running any job of the tenant holds one of the tenant's invocation slots
+(``quota.invocation_band``), taken when the invocation's first job of the tenant starts
+and given back when the invocation returns. Its other jobs of that tenant, side by side
+in the same invocation or after, share it: they occupy nothing more. A tenant past its share
+is deferred (sent again for later, no attempt spent), so at least one container of every
+two stays free of it for the others.
+
+Costs: the register's write per container per ``refresh_seconds`` (whatever the number of
+jobs), and, only while fewer containers are alive than the class is configured for (at
+that size the share of the class's jobs, half of it, already leaves room), per
+invocation and tenant (not per job: its jobs side by side share it) a read of the
+tenant's slots, the take and the give-back. A container that dies holding a slot frees
+it by expiry: the end of its invocation, and a margin.
+
+What it gives up: like the share of the class's jobs, it holds whether or not another
+tenant waits (a waiting message is not seen by any worker until an invocation takes it),
+so a tenant alone runs in half of the live containers while fewer are alive than
+configured; its other jobs come back after their deferral. A container counts as alive
+from its invocation's start until that invocation may end and a period more, so the size
+follows a shrinking pool by up to the function's timeout late; and while it shrinks, the
+slots taken in a larger share count until their invocations end.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from aws_lambda_powertools import Logger
+
+from fireline import ports
+from fireline.domain import model, quota
+
+logger = Logger(service="fireline", child=True)
+
+# How often a container says it is alive (and reads how many are).
+REFRESH_SECONDS = 10.0
+# An invocation slot outlives its container's invocation by this much (a dead container).
+SLOT_MARGIN_SECONDS = 60
+
+
+@dataclass
+class _Entry:
+    """One tenant's occupation of this container: its jobs running here, and the slots
+    (one, but two records that raced for it may each have taken one)."""
+
+    count: int = 0
+    numbers: set[int] = field(default_factory=set)
+
+
+class Pool:
+    def __init__(
+        self,
+        *,
+        slots: ports.SlotStore,
+        clock: ports.Clock,
+        job_class: str,
+        member: str,
+        configured: int,
+        refresh_seconds: float = REFRESH_SECONDS,
+    ) -> None:
+        self.slots = slots
+        self.clock = clock
+        self.job_class = job_class
+        self.member = member
+        self.configured = configured
+        self.refresh_seconds = refresh_seconds
+        #: Containers of the class seen alive at the last refresh (None: not known yet).
+        self.size: int | None = None
+        self._scope = quota.pool_scope(job_class)
+        self._next_refresh = float("-inf")
+        self._entries: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def share(self) -> int:
+        """The invocations one tenant may occupy now; 0: no bound here, when the pool is
+        not known or is as large as configured (a tenant at its share of the class's
+        jobs, quota.class_limit of the configured size, then occupies at most that many
+        of its invocations, and leaves the rest)."""
+        if self.size is None or self.size >= self.configured:
+            return 0
+        return quota.class_limit(max(1, self.size))
+
+    def observe(self, remaining_ms: int) -> None:
+        """At an invocation's start: say this container is alive (until its invocation
+        may end, and a refresh period), once per period, and learn how many are."""
+        now = self.clock.monotonic()
+        with self._lock:
+            if now < self._next_refresh:
+                return
+            self._next_refresh = now + self.refresh_seconds
+        now_ms = self._now_ms()
+        until = now_ms + remaining_ms + int(self.refresh_seconds * 1000)
+        try:
+            size = self.slots.join_pool(self._scope, self.member, now_ms=now_ms, until_ms=until)
+        except Exception as exc:  # the last size known stands; a run is never stopped by it
+            logger.warning(
+                "pool not refreshed",
+                extra={"action": "worker.pool", "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return
+        self.size = size
+
+    def enter(self, tenant_id: str, remaining_ms: int) -> bool:
+        """May this container run one more job of ``tenant_id``? True: it counts in the
+        tenant's occupation until :meth:`leave`. False: the tenant occupies its share of
+        the class's invocations already (nothing is held for this job).
+
+        No record waits on another: two of one tenant's jobs starting together each take
+        the slot themselves, and they meet on one number (taken in order, and a slot
+        this container holds is taken again by it: see _take)."""
+        if self.share == 0:
+            return True
+        with self._lock:
+            entry = self._entries.get(tenant_id)
+            if entry is not None and entry.numbers:
+                entry.count += 1
+                return True  # held: this job shares it
+        number = self._take(tenant_id, remaining_ms)
+        if number is None:
+            return False
+        with self._lock:
+            entry = self._entries.setdefault(tenant_id, _Entry())
+            entry.numbers.add(number)
+            entry.count += 1
+        return True
+
+    def leave(self, tenant_id: str) -> None:
+        """A job that :meth:`enter` let in has ended. The slot stays with this container
+        until its invocation ends (:meth:`end_invocation`): the invocation is busy until
+        its whole batch is done, and the tenant's next job in it needs no take."""
+        with self._lock:
+            entry = self._entries.get(tenant_id)
+            if entry is not None and entry.count > 0:
+                entry.count -= 1
+
+    def end_invocation(self) -> None:
+        """The invocation has returned: give back the slots no job of it still runs in
+        (each give-back tried; a failure logged, the slot left to expire). A container
+        runs one invocation at a time, so no job of the next one takes a slot while this
+        gives it back."""
+        with self._lock:
+            idle = [(t, e) for t, e in self._entries.items() if e.count == 0]
+            for tenant_id, _ in idle:
+                del self._entries[tenant_id]
+        for tenant_id, entry in idle:
+            for number in sorted(entry.numbers):
+                try:
+                    self.slots.give_back(tenant_id, number, self.member)
+                except Exception as exc:  # the slot expires with the invocation: never raised
+                    logger.warning(
+                        "invocation slot not given back",
+                        extra={"action": "worker.pool", "error": f"{type(exc).__name__}: {exc}"},
+                    )
+
+    def _take(self, tenant_id: str, remaining_ms: int) -> int | None:
+        """One of the tenant's invocation slots for this container, or None when the
+        tenant occupies its share. Read eventually consistently: every take is a
+        conditional put on its number, so a stale read costs a refused take at most."""
+        share = self.share
+        now_ms = self._now_ms()
+        expires = now_ms + remaining_ms + SLOT_MARGIN_SECONDS * 1000
+        index = model.JOB_CLASSES.index(self.job_class)
+        widest = set(quota.invocation_band(index, quota.class_limit(self.configured)))
+        held, _ = self.slots.held(tenant_id, consistent=False)
+        live = [s for s in held if s.number in widest and not s.free(now_ms)]
+        # This container's own (another of its jobs just took it, or a give-back that
+        # failed left it), else the first free ones, in order: two jobs of one container
+        # racing meet on one number. Every take is "free, or held by this container".
+        mine = [s.number for s in live if s.holder == self.member]
+        # Slots above the share (taken while the pool was larger) count until they end.
+        if not mine and len(live) >= share:
+            return None
+        others = {s.number for s in live if s.holder != self.member}
+        band = [n for n in quota.invocation_band(index, share) if n not in others]
+        for number in sorted(mine)[:1] + [n for n in band if n not in mine][:3]:
+            if self.slots.take(
+                tenant_id,
+                number,
+                self.member,
+                now_ms=now_ms,
+                expires_at_ms=expires,
+                replacing=self.member,
+            ):
+                return number
+        return None
+
+    def _now_ms(self) -> int:
+        return int(self.clock.now().timestamp() * 1000)

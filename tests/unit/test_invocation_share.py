@@ -1,0 +1,164 @@
+"""A tenant's share of a class's invocations as really running (fireline.services.pool),
+on the memory adapters: two workers stand for two containers of a class configured for
+50, the local cloud's two processes. Counted outcomes only."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fireline.domain import occurrence, quota
+from fireline.services import targets
+from fireline.services.worker import Result, Worker
+from helpers.memory_system import REMAINING_MS, MemorySystem
+
+CONFIGURED = 50  # the default class's CLASS_MAX_CONCURRENCY
+
+
+def remaining() -> int:
+    return REMAINING_MS
+
+
+class Gate:
+    """A handler that holds every job it runs until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+        self.entered = threading.Semaphore(0)
+
+    def __call__(self, context: targets.JobContext) -> None:
+        self.entered.release()
+        assert self.opened.wait(60)
+
+
+def containers(system: MemorySystem, count: int) -> list[Worker]:
+    """``count`` workers of the default class, each its own container, all alive."""
+    workers = [
+        system.worker(
+            tenant_limit=quota.DEFAULT_LIMIT,
+            class_max_concurrency=CONFIGURED,
+            pool_member=f"container-{n}",
+        )
+        for n in range(count)
+    ]
+    for worker in workers:  # each says it is alive as an invocation starts
+        worker.handle_batch([], remaining_ms=remaining, parallel=_InTurn())
+    return workers
+
+
+class _InTurn:
+    def run(self, calls: list[Any]) -> list[Any]:
+        return [call() for call in calls]
+
+
+def held_jobs(
+    system: MemorySystem, worker: Worker, tenant_id: str, count: int, gate: Gate
+) -> tuple[list[dict[str, Any]], threading.Thread]:
+    """``count`` jobs of ``tenant_id`` running side by side in one batch of ``worker``."""
+    bodies = [
+        system.due_job(tenant_id, target={"type": "python", "handler": "gate"})
+        for _ in range(count)
+    ]
+
+    class Threads:
+        def run(self, calls: list[Any]) -> list[Any]:
+            results: list[Any] = [None] * len(calls)
+
+            def one(index: int) -> None:
+                results[index] = calls[index]()
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(len(calls))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            return results
+
+    thread = threading.Thread(
+        target=worker.handle_batch,
+        args=(bodies,),
+        kwargs={"remaining_ms": remaining, "parallel": Threads()},
+    )
+    thread.start()
+    for _ in bodies:
+        assert gate.entered.acquire(timeout=60)
+    return bodies, thread
+
+
+def test_a_tenant_holding_one_of_two_invocations_waits_while_another_tenant_runs() -> None:
+    # GIVEN a class configured for 50 whose pool really is two containers, and tenant A's
+    # three jobs running side by side in the first one (its share of jobs is 25)
+    system = MemorySystem()
+    gate = Gate()
+    system.registry.register("gate")(gate)
+    first, second = containers(system, 2)
+    running, batch = held_jobs(system, first, "A", 3, gate)
+    try:
+        # WHEN A's fourth job and B's first reach the second container
+        fourth = system.due_job("A")
+        other = system.due_job("B")
+        # THEN A's waits (deferred, no attempt spent), and B's runs
+        assert second.handle(fourth, remaining_ms=remaining) is Result.DEFERRED
+        assert system.row(fourth).state is occurrence.State.QUEUED
+        assert system.row(fourth).attempts == 0
+        assert second.handle(other, remaining_ms=remaining) is Result.SUCCEEDED
+        # AND A's three jobs occupy one invocation slot between them, the first container's
+        held, _ = system.slots.held("A")
+        band = set(quota.invocation_band(0, quota.class_limit(CONFIGURED)))
+        assert [s.holder for s in held if s.number in band] == ["container-0"]
+    finally:
+        gate.opened.set()
+        batch.join(60)
+    assert all(system.row(b).state is occurrence.State.SUCCEEDED for b in running)
+    # AND once they ended, the slot is given back, and A's fourth runs anywhere
+    held, _ = system.slots.held("A")
+    assert not [s for s in held if s.number in band]
+    assert second.handle(fourth, remaining_ms=remaining) is Result.SUCCEEDED
+
+
+def test_without_the_pool_the_configured_share_lets_one_tenant_take_both_containers() -> None:
+    # GIVEN the same two containers counting only the configured size (no pool member)
+    system = MemorySystem()
+    gate = Gate()
+    system.registry.register("gate")(gate)
+    first, second = (
+        system.worker(tenant_limit=quota.DEFAULT_LIMIT, class_max_concurrency=CONFIGURED)
+        for _ in range(2)
+    )
+    _, batch = held_jobs(system, first, "A", 3, gate)
+    try:
+        # WHEN A's next job reaches the second container THEN it runs there too: both
+        # containers would be A's, and B's next message would wait for one of A's jobs
+        fourth = system.due_job("A", target={"type": "python", "handler": "noop"})
+        assert second.handle(fourth, remaining_ms=remaining) is Result.SUCCEEDED
+    finally:
+        gate.opened.set()
+        batch.join(60)
+
+
+def test_a_tenant_alone_in_one_container_runs_every_job_of_its_batch() -> None:
+    # GIVEN one container alive (a share of one invocation)
+    system = MemorySystem()
+    gate = Gate()
+    system.registry.register("gate")(gate)
+    (only,) = containers(system, 1)
+    # WHEN A's batch of ten jobs runs in it THEN all ten run side by side
+    bodies, batch = held_jobs(system, only, "A", 10, gate)
+    gate.opened.set()
+    batch.join(60)
+    assert all(system.row(b).state is occurrence.State.SUCCEEDED for b in bodies)
+
+
+def test_the_pool_counts_only_containers_alive() -> None:
+    # GIVEN three containers that joined (the last to join sees all three)
+    system = MemorySystem()
+    workers = containers(system, 3)
+    last = workers[2]._pool
+    assert last is not None and last.size == 3
+    # WHEN two of them start invocations again once the third's time is over
+    system.clock.advance(REMAINING_MS / 1000 + workers[2].config.pool_refresh_seconds + 1)
+    for worker in workers[:2]:
+        worker.handle_batch([], remaining_ms=remaining, parallel=_InTurn())
+    # THEN the pool is the two alive
+    pool = workers[1]._pool
+    assert pool is not None and pool.size == 2 and pool.share == 1
