@@ -235,7 +235,7 @@ class Scaling:
         return PROVISIONED_RAMP_PER_SECOND if self.provisioned else ESM_RAMP_PER_SECOND
 
     def allowed(self) -> int:
-        return int(self.level)
+        return int(self.level + 1e-9)  # a ramp summed second by second lands on whole numbers
 
     def observe(self, now: float, *, busy: int, waiting: bool) -> None:
         """What the mapping sees at ``now``: ``busy`` invokes running, messages
@@ -292,8 +292,9 @@ def forking(fork_cpu_seconds: float, kernel: sim_kernel.Kernel) -> Callable[...,
     return run
 
 
-def record_bytes(message: ports.ReceivedMessage) -> int:
-    return len(json.dumps(message.body, separators=(",", ":"))) + RECORD_OVERHEAD_BYTES
+def record_bytes(body: dict[str, Any]) -> int:
+    """What one record adds to an invocation's event."""
+    return len(json.dumps(body, separators=(",", ":"))) + RECORD_OVERHEAD_BYTES
 
 
 @dataclass
@@ -302,7 +303,7 @@ class WorkerFleet:
 
     Its pollers gather batches as a standard queue's mapping does: up to ``batch_size``
     records, within ``batching_window`` seconds of the first, never over the 6 MB payload
-    limit (a record that would cross it goes back, visible at once). Each batch is one
+    limit (a record that would cross it starts the poller's next batch). Each batch is one
     invocation, if the account has room for it (else the poller backs off and the batch
     goes back), in a warm environment or a new one that pays its cold start; it runs the
     real worker's ``handle_batch`` as the handler calls it, with ``in_flight`` records
@@ -328,7 +329,7 @@ class WorkerFleet:
     function: str = ""
     invocations: int = 0
     record_failures: int = 0
-    returned_over_payload: int = 0
+    spilled_over_payload: int = 0  # records kept for the next batch
     batch_sizes: list[int] = field(default_factory=list)
     busy: int = 0
     scaling: Scaling | None = None
@@ -370,11 +371,12 @@ class WorkerFleet:
         scaling = self.scaling
 
         def poll() -> None:
+            spill: list[ports.ReceivedMessage] = []
             while True:
-                if index >= scaling.allowed():
+                if index >= scaling.allowed() and not spill:
                     k.sleep(1.0)  # not scaled out this far yet
                     continue
-                received = self._gather()
+                received = self._gather(spill)
                 if not received:
                     # Long polling returns as soon as a message arrives.
                     upcoming = self.peek()
@@ -402,36 +404,42 @@ class WorkerFleet:
             visibility_timeout=self.visibility_timeout,
         )
 
-    def _gather(self) -> list[ports.ReceivedMessage]:
-        """One batch: receives until it is full, its window is up, or its payload is."""
+    def _gather(self, spill: list[ports.ReceivedMessage]) -> list[ports.ReceivedMessage]:
+        """One batch: receives until it is full, its window is up, or its payload is.
+        Records received past the payload limit are kept in ``spill`` to start the
+        poller's next batch (received once, never handed back to the queue)."""
         k = self.kernel
         batch: list[ports.ReceivedMessage] = []
         payload = 0
         first_at: float | None = None
         pool = sim_network.SimPool(k, RECEIVES_IN_PARALLEL)
+        carried, spill[:] = list(spill), []
         while len(batch) < self.batch_size:
             wanted = self.batch_size - len(batch)
-            receives = -(-wanted // SQS_RECEIVE_MAX)
-            if batch or self.batching_window > 0:
-                receives = min(receives, RECEIVES_IN_PARALLEL)
+            if carried:
+                got, carried = carried[:wanted], carried[wanted:]
+                spill.extend(carried)
+                carried = []
             else:
-                receives = 1
-            calls = [
-                lambda n=min(SQS_RECEIVE_MAX, wanted - i * SQS_RECEIVE_MAX): self._receive(n)
-                for i in range(receives)
-            ]
-            got = [m for r in pool.run(calls) if not isinstance(r, Exception) for m in r]
-            over: list[ports.ReceivedMessage] = []
+                receives = -(-wanted // SQS_RECEIVE_MAX)
+                if not batch and self.batching_window <= 0:
+                    receives = 1
+                calls = [
+                    lambda n=min(SQS_RECEIVE_MAX, wanted - i * SQS_RECEIVE_MAX): self._receive(n)
+                    for i in range(min(receives, RECEIVES_IN_PARALLEL))
+                ]
+                got = [m for r in pool.run(calls) if not isinstance(r, Exception) for m in r]
+            full = False
             for message in got:
-                size = record_bytes(message)
-                if over or payload + size > PAYLOAD_LIMIT_BYTES:
-                    over.append(message)
+                size = record_bytes(message.body)
+                if full or (batch and payload + size > PAYLOAD_LIMIT_BYTES):
+                    full = True
+                    spill.append(message)
                     continue
                 batch.append(message)
                 payload += size
-            if over:
-                self.returned_over_payload += len(over)
-                self._give_back(over)
+            if full:
+                self.spilled_over_payload += len(spill)
                 break
             if batch and first_at is None:
                 first_at = k.now()

@@ -18,7 +18,7 @@ from typing import Any, cast
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import model, occurrence, schedule, signing
-from fireline.services import targets
+from fireline.services import dispatch, targets
 from fireline.services import worker as worker_service
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import lambdas
@@ -363,6 +363,59 @@ def runner_args(jobs: Jobs, python: targets.PythonRunner = lambdas.run_inline) -
         "sqs_client": lambda credentials: None,
         "python": python,
     }
+
+
+HTTP_TARGET = {"type": "http", "url": "https://jobs.example.com/hook"}
+
+
+def one_off(
+    count: int,
+    due: datetime,
+    *,
+    tenants: int = 10_000,
+    target: dict[str, Any] | None = None,
+    prefix: str = "job",
+    **fields: Any,
+) -> list[model.Schedule]:
+    """``count`` one-off jobs due at ``due`` over ``tenants`` tenants, already
+    materialized (completed: the ticker is done with them)."""
+    spec = schedule.AtSpec(when=due)
+    return [
+        model.Schedule(
+            tenant_id=f"tenant-{n % tenants:05d}",
+            schedule_id=f"{prefix}{n:07d}",
+            timing=schedule.Timing(spec=spec),
+            spec_text=str(spec),
+            kind=model.Kind.JOB,
+            target=dict(target or HTTP_TARGET),
+            state=model.ScheduleState.COMPLETED,
+            **fields,
+        )
+        for n in range(count)
+    ]
+
+
+def enqueue(world: World, fires: Sequence[tuple[model.Schedule, datetime]]) -> list[str]:
+    """Put each fire's message on its class's queue as the ticker would have sent it at
+    the world's current time (visible up to a second early, its delay rounded down); the
+    set-up's, costing no virtual time. Their occurrence keys."""
+    now = world.kernel.wall()
+    keys = []
+    by_class: dict[str, list[ports.OutboundMessage]] = {}
+    for item, fire_time in fires:
+        body = dispatch.fire_message(item, fire_time)
+        keys.append(body["occurrence_key"])
+        batch = by_class.setdefault(item.job_class, [])
+        batch.append(
+            ports.OutboundMessage(
+                body=body, delay_seconds=dispatch.delay_until(fire_time, now), id=str(len(batch))
+            )
+        )
+        if len(batch) == 10:
+            world.memory_queue.send_batch(item.job_class, by_class.pop(item.job_class))
+    for job_class, batch in by_class.items():
+        world.memory_queue.send_batch(job_class, batch)
+    return keys
 
 
 def next_visible(world: World, job_class: str = "default") -> Callable[[], float | None]:
