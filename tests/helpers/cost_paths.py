@@ -37,6 +37,7 @@ from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
 
 from .flows import node, wide_dag
+from .receiver import http_receiver
 from .system import System, flow_on, moto_system
 from .transactions import item_scoped_transactions
 
@@ -205,6 +206,8 @@ def deliver(
     *,
     sent_by_ticker: bool = True,
     at_phase: bool | None = None,
+    batch_size: int = 10,
+    target: TargetWait | None = None,
 ) -> int:
     """What the event source mapping does with what is visible now: batches of up to ten
     to a worker invocation each (the worker's handle_batch, as the deployed handler
@@ -220,7 +223,8 @@ def deliver(
     batch holds fires of one moment, of as many schedules. Here every fire a pickup sent
     is visible at once (the clock jumps past them all), in the order the ticker sent
     them, a schedule's fires together; so they are batched in fire time order, as they
-    would arrive."""
+    would arrive. ``batch_size``: the event source mapping's (the template's BatchSize);
+    ``target``: the records' remote targets take this long, and the invocation waits."""
     log = system.log
     url = system.stack.queues["DefaultQueue"]
     succeeded = 0
@@ -232,15 +236,15 @@ def deliver(
         if not visible:
             return succeeded
         visible.sort(key=lambda m: _fire_time(m.body))
-        for start in range(0, len(visible), 10):
-            batch = visible[start : start + 10]
+        for start in range(0, len(visible), batch_size):
+            batch = visible[start : start + batch_size]
             wait = _batch_wait(
                 system,
                 batch,
                 sent_by_ticker,
                 sent_by_ticker if at_phase is None else at_phase,
             )
-            succeeded += _deliver_batch(system, worker, url, batch, wait)
+            succeeded += _deliver_batch(system, worker, url, batch, wait, target)
 
 
 def _fire_time(body: dict[str, Any]) -> datetime:
@@ -282,16 +286,36 @@ def _batch_wait(
     return max(waits)
 
 
+@dataclass(frozen=True)
+class TargetWait:
+    """Remote targets that answer after ``seconds``, ``in_flight`` of an invocation's
+    records waiting on theirs at once (None: all of the batch)."""
+
+    seconds: float
+    in_flight: int | None = None
+
+    def span(self, records: int) -> float:
+        """How long an invocation of ``records`` such records waits on them: rounds of
+        ``in_flight`` side by side."""
+        if records == 0:
+            return 0.0
+        slots = records if self.in_flight is None else min(self.in_flight, records)
+        return -(-records // slots) * self.seconds
+
+
 def _deliver_batch(
     system: System,
     worker: worker_service.Worker,
     url: str,
     batch: list[ports.ReceivedMessage],
     wait: float,
+    target: TargetWait | None = None,
 ) -> int:
     log = system.log
-    payload = sum(len(json.dumps(m.body)) for m in batch)
-    log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
+    # The mapping receives ten a request; each request is billed per 64 KB of payload.
+    for first in range(0, len(batch), 10):
+        payload = sum(len(json.dumps(m.body)) for m in batch[first : first + 10])
+        log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
     log.hold("worker", wait)
     # One thread: the records in turn, so the requests they make (and the slots they race
     # for) are the same on every run; the deployed handler runs them side by side.
@@ -311,11 +335,17 @@ def _deliver_batch(
             raise outcome
         succeeded += outcome is worker_service.Result.SUCCEEDED
         done.append(message)
-    if done:
+    if target is not None:
+        # The targets answer at once here; deployed, the invocation waits on them.
+        log.on_targets("worker", target.span(succeeded))
+    for first in range(0, len(done), 10):
         with log.within(EVENT_SOURCE, invocations=0):
             system.sqs_client.delete_message_batch(
                 QueueUrl=url,
-                Entries=[{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(done)],
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m.receipt}
+                    for i, m in enumerate(done[first : first + 10])
+                ],
             )
     return succeeded
 
@@ -342,7 +372,13 @@ def run_minutes(system: System, worker: worker_service.Worker, minutes: int) -> 
 
 
 def pickup_cycle(
-    system: System, worker: worker_service.Worker, *, warm_ticks: int, pickup_at: int
+    system: System,
+    worker: worker_service.Worker,
+    *,
+    warm_ticks: int,
+    pickup_at: int,
+    batch_size: int = 10,
+    target: TargetWait | None = None,
 ) -> int:
     """One steady-state pickup, metered: what the ticker writes and sends for the fires
     it picks up in one tick, and what the worker does to run them all. Warm-up ticks
@@ -366,7 +402,7 @@ def pickup_cycle(
         report = tk.tick()
     assert report.advanced, "the metered tick picked nothing up"
     system.clock.advance(900)
-    return deliver(system, worker)
+    return deliver(system, worker, batch_size=batch_size, target=target)
 
 
 # --- the paths -------------------------------------------------------------------------------
@@ -381,6 +417,9 @@ def recurring(
     warm_ticks: int = 1,
     tenant: str = TENANT,
     tenant_limit: int = 0,
+    target: dict[str, Any] | None = None,
+    batch_size: int = 10,
+    waits: TargetWait | None = None,
 ) -> Measured:
     """``schedules_count`` schedules of ``spec`` in ``tenant``: their pickup at
     ``pickup_at`` seconds, metered on its own (``pickup_cycle``). The schedules are
@@ -389,15 +428,54 @@ def recurring(
     with system.log.unmetered():
         system.slots.set_limit(tenant, tenant_limit or None)
         created = [
-            system.service.create(tenant, schedules.ScheduleDraft(spec=spec, target=TARGET))
+            system.service.create(
+                tenant, schedules.ScheduleDraft(spec=spec, target=target or TARGET)
+            )
             for _ in range(schedules_count)
         ]
     worker = deployed_worker(system, tenant_limit=tenant_limit)
-    succeeded = pickup_cycle(system, worker, warm_ticks=warm_ticks, pickup_at=pickup_at)
+    succeeded = pickup_cycle(
+        system,
+        worker,
+        warm_ticks=warm_ticks,
+        pickup_at=pickup_at,
+        batch_size=batch_size,
+        target=waits,
+    )
     measured = Measured.of(system.log, succeeded)
     with system.log.unmetered():
         for schedule in created:
             system.service.delete(tenant, schedule.schedule_id)
+    return measured
+
+
+def remote_http(
+    system: System,
+    schedules_count: int,
+    *,
+    seconds: float,
+    batch_size: int = 10,
+    in_flight: int | None = None,
+) -> Measured:
+    """``schedules_count`` minutely schedules whose target is an HTTP endpoint (a
+    receiver on 127.0.0.1, through the real webhook client and its SSRF guard) that
+    answers after ``seconds``: their pickup metered as :func:`recurring`'s, batches of
+    ``batch_size``, the invocation billed its wait on the targets, ``in_flight`` of a
+    batch's records waiting at once. The receiver answers at once and the wait is
+    counted, not slept (a bench of thousands of fires would otherwise take hours); the
+    latency-model simulation runs the same wait in virtual time."""
+    system.allow_local_webhooks()  # the receiver: plain http on 127.0.0.1
+    with http_receiver("/hook") as (url, received):
+        measured = recurring(
+            system,
+            "rate(1 minute)",
+            schedules_count,
+            pickup_at=MINUTELY_PICKUP_AT,
+            target={"type": "http", "url": url},
+            batch_size=batch_size,
+            waits=TargetWait(seconds, in_flight),
+        )
+        assert len(received) == measured.jobs, (len(received), measured.jobs)
     return measured
 
 
