@@ -36,9 +36,7 @@ def test_a_slow_http_targets_counts_per_fire(seconds: float, batch_size: int) ->
     # GIVEN minutely schedules whose HTTP target answers after `seconds`
     with cost_paths.deployed_system() as system:
         # WHEN one pickup's fires run in batches of `batch_size`
-        measured = cost_paths.remote_http(
-            system, SCHEDULES, seconds=seconds, batch_size=batch_size
-        )
+        measured = cost_paths.remote_http(system, SCHEDULES, seconds=seconds, batch_size=batch_size)
     batch_gets, reads, invocations, waited = EXPECTED[(seconds, batch_size)]
     usage = measured.usage
     # THEN every fire ran once, with the requests and units pinned

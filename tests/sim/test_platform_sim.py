@@ -153,7 +153,7 @@ def test_a_burst_on_a_standard_mapping_starts_no_faster_than_its_ramp(
     world: sim_world.World,
 ) -> None:
     # GIVEN 300 one-second jobs due at once, a standard mapping of batches of one
-    keys, runner = http_jobs(world, 300)
+    _, runner = http_jobs(world, 300)
     workers = fleet(world, runner, max_concurrency=200, batch_size=1)
     workers.start(at=world.seconds(DUE))
     world.kernel.run(world.seconds(DUE) + 120)
@@ -277,7 +277,12 @@ def test_the_in_flight_bound_holds_the_rest_of_a_batch_back(world: sim_world.Wor
     # GIVEN a batch of 20 one-second jobs on an invocation with 5 in flight at once
     keys, runner = http_jobs(world, 20)
     workers = fleet(
-        world, runner, max_concurrency=1, provisioned=True, batch_size=20, batching_window=1,
+        world,
+        runner,
+        max_concurrency=1,
+        provisioned=True,
+        batch_size=20,
+        batching_window=1,
         in_flight=5,
     )
     workers.start()
@@ -358,7 +363,9 @@ TEMPLATE = {
                 "Handler": "fireline.handlers.worker.handler",
                 "MemorySize": {"Ref": "WorkerMemorySize"},
                 "Timeout": 100,
-                "Environment": {"Variables": {"JOB_CLASS": "default", "CLASS_MAX_CONCURRENCY": "80"}},
+                "Environment": {
+                    "Variables": {"JOB_CLASS": "default", "CLASS_MAX_CONCURRENCY": "80"}
+                },
                 "Events": {
                     "Jobs": {
                         "Type": "SQS",
@@ -399,7 +406,7 @@ def test_a_setting_the_defaults_do_not_settle_is_an_error_naming_it() -> None:
             },
         },
     }
-    with pytest.raises(deployment.TemplateError, match="Worker.Timeout"):
+    with pytest.raises(deployment.TemplateError, match=r"Worker\.Timeout"):
         deployment.from_template(broken)
 
 
@@ -411,6 +418,7 @@ def test_the_real_templates_default_worker_is_what_its_event_source_declares() -
     assert worker.batch_size == event["BatchSize"]
     assert worker.max_concurrency == event["ScalingConfig"]["MaximumConcurrency"]
     assert worker.memory_mb == template["Parameters"]["WorkerMemorySize"]["Default"]
-    assert worker.visibility_timeout == (
-        template["Resources"]["DefaultQueue"]["Properties"]["VisibilityTimeout"]
+    assert (
+        worker.visibility_timeout
+        == (template["Resources"]["DefaultQueue"]["Properties"]["VisibilityTimeout"])
     )

@@ -246,6 +246,7 @@ def fork_cpu_seconds(repeats: int = 40) -> float:
     the parent's CPU and the child's both, the median of ``repeats``. Measured from this
     process: a fork's cost grows with the parent's memory, and a benchmark's process
     holds more than a worker's, so this leans high."""
+
     def used() -> float:
         mine = resource.getrusage(resource.RUSAGE_SELF)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -9,6 +9,7 @@ ReservedConcurrentExecutions 2 allows in the template; the lease keeps them apar
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -425,7 +426,9 @@ class WorkerFleet:
                 if not batch and self.batching_window <= 0:
                     receives = 1
                 calls = [
-                    lambda n=min(SQS_RECEIVE_MAX, wanted - i * SQS_RECEIVE_MAX): self._receive(n)
+                    functools.partial(
+                        self._receive, min(SQS_RECEIVE_MAX, wanted - i * SQS_RECEIVE_MAX)
+                    )
                     for i in range(min(receives, RECEIVES_IN_PARALLEL))
                 ]
                 got = [m for r in pool.run(calls) if not isinstance(r, Exception) for m in r]
@@ -443,7 +446,7 @@ class WorkerFleet:
                 break
             if batch and first_at is None:
                 first_at = k.now()
-            if self.batching_window <= 0 or first_at is None and not got:
+            if self.batching_window <= 0 or (first_at is None and not got):
                 break
             if first_at is not None and k.now() - first_at >= self.batching_window:
                 break
