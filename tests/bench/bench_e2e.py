@@ -1,7 +1,8 @@
 """End to end, in the latency model, at the deployed defaults: when do jobs start?
 
-The real ticker and the real worker run together in fireline.sim, every setting read from
-infra/template.yaml's defaults (fireline.sim.deployment): the ticker's groups and memory,
+The real ticker and the deployed worker handler (fireline.handlers.worker, with the
+function's environment from the template) run together in fireline.sim, every setting
+read from infra/template.yaml's defaults (fireline.sim.deployment): the ticker's groups and memory,
 the default class's batch size, batching window, maximum concurrency (or provisioned
 pollers), memory, timeout and in-flight bound, the tenant limit and class share. The
 platform is modelled as fireline.sim.lambdas says: the account's 1,000 concurrent
@@ -206,6 +207,9 @@ class Run:
             in_flight=w.in_flight,
             account=self.account,
             containers=lambdas.Containers(init_cpu_seconds=costs["import_cpu_seconds"]),
+            # The deployed handler itself, with the function's environment as the
+            # template sets it: its batch intake, dispatch and in-flight bound.
+            entry=lambdas.HandlerEntry(world.kernel, dict(w.environment)),
         )
 
     def go(self) -> float:
@@ -213,7 +217,11 @@ class Run:
         minutes = (LEAD_SECONDS + AFTER_SECONDS) // 60 + 1
         self.tickers.start(0.0, minutes=minutes)
         self.workers.start(0.0)
-        self.world.kernel.run(LEAD_SECONDS + AFTER_SECONDS)
+        try:
+            self.world.kernel.run(LEAD_SECONDS + AFTER_SECONDS)
+        finally:
+            if self.workers.entry is not None:
+                self.workers.entry.remove()
         return time.perf_counter() - started
 
     def seen(self) -> sim_world.Jobs | sim_world.SimTargets:

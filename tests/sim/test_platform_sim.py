@@ -422,3 +422,43 @@ def test_the_real_templates_default_worker_is_what_its_event_source_declares() -
         worker.visibility_timeout
         == (template["Resources"]["DefaultQueue"]["Properties"]["VisibilityTimeout"])
     )
+
+
+# --- the deployed entry point -------------------------------------------------------------------
+
+
+def test_the_deployed_handler_runs_a_batch_in_virtual_time(world: sim_world.World) -> None:
+    # GIVEN ten one-second HTTP jobs and the deployed handler as the fleet's entry point,
+    # the function's environment from the template
+    keys, runner = http_jobs(world, 10)
+    env = dict(deployment.from_template(aws.load_template()).worker().environment)
+    entry = lambdas.HandlerEntry(world.kernel, env)
+    workers = fleet(world, runner, max_concurrency=1, provisioned=True, entry=entry)
+    try:
+        workers.start()
+        world.kernel.run(world.seconds(DUE) + 30)
+    finally:
+        entry.remove()
+    # THEN the handler ran them side by side in one invocation, each once, to success,
+    # and the mapping deleted them all
+    assert workers.invocations == 1 and workers.record_failures == 0
+    assert sorted(runner.started) == sorted(keys) and set(runner.runs.values()) == {1}
+    assert max(runner.started.values()) - min(runner.started.values()) < 0.5
+    states = {world.memory_occurrences.get(k).state for k in keys}  # type: ignore[union-attr]
+    assert states == {occurrence.State.SUCCEEDED}
+    assert world.memory_queue.next_visible_at("default") is None
+
+
+def test_the_handler_entry_is_removed_after_a_run(world: sim_world.World) -> None:
+    from fireline import wiring
+    from fireline.adapters import threads
+
+    before = (wiring.worker, threads.ThreadPool)
+    entry = lambdas.HandlerEntry(world.kernel, {"SIM_ONLY_SETTING": "1"})
+    entry.install(lambda: None)
+    assert (wiring.worker, threads.ThreadPool) != before
+    entry.remove()
+    assert (wiring.worker, threads.ThreadPool) == before
+    import os
+
+    assert "SIM_ONLY_SETTING" not in os.environ

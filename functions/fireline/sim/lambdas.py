@@ -298,6 +298,121 @@ def record_bytes(body: dict[str, Any]) -> int:
     return len(json.dumps(body, separators=(",", ":"))) + RECORD_OVERHEAD_BYTES
 
 
+class _SimThreadPool:
+    """adapters.threads.ThreadPool as the deployed handler uses it, on simulated
+    threads of the calling invocation."""
+
+    def __init__(self, kernel: sim_kernel.Kernel, max_workers: int = 32, name: str = "") -> None:
+        self._pool = sim_network.SimPool(kernel, max_workers)
+
+    def run(self, calls: Any) -> list[Any]:
+        return self._pool.run(calls)
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> _SimThreadPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@dataclass
+class _Context:
+    """The Lambda context the deployed handler reads (Powertools' keys, the time left)."""
+
+    function_name: str
+    memory_limit_in_mb: int
+    aws_request_id: str
+    remaining: Callable[[], int]
+    function_version: str = "$LATEST"
+    log_group_name: str = "/aws/lambda/sim"
+    log_stream_name: str = "sim"
+
+    @property
+    def invoked_function_arn(self) -> str:
+        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining()
+
+
+class HandlerEntry:
+    """The deployed entry point, fireline.handlers.worker.handler, run as Lambda runs
+    it: an SQS event of the batch's records and a context, its partial batch response
+    read back. While installed, the handler's worker is the simulation's (wiring.worker)
+    and its thread pools are simulated threads (adapters.threads.ThreadPool); the
+    function's environment is the template's (``environment``), so whatever the handler
+    reads from it (an in-flight bound) is the deployed default. Installed for a run and
+    removed after it (``remove``): process-wide, as one simulation runs at a time."""
+
+    def __init__(self, kernel: sim_kernel.Kernel, environment: dict[str, str]) -> None:
+        self.kernel = kernel
+        self.environment = dict(environment)
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._saved_env: dict[str, str | None] = {}
+
+    def install(self, make_worker: Callable[[], Any]) -> None:
+        import os
+
+        from fireline import wiring
+        from fireline.adapters import threads
+
+        kernel = self.kernel
+
+        def pool(max_workers: int = 32, name: str = "") -> _SimThreadPool:
+            return _SimThreadPool(kernel, max_workers, name)
+
+        replacements: list[tuple[Any, str, Any]] = [
+            (wiring, "worker", make_worker),
+            (threads, "ThreadPool", pool),
+        ]
+        for owner, attribute, replacement in replacements:
+            self._saved.append((owner, attribute, getattr(owner, attribute)))
+            setattr(owner, attribute, replacement)
+        for key, setting in self.environment.items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = setting
+
+    def remove(self) -> None:
+        import os
+
+        for owner, attribute, original in reversed(self._saved):
+            setattr(owner, attribute, original)
+        self._saved.clear()
+        for key, before in self._saved_env.items():
+            if before is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = before
+        self._saved_env.clear()
+
+    def call(
+        self,
+        received: list[ports.ReceivedMessage],
+        context: _Context,
+    ) -> list[bool]:
+        """Each record's outcome: True if the handler reported it failed."""
+        from fireline.handlers import worker as worker_handler
+
+        event = {
+            "Records": [
+                {
+                    "messageId": f"{n}",
+                    "receiptHandle": m.receipt,
+                    "body": json.dumps(m.body),
+                    "attributes": {"ApproximateReceiveCount": str(m.receive_count)},
+                    "eventSource": "aws:sqs",
+                }
+                for n, m in enumerate(received)
+            ]
+        }
+        answer = worker_handler.handler(event, context)
+        failed = {f["itemIdentifier"] for f in answer["batchItemFailures"]}
+        return [str(n) in failed for n in range(len(received))]
+
+
 @dataclass
 class WorkerFleet:
     """An event source mapping feeding one job class's worker function.
@@ -327,6 +442,9 @@ class WorkerFleet:
     in_flight: int | None = None
     account: Account | None = None
     containers: Containers = field(default_factory=Containers)
+    # The deployed handler as the entry point (None: the worker's handle_batch, called as
+    # the handler calls it, with ``in_flight`` records at once).
+    entry: HandlerEntry | None = None
     function: str = ""
     invocations: int = 0
     record_failures: int = 0
@@ -352,6 +470,8 @@ class WorkerFleet:
             )
 
     def start(self, at: float = 0.0) -> None:
+        if self.entry is not None:
+            self.entry.install(self.make_worker)
         for poller in range(self.max_concurrency):
             self.kernel.spawn(self._poller(poller), at=at, name=f"esm-{self.job_class}-{poller}")
         self.kernel.spawn(self._scaler, at=at, name=f"esm-{self.job_class}-scaling")
@@ -483,6 +603,16 @@ class WorkerFleet:
                 # The new environment imports the handler's module first: on the
                 # invocation's clock, before any record.
                 k.charge(self.containers.init_cpu_seconds)
+            if self.entry is not None:
+                context = _Context(
+                    function_name=self.function,
+                    memory_limit_in_mb=self.memory_mb,
+                    aws_request_id=process.name,
+                    remaining=lambda: int((deadline - k.now()) * 1000),
+                )
+                for failed in self.entry.call(received, context):
+                    outcomes.append(RuntimeError("reported failed") if failed else None)
+                return
             worker = self.make_worker()
             pool = len(received) if self.in_flight is None else min(self.in_flight, len(received))
             outcomes.extend(
