@@ -91,6 +91,17 @@ def test_cost_per_path() -> None:
                 ),
                 MINUTELY[1],
             )
+    with cost_paths.deployed_system(lambda_without_docker=True) as system:
+        paths["lambda_3s"] = (
+            cost_paths.remote_lambda(
+                system,
+                MINUTELY[0],
+                seconds=3.0,
+                batch_size=worker.batch_size,
+                in_flight=worker.in_flight,
+            ),
+            MINUTELY[1],
+        )
     for name, (measured, per_minute) in paths.items():
         design = DESIGN_FIRES_PER_MINUTE / DESIGN_TICKER_GROUPS
         figures = measured.plus_fixed(minute, design).figures()

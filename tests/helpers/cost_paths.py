@@ -15,15 +15,18 @@ small and pins their counts.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import random
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import boto3
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from fireline import ports
@@ -31,14 +34,14 @@ from fireline.adapters import quotas_dynamodb, schedules_dynamodb, sweep_dynamod
 from fireline.api import app as api_app
 from fireline.cost import meter, model
 from fireline.domain import occurrence, quota, workflow
-from fireline.services import dispatch, schedules
+from fireline.services import dispatch, roles, schedules
 from fireline.services import sweep as sweep_service
 from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
 
 from .flows import node, wide_dag
 from .receiver import http_receiver
-from .system import System, flow_on, moto_system
+from .system import REGION, System, client_as, flow_on, moto_system
 from .transactions import item_scoped_transactions
 
 TARGET = {"type": "python", "handler": "noop"}
@@ -107,11 +110,17 @@ class Measured:
 def deployed_system(
     counts: type[quotas_dynamodb.DynamoQuotaStore] = quotas_dynamodb.DynamoQuotaStore,
     sleep: Callable[[float], None] = time.sleep,
+    *,
+    lambda_without_docker: bool = False,
 ) -> Iterator[System]:
     """A moto system wired as deployed: quota counting on (the slots table keeps the
     counts, in a ``counts``, ``system.quotas``), and the product's log lines counted as
-    the deployed JSON lines. ``sleep``: the stores' backoff between retries."""
-    with moto_system() as system, logs_counted(system.log):
+    the deployed JSON lines. ``sleep``: the stores' backoff between retries.
+    ``lambda_without_docker``: Lambda targets answer from moto's stub."""
+    with (
+        moto_system(lambda_without_docker=lambda_without_docker) as system,
+        logs_counted(system.log),
+    ):
         tables = system.stack.tables
         system.quotas = counts(system.ddb, tables["SlotsTable"], sleep=sleep)
         system.schedules = schedules_dynamodb.DynamoScheduleStore(
@@ -477,6 +486,78 @@ def remote_http(
         )
         assert len(received) == measured.jobs, (len(received), measured.jobs)
     return measured
+
+
+#: A tenant's account and the role Fireline assumes there to call its targets.
+TENANT_ACCOUNT = "111122223333"
+TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-jobs"
+
+
+def tenant_function(name: str = "job") -> str:
+    """A function in the tenant's own account (moto's Lambda stub answers its invokes):
+    its ARN."""
+    answer = boto3.client("sts", region_name=REGION).assume_role(
+        RoleArn=f"arn:aws:iam::{TENANT_ACCOUNT}:role/admin", RoleSessionName="tenant-admin"
+    )["Credentials"]
+    admin = roles.Credentials(
+        answer["AccessKeyId"],
+        answer["SecretAccessKey"],
+        answer["SessionToken"],
+        answer["Expiration"].timestamp(),
+    )
+    runtime = client_as("iam", admin).create_role(
+        RoleName=f"{name}-runtime",
+        AssumeRolePolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "lambda.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            }
+        ),
+    )["Role"]["Arn"]
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("handler.py", "def handler(event, context):\n    return event\n")
+    return str(
+        client_as("lambda", admin).create_function(
+            FunctionName=name,
+            Runtime="python3.11",
+            Role=runtime,
+            Handler="handler.handler",
+            Code={"ZipFile": code.getvalue()},
+        )["FunctionArn"]
+    )
+
+
+def remote_lambda(
+    system: System,
+    schedules_count: int,
+    *,
+    seconds: float,
+    batch_size: int = 10,
+    in_flight: int | None = None,
+) -> Measured:
+    """``schedules_count`` minutely schedules whose target is a function in the tenant's
+    account, invoked RequestResponse as the tenant's role (a system built with
+    ``lambda_without_docker``), taking ``seconds`` to answer: metered as
+    :func:`remote_http`'s. The invoke and the function's duration are billed to the
+    tenant's account, not Fireline's; Fireline's invocation waits for the answer, which
+    is counted, not slept."""
+    target = {"type": "lambda", "function_arn": tenant_function(), "role_arn": TENANT_ROLE}
+    return recurring(
+        system,
+        "rate(1 minute)",
+        schedules_count,
+        pickup_at=MINUTELY_PICKUP_AT,
+        target=target,
+        batch_size=batch_size,
+        waits=TargetWait(seconds, in_flight),
+    )
 
 
 def one_off(

@@ -1,9 +1,10 @@
 """What a job whose target is remote and slow costs, pinned: an HTTP target answering after
-1 s or 3 s, its fires picked up and run on moto as deployed (tests/helpers/cost_paths.py),
-in batches of 10 and of 100. The counts are deterministic (a fake clock, seeded ids): the
-requests and units per fire, the worker invocations per 1,000 fires, and the seconds per
-fire the invocations wait on their targets, which Lambda bills as duration. (The CPU part
-of the duration is measured, so not pinned.)
+1 s or 3 s, a Lambda target in the tenant's account answering after 3 s, their fires picked
+up and run on moto as deployed (tests/helpers/cost_paths.py), in batches of 10 and of 100.
+The counts are deterministic (a fake clock, seeded ids): the requests and units per fire,
+the worker invocations per 1,000 fires, and the seconds per fire the invocations wait on
+their targets, which Lambda bills as duration. (The CPU part of the duration is measured,
+so not pinned.)
 """
 
 from __future__ import annotations
@@ -50,6 +51,24 @@ def test_a_slow_http_targets_counts_per_fire(seconds: float, batch_size: int) ->
     assert round(usage.invocations["worker"] * 1000, 1) == invocations
     # AND each invocation is billed its wait on the targets, side by side
     assert round(usage.target_seconds["worker"], 4) == waited
+
+
+def test_a_slow_lambda_targets_counts_per_fire() -> None:
+    # GIVEN minutely schedules whose target is a function in the tenant's account, called
+    # as the tenant's role, answering after 3 s
+    with cost_paths.deployed_system(lambda_without_docker=True) as system:
+        # WHEN one pickup's fires run in batches of ten
+        measured = cost_paths.remote_lambda(system, SCHEDULES, seconds=3.0)
+    usage = measured.usage
+    # THEN every fire ran once, and Fireline's requests and units are the HTTP path's (the
+    # invoke is billed to the tenant's account, the role's credentials by STS for free)
+    assert measured.jobs == 33
+    requests = {op: round(n, 4) for op, n in usage.billed.items()}
+    assert requests == {**REQUESTS, "dynamodb.BatchGetItem": 0.1515}
+    assert round(usage.write_units, 4) == 2.0909
+    assert round(usage.invocations["worker"] * 1000, 1) == 121.2
+    # AND each invocation is billed its 3 s wait
+    assert round(usage.target_seconds["worker"], 4) == 0.3636
 
 
 def test_the_wait_on_targets_is_billed_as_duration() -> None:
