@@ -30,7 +30,9 @@ from bench.size import SCALE, scaled
 from fireline.domain import model, occurrence, policies, schedule
 from fireline.services import ticker
 from fireline.sim import calibrate, deployment, lambdas
+from fireline.sim import entry as sim_entry
 from fireline.sim import network as sim_network
+from fireline.sim import platform as sim_platform
 from fireline.sim import world as sim_world
 from helpers import aws
 
@@ -161,7 +163,7 @@ class Run:
         )
         self.expected = sim_world.fires_between(self.burst_items, DUE, DUE)
 
-        self.account = lambdas.Account(reserved={"ticker": 2 * deployed.ticker_groups})
+        self.account = sim_platform.Account(reserved={"ticker": 2 * deployed.ticker_groups})
         self.tickers = lambdas.TickerFleet(
             world.kernel,
             world.schedules,
@@ -196,7 +198,7 @@ class Run:
                 tenant_limit=deployed.tenant_limit,
                 class_max_concurrency=w.class_max_concurrency,
             ),
-            max_concurrency=w.max_concurrency or w.maximum_pollers or lambdas.ESM_MAX_INVOKES,
+            max_concurrency=w.max_concurrency or w.maximum_pollers or sim_platform.ESM_MAX_INVOKES,
             batch_size=w.batch_size,
             batching_window=w.batching_window_seconds,
             timeout_seconds=w.timeout_seconds,
@@ -206,10 +208,10 @@ class Run:
             minimum_pollers=w.minimum_pollers,
             in_flight=w.in_flight,
             account=self.account,
-            containers=lambdas.Containers(init_cpu_seconds=costs["import_cpu_seconds"]),
+            containers=sim_platform.Containers(init_cpu_seconds=costs["import_cpu_seconds"]),
             # The deployed handler itself, with the function's environment as the
             # template sets it: its batch intake, dispatch and in-flight bound.
-            entry=lambdas.HandlerEntry(world.kernel, dict(w.environment)),
+            entry=sim_entry.HandlerEntry(world.kernel, dict(w.environment)),
         )
 
     def go(self) -> float:

@@ -16,7 +16,9 @@ import pytest
 from fireline.domain import occurrence, quota
 from fireline.services import dispatch
 from fireline.sim import deployment, lambdas
+from fireline.sim import entry as sim_entry
 from fireline.sim import network as sim_network
+from fireline.sim import platform as sim_platform
 from fireline.sim import world as sim_world
 from helpers import aws
 
@@ -75,7 +77,7 @@ def most_at_once(starts: dict[str, float], ends: dict[str, float]) -> int:
 
 def test_the_account_limit_is_shared_by_every_function_and_throttles_past_it() -> None:
     # GIVEN an account of 1,000 with 10 reserved for the ticker
-    account = lambdas.Account(reserved={"ticker": 10})
+    account = sim_platform.Account(reserved={"ticker": 10})
     # WHEN two worker functions ask for 600 invocations each, and the ticker for 12
     started = [account.try_start(f) for f in ("worker-default", "worker-short") for _ in range(600)]
     tickers = [account.try_start("ticker") for _ in range(12)]
@@ -89,13 +91,13 @@ def test_the_account_limit_is_shared_by_every_function_and_throttles_past_it() -
 
 def test_reservations_must_leave_a_hundred_unreserved() -> None:
     with pytest.raises(ValueError, match="unreserved"):
-        lambdas.Account(limit=1_000, reserved={"ticker": 901})
+        sim_platform.Account(limit=1_000, reserved={"ticker": 901})
 
 
 def test_a_fleet_over_the_account_limit_runs_no_more_than_it(world: sim_world.World) -> None:
     # GIVEN an account of 120 (20 reserved elsewhere) and a mapping allowed 200 at once
     keys, runner = http_jobs(world, 400)
-    account = lambdas.Account(limit=120, reserved={"ticker": 20})
+    account = sim_platform.Account(limit=120, reserved={"ticker": 20})
     workers = fleet(world, runner, max_concurrency=200, provisioned=True, batch_size=1)
     workers.account = account
     workers.start()
@@ -114,7 +116,7 @@ def test_a_fleet_over_the_account_limit_runs_no_more_than_it(world: sim_world.Wo
 
 def test_standard_mode_starts_at_five_and_adds_300_a_minute_while_messages_wait() -> None:
     # GIVEN a standard mapping with MaximumConcurrency 1,000
-    scaling = lambdas.Scaling(1_000)
+    scaling = sim_platform.Scaling(1_000)
     assert scaling.allowed() == 5
     # WHEN messages wait every second for a minute with every allowed invoke busy
     for second in range(61):
@@ -127,7 +129,7 @@ def test_standard_mode_starts_at_five_and_adds_300_a_minute_while_messages_wait(
 
 
 def test_standard_mode_scales_in_after_a_quiet_minute_and_not_while_busy() -> None:
-    scaling = lambdas.Scaling(50)
+    scaling = sim_platform.Scaling(50)
     scaling.level = 50.0
     # GIVEN 50 allowed; WHEN 10 are busy and nothing waits for a minute
     for second in range(59):
@@ -140,7 +142,7 @@ def test_standard_mode_scales_in_after_a_quiet_minute_and_not_while_busy() -> No
 
 def test_provisioned_mode_keeps_its_minimum_ready_and_ramps_three_times_faster() -> None:
     # GIVEN provisioned mode with 20 minimum pollers, up to 5,000 invokes
-    scaling = lambdas.Scaling(5_000, provisioned=True, minimum_pollers=20)
+    scaling = sim_platform.Scaling(5_000, provisioned=True, minimum_pollers=20)
     # THEN 200 invokes are ready before any message
     assert scaling.allowed() == 200
     # WHEN messages wait for a minute with every invoke busy: 1,000 more
@@ -227,7 +229,7 @@ def test_a_new_environment_pays_its_import_before_its_first_record(
     world.add(later)
     second = sim_world.enqueue(world, [(i, DUE + timedelta(seconds=60)) for i in later])
     workers = fleet(world, runner, max_concurrency=1, provisioned=True, memory_mb=512)
-    workers.containers = lambdas.Containers(init_cpu_seconds=0.1)
+    workers.containers = sim_platform.Containers(init_cpu_seconds=0.1)
     workers.start()
     world.kernel.run(world.seconds(DUE) + 90)
     # THEN one cold start: the first batch started after its import, the second, warm,
@@ -432,7 +434,7 @@ def test_the_deployed_handler_runs_a_batch_in_virtual_time(world: sim_world.Worl
     # the function's environment from the template
     keys, runner = http_jobs(world, 10)
     env = dict(deployment.from_template(aws.load_template()).worker().environment)
-    entry = lambdas.HandlerEntry(world.kernel, env)
+    entry = sim_entry.HandlerEntry(world.kernel, env)
     workers = fleet(world, runner, max_concurrency=1, provisioned=True, entry=entry)
     try:
         workers.start()
@@ -454,7 +456,7 @@ def test_the_handler_entry_is_removed_after_a_run(world: sim_world.World) -> Non
     from fireline.adapters import threads
 
     before = (wiring.worker, threads.ThreadPool)
-    entry = lambdas.HandlerEntry(world.kernel, {"SIM_ONLY_SETTING": "1"})
+    entry = sim_entry.HandlerEntry(world.kernel, {"SIM_ONLY_SETTING": "1"})
     entry.install(lambda: None)
     assert (wiring.worker, threads.ThreadPool) != before
     entry.remove()

@@ -5,6 +5,12 @@ invocation (a :class:`kernel.Process` with the function's CPU share, killed at i
 timeout) that runs the real ``Ticker.run`` with the real remaining-time callback. Two
 invocations of a group overlap when the previous one is still finishing, exactly as
 ReservedConcurrentExecutions 2 allows in the template; the lease keeps them apart.
+
+A job class's worker is an SQS event source mapping: pollers that gather batches (batch
+size, batching window, payload limit) and invoke the function, as far as the mapping's
+scaling and the account's concurrency allow (fireline.sim.platform), each invocation in a
+warm environment or a cold one, running the worker service or the deployed handler
+itself (fireline.sim.entry).
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ from typing import Any
 
 from fireline import ports
 from fireline.services import ticker as ticker_service
+from fireline.sim import entry as sim_entry
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import network as sim_network
+from fireline.sim import platform as sim_platform
 
 # AWS gives a function a full vCPU at 1,769 MB of memory and proportionally less below.
 # Python runs on one core, so more than that buys nothing here.
@@ -56,7 +64,7 @@ class TickerFleet:
     metrics: ports.Metrics | None = None
     # The account whose concurrency the ticker's reservation is carved from (None: not
     # modelled); an invocation it throttles is that minute's work lost to the next.
-    account: Account | None = None
+    account: sim_platform.Account | None = None
     invocations: list[Invocation] = field(default_factory=list)
 
     def start(self, first_minute: float = 0.0, minutes: int | None = None) -> None:
@@ -112,151 +120,6 @@ class TickerFleet:
         k.spawn(handler, process=process, name=f"ticker-{group}-{number}")
 
 
-# --- the account ------------------------------------------------------------------------------
-
-# Every function of the account draws on one pool of concurrent executions: 1,000 unless
-# AWS raised it on request. A function's reserved concurrency is carved out of that pool
-# (and AWS keeps at least 100 of it unreserved).
-ACCOUNT_CONCURRENCY = 1_000
-UNRESERVED_MINIMUM = 100
-
-
-@dataclass
-class Account:
-    """The account's concurrent executions, shared by every simulated function. A function
-    with reserved concurrency runs within its reservation; every other one draws on what
-    is left unreserved. An invocation that finds no room is throttled (not started)."""
-
-    limit: int = ACCOUNT_CONCURRENCY
-    reserved: dict[str, int] = field(default_factory=dict)
-    running: dict[str, int] = field(default_factory=dict)  # by function
-    throttled: dict[str, int] = field(default_factory=dict)
-    peak_unreserved: int = 0
-
-    def __post_init__(self) -> None:
-        if self.limit - sum(self.reserved.values()) < UNRESERVED_MINIMUM:
-            raise ValueError(
-                f"reserved concurrency leaves fewer than {UNRESERVED_MINIMUM} unreserved"
-            )
-
-    def unreserved_running(self) -> int:
-        return sum(n for f, n in self.running.items() if f not in self.reserved)
-
-    def try_start(self, function: str) -> bool:
-        if function in self.reserved:
-            room = self.reserved[function] - self.running.get(function, 0)
-        else:
-            room = self.limit - sum(self.reserved.values()) - self.unreserved_running()
-        if room <= 0:
-            self.throttled[function] = self.throttled.get(function, 0) + 1
-            return False
-        self.running[function] = self.running.get(function, 0) + 1
-        self.peak_unreserved = max(self.peak_unreserved, self.unreserved_running())
-        return True
-
-    def finish(self, function: str) -> None:
-        self.running[function] -= 1
-
-
-@dataclass
-class Containers:
-    """A function's execution environments. An invocation takes a warm one if one is
-    idle, else Lambda starts a new one, which first imports the handler's module: its
-    init CPU (measured on this machine, ``calibrate.import_cpu_seconds``) is charged to
-    the invocation at the function's CPU share. Environments stay warm for the run (a
-    simulated hour is well inside the time Lambda keeps an idle one)."""
-
-    init_cpu_seconds: float = 0.0
-    idle: int = 0
-    cold_starts: int = 0
-
-    def take(self) -> bool:
-        """True: this invocation starts a new environment (a cold start)."""
-        if self.idle > 0:
-            self.idle -= 1
-            return False
-        self.cold_starts += 1
-        return True
-
-    def give_back(self) -> None:
-        self.idle += 1
-
-
-# --- the event source mapping's scaling ---------------------------------------------------------
-
-# Standard mode (AWS Lambda developer guide, "Configuring scaling behavior for SQS event
-# source mappings"): five concurrent invokes when messages appear; while messages are still
-# available, up to 300 more a minute; at most 1,250 at once (MaximumConcurrency, where
-# set, caps it lower); back to five when traffic is low.
-ESM_START = 5
-ESM_RAMP_PER_SECOND = 300 / 60
-ESM_MAX_INVOKES = 1_250
-# How long the mapping sees idle pollers before it scales in to what is busy: AWS says
-# only "when traffic is low"; a minute is this model's choice.
-ESM_SCALE_IN_AFTER_SECONDS = 60.0
-# Provisioned mode (AWS News Blog, "AWS Lambda enhances event processing with provisioned
-# mode for SQS event-source mapping"): up to 1,000 more concurrent executions a minute and
-# up to 20,000 at once; with MaximumPollers at most 2,000, that is 10 concurrent invokes a
-# poller (this model's reading of those two figures). MinimumPollers are always ready.
-PROVISIONED_RAMP_PER_SECOND = 1_000 / 60
-PROVISIONED_INVOKES_PER_POLLER = 10
-PROVISIONED_MAX_INVOKES = 20_000
-
-
-@dataclass
-class Scaling:
-    """How many concurrent invokes an event source mapping allows at a moment.
-
-    ``minimum_pollers`` None and ``provisioned`` False: standard mode. Provisioned mode
-    starts at ``minimum_pollers`` worth of invokes (None: all of ``maximum`` at once, the
-    idealized mapping of older runs) and ramps at the provisioned rate. The level rises
-    while every allowed invoke is busy and messages wait, and falls back to what is busy
-    (never below the start) after a quiet spell."""
-
-    maximum: int
-    provisioned: bool = False
-    minimum_pollers: int | None = None
-    level: float = 0.0
-    _quiet_since: float | None = None
-    _last: float | None = None
-
-    def __post_init__(self) -> None:
-        self.level = float(self.floor)
-
-    @property
-    def floor(self) -> int:
-        if not self.provisioned:
-            return min(self.maximum, ESM_START)
-        if self.minimum_pollers is None:
-            return self.maximum
-        return min(self.maximum, self.minimum_pollers * PROVISIONED_INVOKES_PER_POLLER)
-
-    @property
-    def rate(self) -> float:
-        return PROVISIONED_RAMP_PER_SECOND if self.provisioned else ESM_RAMP_PER_SECOND
-
-    def allowed(self) -> int:
-        return int(self.level + 1e-9)  # a ramp summed second by second lands on whole numbers
-
-    def observe(self, now: float, *, busy: int, waiting: bool) -> None:
-        """What the mapping sees at ``now``: ``busy`` invokes running, messages
-        ``waiting`` (visible, not taken)."""
-        elapsed = 0.0 if self._last is None else max(0.0, now - self._last)
-        self._last = now
-        if waiting and busy >= self.allowed():
-            self.level = min(float(self.maximum), self.level + self.rate * elapsed)
-            self._quiet_since = None
-            return
-        if busy < self.allowed() and not waiting:
-            if self._quiet_since is None:
-                self._quiet_since = now
-            elif now - self._quiet_since >= ESM_SCALE_IN_AFTER_SECONDS:
-                self.level = float(max(self.floor, busy))
-                self._quiet_since = None
-        else:
-            self._quiet_since = None
-
-
 # --- workers ---------------------------------------------------------------------------------
 
 # A warm invocation's overhead beyond the handler (the Invoke round trip).
@@ -298,121 +161,6 @@ def record_bytes(body: dict[str, Any]) -> int:
     return len(json.dumps(body, separators=(",", ":"))) + RECORD_OVERHEAD_BYTES
 
 
-class _SimThreadPool:
-    """adapters.threads.ThreadPool as the deployed handler uses it, on simulated
-    threads of the calling invocation."""
-
-    def __init__(self, kernel: sim_kernel.Kernel, max_workers: int = 32, name: str = "") -> None:
-        self._pool = sim_network.SimPool(kernel, max_workers)
-
-    def run(self, calls: Any) -> list[Any]:
-        return self._pool.run(calls)
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self) -> _SimThreadPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-@dataclass
-class _Context:
-    """The Lambda context the deployed handler reads (Powertools' keys, the time left)."""
-
-    function_name: str
-    memory_limit_in_mb: int
-    aws_request_id: str
-    remaining: Callable[[], int]
-    function_version: str = "$LATEST"
-    log_group_name: str = "/aws/lambda/sim"
-    log_stream_name: str = "sim"
-
-    @property
-    def invoked_function_arn(self) -> str:
-        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining()
-
-
-class HandlerEntry:
-    """The deployed entry point, fireline.handlers.worker.handler, run as Lambda runs
-    it: an SQS event of the batch's records and a context, its partial batch response
-    read back. While installed, the handler's worker is the simulation's (wiring.worker)
-    and its thread pools are simulated threads (adapters.threads.ThreadPool); the
-    function's environment is the template's (``environment``), so whatever the handler
-    reads from it (an in-flight bound) is the deployed default. Installed for a run and
-    removed after it (``remove``): process-wide, as one simulation runs at a time."""
-
-    def __init__(self, kernel: sim_kernel.Kernel, environment: dict[str, str]) -> None:
-        self.kernel = kernel
-        self.environment = dict(environment)
-        self._saved: list[tuple[Any, str, Any]] = []
-        self._saved_env: dict[str, str | None] = {}
-
-    def install(self, make_worker: Callable[[], Any]) -> None:
-        import os
-
-        from fireline import wiring
-        from fireline.adapters import threads
-
-        kernel = self.kernel
-
-        def pool(max_workers: int = 32, name: str = "") -> _SimThreadPool:
-            return _SimThreadPool(kernel, max_workers, name)
-
-        replacements: list[tuple[Any, str, Any]] = [
-            (wiring, "worker", make_worker),
-            (threads, "ThreadPool", pool),
-        ]
-        for owner, attribute, replacement in replacements:
-            self._saved.append((owner, attribute, getattr(owner, attribute)))
-            setattr(owner, attribute, replacement)
-        for key, setting in self.environment.items():
-            self._saved_env[key] = os.environ.get(key)
-            os.environ[key] = setting
-
-    def remove(self) -> None:
-        import os
-
-        for owner, attribute, original in reversed(self._saved):
-            setattr(owner, attribute, original)
-        self._saved.clear()
-        for key, before in self._saved_env.items():
-            if before is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = before
-        self._saved_env.clear()
-
-    def call(
-        self,
-        received: list[ports.ReceivedMessage],
-        context: _Context,
-    ) -> list[bool]:
-        """Each record's outcome: True if the handler reported it failed."""
-        from fireline.handlers import worker as worker_handler
-
-        event = {
-            "Records": [
-                {
-                    "messageId": f"{n}",
-                    "receiptHandle": m.receipt,
-                    "body": json.dumps(m.body),
-                    "attributes": {"ApproximateReceiveCount": str(m.receive_count)},
-                    "eventSource": "aws:sqs",
-                }
-                for n, m in enumerate(received)
-            ]
-        }
-        answer = worker_handler.handler(event, context)
-        failed = {f["itemIdentifier"] for f in answer["batchItemFailures"]}
-        return [str(n) in failed for n in range(len(received))]
-
-
 @dataclass
 class WorkerFleet:
     """An event source mapping feeding one job class's worker function.
@@ -440,18 +188,18 @@ class WorkerFleet:
     provisioned: bool = False
     minimum_pollers: int | None = None
     in_flight: int | None = None
-    account: Account | None = None
-    containers: Containers = field(default_factory=Containers)
+    account: sim_platform.Account | None = None
+    containers: sim_platform.Containers = field(default_factory=sim_platform.Containers)
     # The deployed handler as the entry point (None: the worker's handle_batch, called as
     # the handler calls it, with ``in_flight`` records at once).
-    entry: HandlerEntry | None = None
+    entry: sim_entry.HandlerEntry | None = None
     function: str = ""
     invocations: int = 0
     record_failures: int = 0
     spilled_over_payload: int = 0  # records kept for the next batch
     batch_sizes: list[int] = field(default_factory=list)
     busy: int = 0
-    scaling: Scaling | None = None
+    scaling: sim_platform.Scaling | None = None
     durations: list[float] = field(default_factory=list)  # each invocation's wall seconds
 
     def __post_init__(self) -> None:
@@ -464,8 +212,8 @@ class WorkerFleet:
         if self.scaling is None:
             maximum = self.max_concurrency
             if not self.provisioned:
-                maximum = min(maximum, ESM_MAX_INVOKES)
-            self.scaling = Scaling(
+                maximum = min(maximum, sim_platform.ESM_MAX_INVOKES)
+            self.scaling = sim_platform.Scaling(
                 maximum, provisioned=self.provisioned, minimum_pollers=self.minimum_pollers
             )
 
@@ -604,7 +352,7 @@ class WorkerFleet:
                 # invocation's clock, before any record.
                 k.charge(self.containers.init_cpu_seconds)
             if self.entry is not None:
-                context = _Context(
+                context = sim_entry.Context(
                     function_name=self.function,
                     memory_limit_in_mb=self.memory_mb,
                     aws_request_id=process.name,
