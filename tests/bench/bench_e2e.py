@@ -132,6 +132,7 @@ class Run:
         jobs_seconds: float = 1.0,
         python_jobs: bool = False,
         seed: int = 1,
+        measure_cpu: bool = True,
     ) -> None:
         start = DUE - timedelta(seconds=LEAD_SECONDS)
         self.world = world = sim_world.World(
@@ -172,6 +173,7 @@ class Run:
             world.leases,
             groups=deployed.ticker_groups,
             memory_mb=deployed.ticker_memory_mb,
+            measure_cpu=measure_cpu,
             account=self.account,
         )
         w = deployed.worker()
@@ -204,6 +206,7 @@ class Run:
             timeout_seconds=w.timeout_seconds,
             visibility_timeout=w.visibility_timeout,
             memory_mb=w.memory_mb,
+            measure_cpu=measure_cpu,
             provisioned=w.minimum_pollers is not None,
             minimum_pollers=w.minimum_pollers,
             in_flight=w.in_flight,
