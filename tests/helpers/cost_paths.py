@@ -15,6 +15,7 @@ small and pins their counts.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import io
 import json
 import logging
@@ -312,6 +313,81 @@ class TargetWait:
         return -(-records // slots) * self.seconds
 
 
+class _CountingRunner:
+    """A target runner that counts the target calls made through it."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.calls = 0
+
+    def run(self, target: dict[str, Any], context: Any, *, timeout: float) -> Any:
+        self.calls += 1
+        return self._inner.run(target, context, timeout=timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Chains:
+    """ports.Parallel on one thread that notes, for each call it runs, the AWS calls and
+    target calls it made: what that call would have waited on, run side by side with
+    the others of its run as the deployed handler runs them."""
+
+    def __init__(self, log: meter.Meter, function: str, inner: Any, targets: _CountingRunner):
+        self._log = log
+        self._function = function
+        self._inner = inner
+        self._targets = targets
+        self.runs: list[list[tuple[int, int]]] = []
+
+    def run(self, calls: Any) -> list[Any]:
+        notes: list[tuple[int, int]] = [(0, 0)] * len(calls)
+
+        def noted(index: int, call: Callable[[], Any]) -> Callable[[], Any]:
+            def go() -> Any:
+                aws, targets = self._log.function_calls[self._function], self._targets.calls
+                try:
+                    return call()
+                finally:
+                    notes[index] = (
+                        self._log.function_calls[self._function] - aws,
+                        self._targets.calls - targets,
+                    )
+
+            return go
+
+        results = self._inner.run([noted(i, c) for i, c in enumerate(calls)])
+        self.runs.append(notes)
+        return list(results)
+
+    def wall(self, calls: int, target: TargetWait | None) -> float:
+        """The invocation's wait on the network: its ``calls`` AWS calls at 5 ms each,
+        those made inside a run side by side with the run's others (the records of a
+        batch ``target.in_flight`` at a time), each record also waiting on its target."""
+        inside = sum(n for run in self.runs for n, _ in run)
+        waited = (calls - inside) * model.SECONDS_PER_AWS_CALL
+        for run in self.runs:
+            remote = any(t for _, t in run)
+            slots = len(run)
+            if remote and target is not None and target.in_flight is not None:
+                slots = min(slots, target.in_flight)
+            chains = [
+                n * model.SECONDS_PER_AWS_CALL + (t * target.seconds if target else 0.0)
+                for n, t in run
+            ]
+            waited += _span(chains, max(1, slots))
+        return waited
+
+
+def _span(chains: list[float], slots: int) -> float:
+    """How long ``chains`` take on ``slots`` side by side, each taken in turn by the
+    first slot free."""
+    free = [0.0] * slots  # a heap of when each slot is free
+    for chain in chains:
+        heapq.heapreplace(free, free[0] + chain)
+    return max(free) if chains else 0.0
+
+
 def _deliver_batch(
     system: System,
     worker: worker_service.Worker,
@@ -327,14 +403,28 @@ def _deliver_batch(
         log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
     log.hold("worker", wait)
     # One thread: the records in turn, so the requests they make (and the slots they race
-    # for) are the same on every run; the deployed handler runs them side by side.
-    with log.within("worker"), threads.ThreadPool(1, name="worker-record") as pool:
-        outcomes = worker.handle_batch(
-            [m.body for m in batch],
-            remaining_ms=lambda: 60_000,
-            parallel=pool,
-            receive_counts=[m.receive_count for m in batch],
-        )
+    # for) are the same on every run; the deployed handler runs them side by side, so the
+    # invocation's wait is worked out from each record's calls as if it had (_Chains).
+    runner = worker.runner
+    counted = _CountingRunner(runner)
+    worker.runner = counted  # type: ignore[assignment]
+    calls_before = log.function_calls["worker"]
+    try:
+        with (
+            log.within("worker"),
+            threads.ThreadPool(1, name="worker-record") as pool,
+        ):
+            chains = _Chains(log, "worker", pool, counted)
+            outcomes = worker.handle_batch(
+                [m.body for m in batch],
+                remaining_ms=lambda: 60_000,
+                parallel=chains,
+                receive_counts=[m.receive_count for m in batch],
+            )
+    finally:
+        worker.runner = runner
+    calls = log.function_calls["worker"] - calls_before
+    log.waited("worker", chains.wall(calls, target))
     succeeded = 0
     done = []
     for message, outcome in zip(batch, outcomes, strict=True):

@@ -24,11 +24,12 @@ REQUESTS = {
     "sqs.SendMessageBatch": 0.1212,
 }
 # (seconds, batch size) -> (BatchGetItem and read units per fire, invocations per 1,000
-# fires, target wait per fire)
+# fires, target wait per fire, network wait per fire: the calls and targets of a batch's
+# records side by side, 5 ms a call)
 EXPECTED = {
-    (1.0, 10): (0.1515, 1.5303, 121.2, 0.1212),
-    (3.0, 10): (0.1515, 1.5303, 121.2, 0.3636),
-    (3.0, 100): (0.0606, 1.3939, 30.3, 0.0909),
+    (1.0, 10): (0.1515, 1.5303, 121.2, 0.1212, 0.1238),
+    (3.0, 10): (0.1515, 1.5303, 121.2, 0.3636, 0.3662),
+    (3.0, 100): (0.0606, 1.3939, 30.3, 0.0909, 0.0917),
 }
 
 
@@ -38,7 +39,7 @@ def test_a_slow_http_targets_counts_per_fire(seconds: float, batch_size: int) ->
     with cost_paths.deployed_system() as system:
         # WHEN one pickup's fires run in batches of `batch_size`
         measured = cost_paths.remote_http(system, SCHEDULES, seconds=seconds, batch_size=batch_size)
-    batch_gets, reads, invocations, waited = EXPECTED[(seconds, batch_size)]
+    batch_gets, reads, invocations, waited, network = EXPECTED[(seconds, batch_size)]
     usage = measured.usage
     # THEN every fire ran once, with the requests and units pinned
     assert measured.jobs == 33
@@ -49,8 +50,9 @@ def test_a_slow_http_targets_counts_per_fire(seconds: float, batch_size: int) ->
     assert round(usage.read_units, 4) == reads
     # AND the invocations per 1,000 fires the batch shape gives
     assert round(usage.invocations["worker"] * 1000, 1) == invocations
-    # AND each invocation is billed its wait on the targets, side by side
+    # AND each invocation is billed its wait on the targets and its calls, side by side
     assert round(usage.target_seconds["worker"], 4) == waited
+    assert round(usage.network_seconds["worker"], 4) == network
 
 
 def test_a_slow_lambda_targets_counts_per_fire() -> None:
@@ -69,6 +71,7 @@ def test_a_slow_lambda_targets_counts_per_fire() -> None:
     assert round(usage.invocations["worker"] * 1000, 1) == 121.2
     # AND each invocation is billed its 3 s wait
     assert round(usage.target_seconds["worker"], 4) == 0.3636
+    assert round(usage.network_seconds["worker"], 4) == 0.3662
 
 
 def test_the_wait_on_targets_is_billed_as_duration() -> None:
@@ -81,6 +84,18 @@ def test_the_wait_on_targets_is_billed_as_duration() -> None:
     # THEN the second is billed three more seconds at the worker's memory
     extra = waiting.lambda_gb_seconds()["worker"] - base.lambda_gb_seconds()["worker"]
     assert round(extra, 6) == round(3.0 * model.FUNCTIONS["worker"].memory_mb / 1024, 6)
+
+
+def test_an_overlapped_wait_replaces_the_calls_in_turn() -> None:
+    # GIVEN a worker's 30 calls a fire, once in turn and once known to overlap into 0.02 s
+    in_turn = model.Usage(billed={}, aws_calls={"worker": 30.0})
+    overlapped = model.Usage(
+        billed={}, aws_calls={"worker": 30.0}, network_seconds={"worker": 0.02}
+    )
+    # THEN the overlapped one is billed its 0.02 s, the other 30 x 5 ms
+    memory = model.FUNCTIONS["worker"].memory_mb / 1024
+    assert round(in_turn.lambda_gb_seconds()["worker"], 6) == round(0.15 * memory, 6)
+    assert round(overlapped.lambda_gb_seconds()["worker"], 6) == round(0.02 * memory, 6)
 
 
 def test_in_flight_rounds_make_the_wait_on_targets() -> None:
