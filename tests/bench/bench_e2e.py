@@ -263,6 +263,12 @@ class Run:
             "started_twice": sum(1 for k in keys if runs.get(k, 0) > 1),
             "steady_load_start_lag_seconds": sim_world.Spread.of(steady_lags).as_dict(2),
             "worker_invocations": self.workers.invocations,
+            # Lambda bills each invocation's wall time: measured here in virtual time, its
+            # waits on targets and AWS calls and its CPU at the function's share.
+            "worker_gb_seconds_per_job_started": round(
+                sum(self.workers.durations) * self.workers.memory_mb / 1024 / max(1, len(started)),
+                4,
+            ),
             "worker_batch_size": sim_world.Spread.of(
                 [float(n) for n in self.workers.batch_sizes]
             ).as_dict(1),
