@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from bench import report
 from fireline.cost import model, prices
-from helpers import cost_paths
+from fireline.sim import deployment
+from helpers import aws, cost_paths
 
 # The design load, and the ticker groups docs/scale.md recommends for it.
 DESIGN_FIRES_PER_MINUTE = 580 * 60
@@ -75,6 +76,32 @@ def test_cost_per_path() -> None:
             ),
             MINUTELY[1],
         )
+    # Jobs whose targets are remote and take their time: the worker waits on them, and
+    # Lambda bills the wait. The template's batch size and in-flight bound (its defaults).
+    worker = deployment.from_template(aws.load_template()).worker()
+    for name, seconds in (("http_1s", 1.0), ("http_3s", 3.0)):
+        with cost_paths.deployed_system() as system:
+            paths[name] = (
+                cost_paths.remote_http(
+                    system,
+                    MINUTELY[0],
+                    seconds=seconds,
+                    batch_size=worker.batch_size,
+                    in_flight=worker.in_flight,
+                ),
+                MINUTELY[1],
+            )
+    with cost_paths.deployed_system(lambda_without_docker=True) as system:
+        paths["lambda_3s"] = (
+            cost_paths.remote_lambda(
+                system,
+                MINUTELY[0],
+                seconds=3.0,
+                batch_size=worker.batch_size,
+                in_flight=worker.in_flight,
+            ),
+            MINUTELY[1],
+        )
     for name, (measured, per_minute) in paths.items():
         design = DESIGN_FIRES_PER_MINUTE / DESIGN_TICKER_GROUPS
         figures = measured.plus_fixed(minute, design).figures()
@@ -84,6 +111,11 @@ def test_cost_per_path() -> None:
         figures["design_ticker_groups"] = DESIGN_TICKER_GROUPS
         alone = measured.plus_fixed(minute, per_minute).figures()
         figures["usd_per_million_alone"] = alone["usd_per_million"]
+        gb_seconds = measured.plus_fixed(minute, design).usage.lambda_gb_seconds()
+        figures["lambda_gb_seconds_per_fire"] = {f: round(v, 6) for f, v in gb_seconds.items()}
+        figures["worker_invocations_per_1000_fires"] = round(
+            measured.usage.invocations.get("worker", 0.0) * 1000, 1
+        )
         figures["fires_per_minute_alone"] = per_minute
         # Where one ticker group's fixed cost, spread, meets the idempotent alternative's
         # price per fire (which has none): fewer fires a minute than this, the

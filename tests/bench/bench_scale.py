@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from bench.report import record
+from bench.size import SCALE, scaled
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import model, policies, schedule
@@ -143,7 +144,7 @@ def test_steady_580_fires_a_second(sdk: sim_network.SdkCost) -> None:
     # state a running ticker leaves them: each one's next fire 5 to 16 minutes ahead, the
     # fires before it materialized
     world = world_of(sdk)
-    items = sim_world.every_minute_at(34_800, start=START)
+    items = sim_world.every_minute_at(scaled(34_800), start=START)
     settled = sim_world.steady_state(world, items, lookahead=LOOKAHEAD, horizon=HORIZON)
     world.add(settled)
     # WHEN one ticker group runs until every fire of a ten-minute window was due for
@@ -162,7 +163,8 @@ def test_steady_580_fires_a_second(sdk: sim_network.SdkCost) -> None:
     delivery = sim_world.Delivery.of(world, expected)
     end = world.at(run_seconds)
     figures: dict[str, Any] = {
-        "schedules": 34_800,
+        "schedules": scaled(34_800),
+        "scale": SCALE,
         "fires_measured": delivery.expected,
         "lateness_seconds": delivery.lateness.as_dict(),
         "early_seconds": delivery.early.as_dict(),
@@ -210,8 +212,9 @@ def test_burst_due_in_one_second(sdk: sim_network.SdkCost, count: int, groups: i
     start = datetime(2026, 5, 1, 11, 49, 0, tzinfo=UTC)
     due = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
     world = world_of(sdk, start=start)
-    steady = sim_world.every_minute_at(34_800, start=start)
+    steady = sim_world.every_minute_at(scaled(34_800), start=start)
     settled = sim_world.steady_state(world, steady, lookahead=LOOKAHEAD, horizon=HORIZON)
+    nominal, count = count, scaled(count)
     burst = hourly_burst(count, due)
     world.add([*settled, *burst])
     # WHEN the ticker groups run until just after the burst is due
@@ -244,10 +247,11 @@ def test_burst_due_in_one_second(sdk: sim_network.SdkCost, count: int, groups: i
         "throttled_writes": sum(world.network.throttled.values()),
         "wall_seconds": round(wall, 1),
     }
-    record(f"scale.burst_{count // 1000}k.groups_{groups}", figures)
-    if count == 50_000 and groups == 2:
+    figures["scale"] = SCALE
+    record(f"scale.burst_{nominal // 1000}k.groups_{groups}", figures)
+    if nominal == 50_000 and groups == 2:
         record("scale.burst_50k", figures)
-    if count == 100_000:
+    if nominal == 100_000:
         record("scale.burst_100k", figures)
     if groups == 1:
         # One group is measured, not held to it: at the deployed 300 s lookahead a 50,000
@@ -282,7 +286,7 @@ def test_throughput_grows_with_ticker_groups(sdk: sim_network.SdkCost) -> None:
     figures: dict[str, Any] = {}
     for groups in (1, 2, 4):
         world = world_of(sdk)
-        world.add(one_off_jobs(120_000, START))
+        world.add(one_off_jobs(scaled(120_000), START))
         # WHEN the groups run for one invocation
         fleet = run_fleet(world, groups=groups, seconds=60, minutes=1)
         sent = len(world.send_log.sent)
@@ -385,12 +389,12 @@ def test_workers_under_a_burst(sdk: sim_network.SdkCost) -> None:
     ]
     runs = {
         f"concurrency_{c}_{'provisioned' if p else 'standard'}_{m}mb": worker_burst(
-            sdk, count=50_000, concurrency=c, provisioned=p, memory_mb=m
+            sdk, count=scaled(50_000), concurrency=c, provisioned=p, memory_mb=m
         )
         for c, p, m in variants
     }
     # THEN every job started once; the figures say how soon
-    assert all(run["started"] == 50_000 and run["ran_twice"] == 0 for run in runs.values())
+    assert all(run["started"] == scaled(50_000) and run["ran_twice"] == 0 for run in runs.values())
     under_5s = [name for name, run in runs.items() if run["start_lag_seconds"]["p99"] < 5.0]
     record(
         "scale.worker_burst",

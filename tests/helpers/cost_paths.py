@@ -15,15 +15,19 @@ small and pins their counts.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import io
 import json
 import logging
 import random
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import boto3
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from fireline import ports
@@ -31,13 +35,14 @@ from fireline.adapters import quotas_dynamodb, schedules_dynamodb, sweep_dynamod
 from fireline.api import app as api_app
 from fireline.cost import meter, model
 from fireline.domain import occurrence, quota, workflow
-from fireline.services import dispatch, schedules
+from fireline.services import dispatch, roles, schedules
 from fireline.services import sweep as sweep_service
 from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
 
 from .flows import node, wide_dag
-from .system import System, flow_on, moto_system
+from .receiver import http_receiver
+from .system import REGION, System, client_as, flow_on, moto_system
 from .transactions import item_scoped_transactions
 
 TARGET = {"type": "python", "handler": "noop"}
@@ -106,11 +111,17 @@ class Measured:
 def deployed_system(
     counts: type[quotas_dynamodb.DynamoQuotaStore] = quotas_dynamodb.DynamoQuotaStore,
     sleep: Callable[[float], None] = time.sleep,
+    *,
+    lambda_without_docker: bool = False,
 ) -> Iterator[System]:
     """A moto system wired as deployed: quota counting on (the slots table keeps the
     counts, in a ``counts``, ``system.quotas``), and the product's log lines counted as
-    the deployed JSON lines. ``sleep``: the stores' backoff between retries."""
-    with moto_system() as system, logs_counted(system.log):
+    the deployed JSON lines. ``sleep``: the stores' backoff between retries.
+    ``lambda_without_docker``: Lambda targets answer from moto's stub."""
+    with (
+        moto_system(lambda_without_docker=lambda_without_docker) as system,
+        logs_counted(system.log),
+    ):
         tables = system.stack.tables
         system.quotas = counts(system.ddb, tables["SlotsTable"], sleep=sleep)
         system.schedules = schedules_dynamodb.DynamoScheduleStore(
@@ -206,6 +217,8 @@ def deliver(
     *,
     sent_by_ticker: bool = True,
     at_phase: bool | None = None,
+    batch_size: int = 10,
+    target: TargetWait | None = None,
 ) -> int:
     """What the event source mapping does with what is visible now: batches of up to ten
     to a worker invocation each (the worker's handle_batch, as the deployed handler
@@ -221,7 +234,8 @@ def deliver(
     batch holds fires of one moment, of as many schedules. Here every fire a pickup sent
     is visible at once (the clock jumps past them all), in the order the ticker sent
     them, a schedule's fires together; so they are batched in fire time order, as they
-    would arrive."""
+    would arrive. ``batch_size``: the event source mapping's (the template's BatchSize);
+    ``target``: the records' remote targets take this long, and the invocation waits."""
     log = system.log
     url = system.stack.queues["DefaultQueue"]
     succeeded = 0
@@ -233,15 +247,15 @@ def deliver(
         if not visible:
             return succeeded
         visible.sort(key=lambda m: _fire_time(m.body))
-        for start in range(0, len(visible), 10):
-            batch = visible[start : start + 10]
+        for start in range(0, len(visible), batch_size):
+            batch = visible[start : start + batch_size]
             wait = _batch_wait(
                 system,
                 batch,
                 sent_by_ticker,
                 sent_by_ticker if at_phase is None else at_phase,
             )
-            succeeded += _deliver_batch(system, worker, url, batch, wait)
+            succeeded += _deliver_batch(system, worker, url, batch, wait, target)
 
 
 def _fire_time(body: dict[str, Any]) -> datetime:
@@ -283,26 +297,135 @@ def _batch_wait(
     return max(waits)
 
 
+@dataclass(frozen=True)
+class TargetWait:
+    """Remote targets that answer after ``seconds``, ``in_flight`` of an invocation's
+    records waiting on theirs at once (None: all of the batch)."""
+
+    seconds: float
+    in_flight: int | None = None
+
+    def span(self, records: int) -> float:
+        """How long an invocation of ``records`` such records waits on them: rounds of
+        ``in_flight`` side by side."""
+        if records == 0:
+            return 0.0
+        slots = records if self.in_flight is None else min(self.in_flight, records)
+        return -(-records // slots) * self.seconds
+
+
+class _CountingRunner:
+    """A target runner that counts the target calls made through it."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.calls = 0
+
+    def run(self, target: dict[str, Any], context: Any, *, timeout: float) -> Any:
+        self.calls += 1
+        return self._inner.run(target, context, timeout=timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Chains:
+    """ports.Parallel on one thread that notes, for each call it runs, the AWS calls and
+    target calls it made: what that call would have waited on, run side by side with
+    the others of its run as the deployed handler runs them."""
+
+    def __init__(self, log: meter.Meter, function: str, inner: Any, targets: _CountingRunner):
+        self._log = log
+        self._function = function
+        self._inner = inner
+        self._targets = targets
+        self.runs: list[list[tuple[int, int]]] = []
+
+    def run(self, calls: Any) -> list[Any]:
+        notes: list[tuple[int, int]] = [(0, 0)] * len(calls)
+
+        def noted(index: int, call: Callable[[], Any]) -> Callable[[], Any]:
+            def go() -> Any:
+                aws, targets = self._log.function_calls[self._function], self._targets.calls
+                try:
+                    return call()
+                finally:
+                    notes[index] = (
+                        self._log.function_calls[self._function] - aws,
+                        self._targets.calls - targets,
+                    )
+
+            return go
+
+        results = self._inner.run([noted(i, c) for i, c in enumerate(calls)])
+        self.runs.append(notes)
+        return list(results)
+
+    def wall(self, calls: int, target: TargetWait | None) -> float:
+        """The invocation's wait on the network: its ``calls`` AWS calls at 5 ms each,
+        those made inside a run side by side with the run's others (the records of a
+        batch ``target.in_flight`` at a time), each record also waiting on its target."""
+        inside = sum(n for run in self.runs for n, _ in run)
+        waited = (calls - inside) * model.SECONDS_PER_AWS_CALL
+        for run in self.runs:
+            remote = any(t for _, t in run)
+            slots = len(run)
+            if remote and target is not None and target.in_flight is not None:
+                slots = min(slots, target.in_flight)
+            chains = [
+                n * model.SECONDS_PER_AWS_CALL + (t * target.seconds if target else 0.0)
+                for n, t in run
+            ]
+            waited += _span(chains, max(1, slots))
+        return waited
+
+
+def _span(chains: list[float], slots: int) -> float:
+    """How long ``chains`` take on ``slots`` side by side, each taken in turn by the
+    first slot free."""
+    free = [0.0] * slots  # a heap of when each slot is free
+    for chain in chains:
+        heapq.heapreplace(free, free[0] + chain)
+    return max(free) if chains else 0.0
+
+
 def _deliver_batch(
     system: System,
     worker: worker_service.Worker,
     url: str,
     batch: list[ports.ReceivedMessage],
     wait: float,
+    target: TargetWait | None = None,
 ) -> int:
     log = system.log
-    payload = sum(len(json.dumps(m.body)) for m in batch)
-    log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
+    # The mapping receives ten a request; each request is billed per 64 KB of payload.
+    for first in range(0, len(batch), 10):
+        payload = sum(len(json.dumps(m.body)) for m in batch[first : first + 10])
+        log.charge("sqs.ReceiveMessage", meter.sqs_requests(payload))
     log.hold("worker", wait)
     # One thread: the records in turn, so the requests they make (and the slots they race
-    # for) are the same on every run; the deployed handler runs them side by side.
-    with log.within("worker"), threads.ThreadPool(1, name="worker-record") as pool:
-        outcomes = worker.handle_batch(
-            [m.body for m in batch],
-            remaining_ms=lambda: 60_000,
-            parallel=pool,
-            receive_counts=[m.receive_count for m in batch],
-        )
+    # for) are the same on every run; the deployed handler runs them side by side, so the
+    # invocation's wait is worked out from each record's calls as if it had (_Chains).
+    runner = worker.runner
+    counted = _CountingRunner(runner)
+    worker.runner = counted  # type: ignore[assignment]
+    calls_before = log.function_calls["worker"]
+    try:
+        with (
+            log.within("worker"),
+            threads.ThreadPool(1, name="worker-record") as pool,
+        ):
+            chains = _Chains(log, "worker", pool, counted)
+            outcomes = worker.handle_batch(
+                [m.body for m in batch],
+                remaining_ms=lambda: 60_000,
+                parallel=chains,
+                receive_counts=[m.receive_count for m in batch],
+            )
+    finally:
+        worker.runner = runner
+    calls = log.function_calls["worker"] - calls_before
+    log.waited("worker", chains.wall(calls, target))
     succeeded = 0
     done = []
     for message, outcome in zip(batch, outcomes, strict=True):
@@ -312,11 +435,17 @@ def _deliver_batch(
             raise outcome
         succeeded += outcome is worker_service.Result.SUCCEEDED
         done.append(message)
-    if done:
+    if target is not None:
+        # The targets answer at once here; deployed, the invocation waits on them.
+        log.on_targets("worker", target.span(succeeded))
+    for first in range(0, len(done), 10):
         with log.within(EVENT_SOURCE, invocations=0):
             system.sqs_client.delete_message_batch(
                 QueueUrl=url,
-                Entries=[{"Id": str(i), "ReceiptHandle": m.receipt} for i, m in enumerate(done)],
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m.receipt}
+                    for i, m in enumerate(done[first : first + 10])
+                ],
             )
     return succeeded
 
@@ -343,7 +472,13 @@ def run_minutes(system: System, worker: worker_service.Worker, minutes: int) -> 
 
 
 def pickup_cycle(
-    system: System, worker: worker_service.Worker, *, warm_ticks: int, pickup_at: int
+    system: System,
+    worker: worker_service.Worker,
+    *,
+    warm_ticks: int,
+    pickup_at: int,
+    batch_size: int = 10,
+    target: TargetWait | None = None,
 ) -> int:
     """One steady-state pickup, metered: what the ticker writes and sends for the fires
     it picks up in one tick, and what the worker does to run them all. Warm-up ticks
@@ -367,7 +502,7 @@ def pickup_cycle(
         report = tk.tick()
     assert report.advanced, "the metered tick picked nothing up"
     system.clock.advance(900)
-    return deliver(system, worker)
+    return deliver(system, worker, batch_size=batch_size, target=target)
 
 
 # --- the paths -------------------------------------------------------------------------------
@@ -382,6 +517,9 @@ def recurring(
     warm_ticks: int = 1,
     tenant: str = TENANT,
     tenant_limit: int = 0,
+    target: dict[str, Any] | None = None,
+    batch_size: int = 10,
+    waits: TargetWait | None = None,
 ) -> Measured:
     """``schedules_count`` schedules of ``spec`` in ``tenant``: their pickup at
     ``pickup_at`` seconds, metered on its own (``pickup_cycle``). The schedules are
@@ -390,16 +528,127 @@ def recurring(
     with system.log.unmetered():
         system.slots.set_limit(tenant, tenant_limit or None)
         created = [
-            system.service.create(tenant, schedules.ScheduleDraft(spec=spec, target=TARGET))
+            system.service.create(
+                tenant, schedules.ScheduleDraft(spec=spec, target=target or TARGET)
+            )
             for _ in range(schedules_count)
         ]
     worker = deployed_worker(system, tenant_limit=tenant_limit)
-    succeeded = pickup_cycle(system, worker, warm_ticks=warm_ticks, pickup_at=pickup_at)
+    succeeded = pickup_cycle(
+        system,
+        worker,
+        warm_ticks=warm_ticks,
+        pickup_at=pickup_at,
+        batch_size=batch_size,
+        target=waits,
+    )
     measured = Measured.of(system.log, succeeded)
     with system.log.unmetered():
         for schedule in created:
             system.service.delete(tenant, schedule.schedule_id)
     return measured
+
+
+def remote_http(
+    system: System,
+    schedules_count: int,
+    *,
+    seconds: float,
+    batch_size: int = 10,
+    in_flight: int | None = None,
+) -> Measured:
+    """``schedules_count`` minutely schedules whose target is an HTTP endpoint (a
+    receiver on 127.0.0.1, through the real webhook client and its SSRF guard) that
+    answers after ``seconds``: their pickup metered as :func:`recurring`'s, batches of
+    ``batch_size``, the invocation billed its wait on the targets, ``in_flight`` of a
+    batch's records waiting at once. The receiver answers at once and the wait is
+    counted, not slept (a bench of thousands of fires would otherwise take hours); the
+    latency-model simulation runs the same wait in virtual time."""
+    system.allow_local_webhooks()  # the receiver: plain http on 127.0.0.1
+    with http_receiver("/hook") as (url, received):
+        measured = recurring(
+            system,
+            "rate(1 minute)",
+            schedules_count,
+            pickup_at=MINUTELY_PICKUP_AT,
+            target={"type": "http", "url": url},
+            batch_size=batch_size,
+            waits=TargetWait(seconds, in_flight),
+        )
+        assert len(received) == measured.jobs, (len(received), measured.jobs)
+    return measured
+
+
+#: A tenant's account and the role Fireline assumes there to call its targets.
+TENANT_ACCOUNT = "111122223333"
+TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-jobs"
+
+
+def tenant_function(name: str = "job") -> str:
+    """A function in the tenant's own account (moto's Lambda stub answers its invokes):
+    its ARN."""
+    answer = boto3.client("sts", region_name=REGION).assume_role(
+        RoleArn=f"arn:aws:iam::{TENANT_ACCOUNT}:role/admin", RoleSessionName="tenant-admin"
+    )["Credentials"]
+    admin = roles.Credentials(
+        answer["AccessKeyId"],
+        answer["SecretAccessKey"],
+        answer["SessionToken"],
+        answer["Expiration"].timestamp(),
+    )
+    runtime = client_as("iam", admin).create_role(
+        RoleName=f"{name}-runtime",
+        AssumeRolePolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "lambda.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            }
+        ),
+    )["Role"]["Arn"]
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("handler.py", "def handler(event, context):\n    return event\n")
+    return str(
+        client_as("lambda", admin).create_function(
+            FunctionName=name,
+            Runtime="python3.11",
+            Role=runtime,
+            Handler="handler.handler",
+            Code={"ZipFile": code.getvalue()},
+        )["FunctionArn"]
+    )
+
+
+def remote_lambda(
+    system: System,
+    schedules_count: int,
+    *,
+    seconds: float,
+    batch_size: int = 10,
+    in_flight: int | None = None,
+) -> Measured:
+    """``schedules_count`` minutely schedules whose target is a function in the tenant's
+    account, invoked RequestResponse as the tenant's role (a system built with
+    ``lambda_without_docker``), taking ``seconds`` to answer: metered as
+    :func:`remote_http`'s. The invoke and the function's duration are billed to the
+    tenant's account, not Fireline's; Fireline's invocation waits for the answer, which
+    is counted, not slept."""
+    target = {"type": "lambda", "function_arn": tenant_function(), "role_arn": TENANT_ROLE}
+    return recurring(
+        system,
+        "rate(1 minute)",
+        schedules_count,
+        pickup_at=MINUTELY_PICKUP_AT,
+        target=target,
+        batch_size=batch_size,
+        waits=TargetWait(seconds, in_flight),
+    )
 
 
 def one_off(

@@ -189,6 +189,13 @@ class Meter:
     #: Per function, the seconds its invocations hold messages until their fire time
     #: (``hold``): billed as Lambda's duration, but no CPU the meter could measure.
     wait_seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    #: Per function, the seconds its invocations wait on remote targets (``on_targets``):
+    #: part of the invocation's wall time, which is what Lambda bills.
+    target_seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    #: Per function, the seconds its invocations wait on the network (its AWS calls and
+    #: its targets) as their calls overlap, where the caller worked that out
+    #: (``waited``): billed in place of 5 ms per call one after another.
+    network_seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     function: str = ""  # the function being metered now ("" outside ``within``)
 
     _overhead: float = 0.0  # CPU spent in the meter's own hooks (and its reader)
@@ -212,7 +219,8 @@ class Meter:
         for counter in (
             self.requests, self.calls, self.billed, self.write_units_by, self.read_units_by,
             self.writes, self.item_writes, self.invocations, self.function_calls,
-            self.cpu_seconds, self.log_bytes, self.wait_seconds,
+            self.cpu_seconds, self.log_bytes, self.wait_seconds, self.target_seconds,
+            self.network_seconds,
         ):  # fmt: skip
             counter.clear()
         self.write_units = self.index_write_units = self.read_units = 0.0
@@ -266,6 +274,19 @@ class Meter:
         their phase."""
         with self._lock:
             self.wait_seconds[function] += seconds
+
+    def on_targets(self, function: str, seconds: float) -> None:
+        """Count ``seconds`` an invocation of ``function`` spends waiting on its remote
+        targets (HTTP, Lambda invoked RequestResponse) beyond its own work: a span of
+        the batch's target calls side by side, as the caller works it out."""
+        with self._lock:
+            self.target_seconds[function] += seconds
+
+    def waited(self, function: str, seconds: float) -> None:
+        """Count ``seconds`` an invocation of ``function`` waits on the network, its
+        calls side by side as it makes them (see ``network_seconds``)."""
+        with self._lock:
+            self.network_seconds[function] += seconds
 
     def log_handler(self, formatter: logging.Formatter | None = None) -> logging.Handler:
         """A logging handler counting the bytes each function logs, as formatted by

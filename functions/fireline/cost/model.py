@@ -4,10 +4,17 @@ Per job, by line: DynamoDB write units (base tables and indexes) and read units,
 requests of SQS, S3, Secrets Manager, Step Functions' state transitions, Lambda's
 invocations, duration and wait, and CloudWatch Logs' ingestion.
 
-Lambda's duration is modelled, not measured: 5 ms of waiting per AWS call, plus the CPU
-seconds measured here scaled to the function's share of a vCPU (a full one at 1,769 MB,
-proportionally less below); an invocation known to last a given wall time (the leased
-ticker's, which ticks until its minute is up) is billed at least that. Logs are the bytes
+Lambda bills an invocation's wall time. Here it is put together, not measured (an
+emulator's speed is not Lambda's): 5 ms of waiting per AWS call, plus the CPU seconds
+measured here scaled to the function's share of a vCPU (a full one at 1,769 MB,
+proportionally less below), plus the time the invocation waits on its remote targets (an
+HTTP target's answer, a Lambda target invoked RequestResponse: ``target_seconds``, the
+span of a batch's target calls side by side); an invocation known to last a given wall
+time (the leased ticker's, which ticks until its minute is up) is billed at least that.
+Where a path works out how a worker invocation's calls overlap (its records side by side,
+``network_seconds``), that wait replaces the 5 ms per call in turn.
+The latency-model simulation measures the same wall time directly (fireline.sim's
+WorkerFleet.durations). Logs are the bytes
 the product wrote, plus the platform's START, END and REPORT lines of each invocation.
 Requests that come through the API are billed API Gateway's REST request each.
 
@@ -100,6 +107,13 @@ class Usage:
     # Per function, the time its invocations hold messages until their fire time, billed
     # on top of their work (see expected_wait).
     wait_seconds: Mapping[str, float] = field(default_factory=dict)
+    # Per function, the time its invocations wait on remote targets: part of their wall
+    # time, billed as duration.
+    target_seconds: Mapping[str, float] = field(default_factory=dict)
+    # Per function, the time its invocations wait on the network with their calls (and
+    # targets) side by side, where known: billed in place of 5 ms per call in turn plus
+    # the target wait.
+    network_seconds: Mapping[str, float] = field(default_factory=dict)
     log_bytes: float = 0.0  # the product's own lines
     state_transitions: float = 0.0
     scheduler_invocations: float = 0.0
@@ -119,6 +133,10 @@ class Usage:
             aws_calls={f: n * per for f, n in meter.function_calls.items() if f in FUNCTIONS},
             cpu_seconds={f: n * per for f, n in meter.cpu_seconds.items() if f in FUNCTIONS},
             wait_seconds={f: n * per for f, n in meter.wait_seconds.items() if f in FUNCTIONS},
+            target_seconds={f: n * per for f, n in meter.target_seconds.items() if f in FUNCTIONS},
+            network_seconds={
+                f: n * per for f, n in meter.network_seconds.items() if f in FUNCTIONS
+            },
             log_bytes=sum(meter.log_bytes.values()) * per,
             **extra,
         )
@@ -140,20 +158,32 @@ class Usage:
             cpu_seconds=add(self.cpu_seconds, other.cpu_seconds),
             wall_seconds=add(self.wall_seconds, other.wall_seconds),
             wait_seconds=add(self.wait_seconds, other.wait_seconds),
+            target_seconds=add(self.target_seconds, other.target_seconds),
+            network_seconds=add(self.network_seconds, other.network_seconds),
             log_bytes=self.log_bytes + other.log_bytes * scale,
             state_transitions=self.state_transitions + other.state_transitions * scale,
             scheduler_invocations=self.scheduler_invocations + other.scheduler_invocations * scale,
         )
 
     def lambda_gb_seconds(self) -> dict[str, float]:
-        """GB-seconds per function: 5 ms per AWS call plus CPU at the function's share of
-        a vCPU, or the wall time its invocations last if that is longer."""
+        """GB-seconds per function: its wait on the network (5 ms per AWS call in turn
+        plus the wait on remote targets, or the overlapped wait where it was worked out)
+        plus CPU at the function's share of a vCPU, or the wall time its invocations last
+        if that is longer. CPU is added to the waits, not overlapped with them: an upper
+        bound by the overlap."""
         gb_seconds: dict[str, float] = {}
-        names = {*self.invocations, *self.aws_calls, *self.cpu_seconds, *self.wall_seconds}
+        names = {
+            *self.invocations, *self.aws_calls, *self.cpu_seconds, *self.wall_seconds,
+            *self.target_seconds,
+        }  # fmt: skip
         for name in sorted(names):
             function = FUNCTIONS[name]
             share = min(1.0, function.memory_mb / FULL_VCPU_MB)
-            seconds = self.aws_calls.get(name, 0.0) * SECONDS_PER_AWS_CALL
+            if name in self.network_seconds:
+                seconds = self.network_seconds[name]
+            else:
+                seconds = self.aws_calls.get(name, 0.0) * SECONDS_PER_AWS_CALL
+                seconds += self.target_seconds.get(name, 0.0)
             seconds += self.cpu_seconds.get(name, 0.0) / share
             seconds = max(
                 seconds,

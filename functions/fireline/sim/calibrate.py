@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -207,3 +211,53 @@ def measure(repeats: int = 200) -> sim_network.SdkCost:
         }
     everything = sorted(measured.values())
     return sim_network.SdkCost(per_call=measured, default=everything[len(everything) // 2])
+
+
+# --- a worker environment's start and a Python attempt's child ----------------------------------
+
+WORKER_HANDLER_MODULE = "fireline.handlers.worker"
+
+
+def import_cpu_seconds(module: str = WORKER_HANDLER_MODULE, repeats: int = 3) -> float:
+    """CPU seconds (this machine's) a fresh interpreter spends importing ``module``: what
+    a new Lambda environment does before its first invocation (its init), the median of
+    ``repeats`` fresh interpreters. The interpreter's own start is not counted (Lambda's
+    runtime has started before the handler's module is imported)."""
+    code = (
+        "import time, sys\n"
+        "t = time.process_time()\n"
+        f"import {module}\n"
+        "sys.stdout.write(repr(time.process_time() - t))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env.setdefault("AWS_DEFAULT_REGION", REGION)
+    runs = []
+    for _ in range(repeats):
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        )
+        runs.append(float(done.stdout.strip().splitlines()[-1]))
+    return statistics.median(runs)
+
+
+def fork_cpu_seconds(repeats: int = 40) -> float:
+    """CPU seconds (this machine's) of one child process for a Python attempt, as
+    fireline.services.isolation makes it: the fork, the child's exit and its reaping,
+    the parent's CPU and the child's both, the median of ``repeats``. Measured from this
+    process: a fork's cost grows with the parent's memory, and a benchmark's process
+    holds more than a worker's, so this leans high."""
+
+    def used() -> float:
+        mine = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
+
+    runs = []
+    for _ in range(repeats):
+        before = used()
+        pid = os.fork()
+        if pid == 0:  # the child: nothing but its exit, as a no-op job's child
+            os._exit(0)
+        os.waitpid(pid, 0)
+        runs.append(used() - before)
+    return statistics.median(runs)

@@ -32,6 +32,7 @@ from fireline.sim import kernel as sim_kernel
 
 T = TypeVar("T")
 _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+_Z995 = 2.5758293035489004  # its 99.5th: |z| exceeds it 1% of the time
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,40 @@ class LatencyModel:
         """One round trip, in seconds."""
         sigma = math.log(self.p99_ms / self.median_ms) / _Z99 if self.p99_ms > self.median_ms else 0
         return min(self.cap_ms, self.median_ms * math.exp(sigma * rng.gauss(0.0, 1.0))) / 1000
+
+
+@dataclass(frozen=True)
+class TargetDuration:
+    """How long a remote target takes to answer: a seeded mix of ``seconds`` (each
+    chosen with its weight), each with a log-normal tail above it. A draw is the chosen
+    duration times ``exp(sigma * |z|)``, with sigma set so that 1% of draws exceed the
+    duration by ``tail_p99`` times (a target is never faster than its stated time: the
+    tail is all lateness), capped at ``cap_seconds``."""
+
+    seconds: tuple[float, ...] = (1.0,)
+    weights: tuple[float, ...] = (1.0,)
+    tail_p99: float = 1.5
+    cap_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.seconds or len(self.seconds) != len(self.weights):
+            raise ValueError("seconds and weights: one weight per duration")
+        if any(s <= 0 for s in self.seconds) or any(w < 0 for w in self.weights):
+            raise ValueError("seconds: above 0; weights: 0 or more")
+        if self.tail_p99 < 1:
+            raise ValueError("tail_p99: at least 1 (a target is never faster)")
+
+    def draw(self, rng: random.Random) -> float:
+        base = rng.choices(self.seconds, weights=self.weights)[0]
+        # |z| over 2.5758 happens 1% of the time: sigma puts tail_p99 there.
+        sigma = math.log(self.tail_p99) / _Z995 if self.tail_p99 > 1 else 0.0
+        return min(self.cap_seconds, base * math.exp(sigma * abs(rng.gauss(0.0, 1.0))))
+
+
+ONE_SECOND_TARGET = TargetDuration((1.0,), (1.0,))
+THREE_SECOND_TARGET = TargetDuration((3.0,), (1.0,))
+#: The e2e mix: most targets answer in a second, some in three, all with a tail.
+MIXED_TARGET = TargetDuration((1.0, 3.0), (0.8, 0.2))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ results) goes to the memory stores directly and costs no virtual time.
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any, cast
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import model, occurrence, schedule, signing
-from fireline.services import targets
+from fireline.services import dispatch, targets
 from fireline.services import worker as worker_service
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import lambdas
@@ -254,12 +255,18 @@ class Delivery:
 
 class Jobs:
     """Simulated Python jobs: each records when it started (virtual) and then works for
-    its duration, in virtual time."""
+    its duration, in virtual time: waiting (``cpu`` False), or computing (``cpu`` True:
+    ``seconds`` of this machine's CPU, charged at the invocation's share, so the jobs of
+    one invocation queue for its vCPU as a Python job's child processes do)."""
 
-    def __init__(self, kernel: sim_kernel.Kernel, seconds: float = 1.0) -> None:
+    def __init__(
+        self, kernel: sim_kernel.Kernel, seconds: float = 1.0, *, cpu: bool = False
+    ) -> None:
         self.kernel = kernel
         self.seconds = seconds
+        self.cpu = cpu
         self.started: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
         self.runs: Counter[str] = Counter()
         self.registry = targets.Registry()
         self.registry.register("sim.work")(self._work)
@@ -267,7 +274,55 @@ class Jobs:
     def _work(self, context: targets.JobContext) -> None:
         self.started.setdefault(context.occurrence_key, self.kernel.now())
         self.runs[context.occurrence_key] += 1
-        self.kernel.sleep(self.seconds)
+        if self.cpu:
+            self.kernel.charge(self.seconds)
+            self.kernel.sleep(0)  # the CPU is spent: the clock moves past it
+        else:
+            self.kernel.sleep(self.seconds)
+        self.finished[context.occurrence_key] = self.kernel.now()
+
+
+class SimTargets(targets.TargetRunner):
+    """The real target runner, with HTTP targets answered in virtual time: a request
+    takes a duration drawn from ``durations`` (seeded), past its timeout it is the
+    attempt's deadline, as a slow webhook's is. The HTTP client itself
+    (fireline.services.webhook) reads the wall clock and opens sockets, so it is not run
+    here; its CPU per request is ``http_cpu_seconds`` of this machine's, charged at the
+    invocation's share. Python, Lambda and SQS targets run as the runner runs them."""
+
+    def __init__(
+        self,
+        kernel: sim_kernel.Kernel,
+        *,
+        durations: sim_network.TargetDuration = sim_network.ONE_SECOND_TARGET,
+        seed: int = 1,
+        http_cpu_seconds: float = 0.0,
+        **runner: Any,
+    ) -> None:
+        super().__init__(**runner)
+        self.kernel = kernel
+        self.durations = durations
+        self.http_cpu_seconds = http_cpu_seconds
+        self._rng = random.Random(seed)
+        self.started: dict[str, float] = {}
+        self.finished: dict[str, float] = {}
+        self.runs: Counter[str] = Counter()
+        self.waited = 0.0  # virtual seconds spent waiting on targets, all records
+
+    def _http(self, target: dict[str, Any], context: targets.JobContext, timeout: float) -> Any:
+        k = self.kernel
+        key = context.occurrence_key
+        self.started.setdefault(key, k.now())
+        self.runs[key] += 1
+        k.charge(self.http_cpu_seconds)
+        took = self.durations.draw(self._rng)
+        limit = min(timeout, float(target.get("timeout_seconds", timeout)))
+        k.sleep(min(took, limit))
+        self.waited += min(took, limit)
+        if took > limit:
+            raise targets.DeadlineExceeded(f"no answer in {limit:.0f} s")
+        self.finished[key] = k.now()
+        return {"status": 200, "body": ""}
 
 
 def worker_for(
@@ -278,15 +333,11 @@ def worker_for(
     tenant_limit: int = 0,
     class_max_concurrency: int = 0,
     python: targets.PythonRunner = lambdas.run_inline,
+    runner: targets.TargetRunner | None = None,
 ) -> worker_service.Worker:
-    """The real worker service over the world's simulated stores, running simulated jobs."""
-    runner = targets.TargetRunner(
-        registry=jobs.registry,
-        signing_key=lambda tenant_id: SIMULATED_SIGNING_KEY,
-        lambda_client=lambda timeout, credentials: None,
-        sqs_client=lambda credentials: None,
-        python=python,
-    )
+    """The real worker service over the world's simulated stores, running simulated jobs
+    (``runner``: a :class:`SimTargets` for HTTP targets, built with :func:`runner_args`)."""
+    runner = runner or targets.TargetRunner(**runner_args(jobs, python))
     return worker_service.Worker(
         schedules=world.schedules,
         occurrences=world.occurrences,
@@ -300,6 +351,71 @@ def worker_for(
             class_max_concurrency=class_max_concurrency,
         ),
     )
+
+
+def runner_args(jobs: Jobs, python: targets.PythonRunner = lambdas.run_inline) -> dict[str, Any]:
+    """A target runner's arguments for the simulation: the jobs' registry, the simulated
+    signing key, no AWS target clients."""
+    return {
+        "registry": jobs.registry,
+        "signing_key": lambda tenant_id: SIMULATED_SIGNING_KEY,
+        "lambda_client": lambda timeout, credentials: None,
+        "sqs_client": lambda credentials: None,
+        "python": python,
+    }
+
+
+HTTP_TARGET = {"type": "http", "url": "https://jobs.example.com/hook"}
+
+
+def one_off(
+    count: int,
+    due: datetime,
+    *,
+    tenants: int = 10_000,
+    target: dict[str, Any] | None = None,
+    prefix: str = "job",
+    **fields: Any,
+) -> list[model.Schedule]:
+    """``count`` one-off jobs due at ``due`` over ``tenants`` tenants, already
+    materialized (completed: the ticker is done with them)."""
+    spec = schedule.AtSpec(when=due)
+    return [
+        model.Schedule(
+            tenant_id=f"tenant-{n % tenants:05d}",
+            schedule_id=f"{prefix}{n:07d}",
+            timing=schedule.Timing(spec=spec),
+            spec_text=str(spec),
+            kind=model.Kind.JOB,
+            target=dict(target or HTTP_TARGET),
+            state=model.ScheduleState.COMPLETED,
+            **fields,
+        )
+        for n in range(count)
+    ]
+
+
+def enqueue(world: World, fires: Sequence[tuple[model.Schedule, datetime]]) -> list[str]:
+    """Put each fire's message on its class's queue as the ticker would have sent it at
+    the world's current time (visible up to a second early, its delay rounded down); the
+    set-up's, costing no virtual time. Their occurrence keys."""
+    now = world.kernel.wall()
+    keys = []
+    by_class: dict[str, list[ports.OutboundMessage]] = {}
+    for item, fire_time in fires:
+        body = dispatch.fire_message(item, fire_time)
+        keys.append(body["occurrence_key"])
+        batch = by_class.setdefault(item.job_class, [])
+        batch.append(
+            ports.OutboundMessage(
+                body=body, delay_seconds=dispatch.delay_until(fire_time, now), id=str(len(batch))
+            )
+        )
+        if len(batch) == 10:
+            world.memory_queue.send_batch(item.job_class, by_class.pop(item.job_class))
+    for job_class, batch in by_class.items():
+        world.memory_queue.send_batch(job_class, batch)
+    return keys
 
 
 def next_visible(world: World, job_class: str = "default") -> Callable[[], float | None]:
