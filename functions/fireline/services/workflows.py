@@ -39,7 +39,7 @@ import hashlib
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -727,9 +727,12 @@ class WorkflowService:
         quotas: ports.QuotaStore | None = None,
         limits: Mapping[quota.Quota, int] | None = None,
         occurrences: ports.OccurrenceStore | None = None,
+        handlers: Container[str] | None = None,
     ) -> None:
         self.store = store
         self.documents = documents
+        # The Python handlers this deployment's workers run (None: not checked here).
+        self.handlers = handlers
         self.queue = queue
         self.clock = clock
         # Where nodes' attempts are recorded (their exit reasons); None: not shown.
@@ -781,6 +784,7 @@ class WorkflowService:
                     aws=self.aws_targets,
                     field=f"nodes[{index}].target",
                 )
+                self._check_handler(spec.target, field=f"nodes[{index}].target.handler")
                 checked.add(id(spec.target))
             model.check_deadline(
                 spec.job_class, spec.deadline_seconds, field=f"nodes[{index}].deadline_seconds"
@@ -807,6 +811,18 @@ class WorkflowService:
             )
         self.definitions.remember(definition)
         return meta
+
+    def _check_handler(self, target: Mapping[str, Any], *, field: str) -> None:
+        """A node naming a handler the workers do not have would fail every attempt of
+        every run: refused at registration, as a schedule's or a job's is."""
+        known = self.handlers
+        if target.get("type") != "python" or known is None:
+            return
+        if target.get("handler") not in known:
+            raise errors.ValidationError(
+                f"no handler {target.get('handler')!r} is registered in this deployment",
+                field=field,
+            )
 
     def upload(self, tenant_id: str) -> tuple[str, ports.UploadForm]:
         """An upload id and the presigned POST to upload a large definition with; counted
