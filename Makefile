@@ -96,7 +96,7 @@ stories: install
 
 # The fault campaign, long: CAMPAIGN_EXAMPLES random runs of the whole scheduler under
 # faults (tests/campaign). It prints its seed first; `make campaign SEED=n` replays that run.
-CAMPAIGN_EXAMPLES ?= 10000
+CAMPAIGN_EXAMPLES ?= 20000
 ifndef SEED
 SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 endif
