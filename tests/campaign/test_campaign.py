@@ -62,7 +62,6 @@ import logging
 import os
 import random
 import re
-import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -82,6 +81,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from campaign import pool
+from campaign.faults import PORT_FAULTS, TARGETED, Crash, Faults, Faulty, Violation
+from campaign.pool import Lane
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import (
@@ -163,101 +165,6 @@ def _tally(problems: list[str]) -> None:
     VIOLATED.update(seen)
 
 
-class Crash(BaseException):
-    """The invocation dies where it stands (a Lambda timeout or a crash): nothing after
-    it runs, nothing is acknowledged. A BaseException, as a real kill escapes ``except
-    Exception``."""
-
-
-class Violation(AssertionError):
-    pass
-
-
-# --- faults on the ports -----------------------------------------------------------------
-
-
-@dataclass
-class Faults:
-    """Decides, call by call, whether a port call fails and how (seeded)."""
-
-    rng: random.Random
-    rates: dict[str, float] = field(default_factory=dict)
-    fired: Counter[str] = field(default_factory=Counter)
-
-    def decide(self, name: str = "") -> str | None:
-        """The fault for a call of port method ``name``, if any: a targeted kind only
-        ever hits the calls it names (TARGETED)."""
-        draw = self.rng.random()
-        for kind, rate in self.rates.items():
-            if kind in TARGETED and name not in TARGETED[kind]:
-                continue
-            if draw < rate:
-                self.fired[kind] += 1
-                return kind
-            draw -= rate
-        return None
-
-    def note(self, kind: str) -> None:
-        """A fault the machine itself made happen (a race, a short invocation, a flood)."""
-        self.fired[kind] += 1
-
-    def total(self) -> int:
-        return sum(self.fired.values())
-
-
-# Faults that hit one kind of call: the slot store's reads and give-backs, and the
-# schedule advance (a tick killed right after it, or stalled past its lease by it).
-TARGETED: dict[str, frozenset[str]] = {
-    "throttle_slot_read": frozenset({"held"}),
-    "throttle_slot_give_back": frozenset({"give_back"}),
-    "kill_after_advance": frozenset({"advance"}),
-    "stall_after_advance": frozenset({"advance"}),
-}
-# How long a stall after an advance lasts: past the ticker's lease trust (the TTL less the
-# safety margin), as a long pause of the process or a slow answer would be.
-STALL_SECONDS = 12
-PORT_FAULTS = ("before", "after", "throttle", "kill_before", "kill_after", *TARGETED)
-
-
-class Faulty:
-    """A port whose calls may fail: ``before`` (no effect), ``throttle`` (no effect),
-    ``after`` (applied, the answer lost), ``kill_before``/``kill_after`` (the calling
-    invocation dies there), and the targeted kinds (TARGETED): ``throttle_slot_read`` and
-    ``throttle_slot_give_back`` (no effect), ``kill_after_advance`` (applied, then the
-    invocation dies), ``stall_after_advance`` (applied, then ``clock`` moves past the
-    lease's trust before the caller goes on)."""
-
-    def __init__(self, inner: Any, faults: Faults, clock: memory.FakeClock) -> None:
-        self._inner = inner
-        self._faults = faults
-        self._clock = clock
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name.startswith("_") or not callable(attr):
-            return attr
-        faults = self._faults
-
-        clock = self._clock
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            kind = faults.decide(name)
-            if kind in ("before", "throttle", "throttle_slot_read", "throttle_slot_give_back"):
-                raise errors.Unavailable(f"{name}: {kind} (injected)")
-            if kind == "kill_before":
-                raise Crash(name)
-            result = attr(*args, **kwargs)
-            if kind == "after":
-                raise errors.Unavailable(f"{name}: answer lost (injected)")
-            if kind in ("kill_after", "kill_after_advance"):
-                raise Crash(name)
-            if kind == "stall_after_advance":
-                clock.advance(STALL_SECONDS)
-            return result
-
-        return call
-
-
 # --- what the targets did ----------------------------------------------------------------
 
 
@@ -292,62 +199,6 @@ class Ledger:
             STATS["crash after the side effect"] += 1
             raise Crash("after the side effect")
         return {"ok": True}
-
-
-class Lane:
-    """One worker of the small pool (the noisy neighbour): its invocation runs on a thread
-    of its own, parked inside a hold job's run until the pool lets it end. Only one
-    thread moves at a time (the machine waits while a lane runs), so runs stay seeded."""
-
-    local = threading.local()
-
-    def __init__(self) -> None:
-        self.parked = threading.Event()
-        self.release = threading.Event()
-        self.thread: threading.Thread | None = None
-        self.tenant: str | None = None
-        self.ends_at = 0.0  # monotonic
-        self.receipt = ""
-        self.handled = False
-
-    def start(self, run: Callable[[], bool]) -> None:
-        def body() -> None:
-            Lane.local.lane = self
-            try:
-                self.handled = run()
-            except BaseException:  # a killed invocation: its message is not acknowledged
-                self.handled = False
-            finally:
-                self.parked.set()
-
-        self.thread = threading.Thread(target=body, name="campaign-lane", daemon=True)
-        self.thread.start()
-        if not self.parked.wait(60):
-            raise Violation("a pool worker neither parked nor ended")
-
-    @property
-    def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-    def end(self) -> bool:
-        """Let the parked run finish; whether its record succeeded."""
-        assert self.thread is not None
-        self.release.set()
-        self.thread.join(60)
-        if self.thread.is_alive():
-            raise Violation("a pool worker did not end")
-        return self.handled
-
-
-def _hold(ledger: Ledger, context: targets.JobContext) -> dict[str, Any]:
-    """A flooding tenant's job: on a pool worker, it runs until the pool ends it."""
-    result = ledger.run(context)
-    lane: Lane | None = getattr(Lane.local, "lane", None)
-    if lane is not None:
-        lane.tenant = context.tenant_id
-        lane.parked.set()
-        lane.release.wait(60)
-    return result
 
 
 # --- the machine -------------------------------------------------------------------------
@@ -407,7 +258,7 @@ class Campaign(RuleBasedStateMachine):
         self.registry.register("ledger")(self.ledger.run)
         self.registry.register("flaky")(lambda c: self.ledger.run(c, flaky=True))
         self.registry.register("slow")(self.ledger.run)
-        self.registry.register("hold")(lambda c: _hold(self.ledger, c))
+        self.registry.register("hold")(lambda c: pool.hold(self.ledger, c))
         self.definitions = workflows.Definitions(self.m_workflows, self.documents)
         self.wf_service = workflows.WorkflowService(
             store=self.wf_store,
