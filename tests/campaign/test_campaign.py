@@ -573,6 +573,34 @@ class Campaign(RuleBasedStateMachine):
         finally:
             self.faults.rates = rates
 
+    @rule(
+        kind=st.sampled_from(["throttle_slot_read", "throttle_slot_give_back"]),
+        order=st.randoms(use_true_random=False),
+    )
+    def forbid_run_with_a_throttled_slot_call(self, kind: str, order: random.Random) -> None:
+        """A forbid-overlap schedule every 20 s whose first fire's delivery meets a
+        throttled slot read (half of them: the tenant's slots after the run slot, or the
+        run slot's own) or a throttled give-back; then its next fire is delivered."""
+        draft = schedules.ScheduleDraft(
+            spec="rate(20 seconds)",
+            target=LEDGER,
+            overlap=policies.OverlapPolicy.FORBID,
+            retry=retry.RetryPolicy(max_attempts=4, base_seconds=1, cap_seconds=20),
+            deadline_seconds=JOB_DEADLINE_SECONDS,
+        )
+        if self._api(lambda: self.service.create(TENANT, draft)) is None:
+            return
+        self.invoke_ticker("a", 1)
+        self.clock.advance(21)
+        rates = dict(self.faults.rates)
+        self.faults.rates = {kind: 0.5 if kind == "throttle_slot_read" else 1.0}
+        try:
+            self.deliver("default", order, False, None, WORKER_REMAINING_MS)
+        finally:
+            self.faults.rates = rates
+        self.clock.advance(20)
+        self.deliver("default", order, False, None, WORKER_REMAINING_MS)
+
     @rule(pool=st.sampled_from([2, 3]))
     def flood_a_small_pool(self, pool: int) -> None:
         """The noisy neighbour: a class configured for CONFIGURED_CLASS runs at once,
