@@ -544,7 +544,14 @@ def build_app(
     def not_found(exc: errors.NotFound) -> Response[str]:
         return _error(404, "not_found", exc.message)
 
-    @app.exception_handler([errors.ConflictError, errors.AlreadyExists, errors.IllegalTransition])
+    @app.exception_handler(
+        [
+            errors.ConflictError,
+            errors.AlreadyExists,
+            errors.IllegalTransition,
+            errors.CorruptDefinition,
+        ]
+    )
     def conflict(exc: errors.FirelineError) -> Response[str]:
         return _error(409, "conflict", exc.message)
 

@@ -58,7 +58,8 @@ ERRORS: dict[int, str] = {
     403: "The key's usage plan refuses the call, or a tenant quota is used up (then the "
     "error also gives quota, limit and used)",
     404: "No such resource for this tenant",
-    409: "The resource's state forbids it, or a concurrent change won: read it and retry",
+    409: "The resource's state forbids it, or a concurrent change won: read it and retry "
+    "(or a run's stored definition no longer matches its digest: register it again)",
     413: "The request body is too large",
     415: "The request body is not application/json",
     422: "The request does not match this document, its field named",
@@ -66,6 +67,9 @@ ERRORS: dict[int, str] = {
     503: "A backend is unavailable: retry shortly",
 }
 ALWAYS = (400, 401, 403, 422, 429, 503)
+# Reads that load a run's stored definition, refused (409) when it does not match its
+# digest (errors.CorruptDefinition).
+READS_DEFINITION = frozenset({"/runs/{run_id}/graph"})
 ERROR_SCHEMA = "ErrorOut"
 _REF = "#/components/schemas/"
 
@@ -241,7 +245,7 @@ def _finish_operation(path: str, method: str, operation: dict[str, Any]) -> None
     statuses = list(ALWAYS)
     if "{" in path:
         statuses.append(404)
-    if method != "get":
+    if method != "get" or path in READS_DEFINITION:
         statuses.append(409)
     if "requestBody" in operation:
         statuses += [413, 415]
