@@ -123,13 +123,16 @@ stories: install
 
 # The fault campaign, long: CAMPAIGN_EXAMPLES random runs of the whole scheduler under
 # faults (tests/campaign). It prints its seed first; `make campaign SEED=n` replays that run.
-CAMPAIGN_EXAMPLES ?= 10000
+# KEEP_GOING=1 counts every invariant violated over the run instead of stopping at the first.
+CAMPAIGN_EXAMPLES ?= 20000
+KEEP_GOING ?= 0
 ifndef SEED
 SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 endif
 campaign: install
 	@echo "campaign seed $(SEED): make campaign SEED=$(SEED) replays this run"
-	FIRELINE_CAMPAIGN_EXAMPLES=$(CAMPAIGN_EXAMPLES) $(BIN)/python -m pytest -q -s \
+	FIRELINE_CAMPAIGN_EXAMPLES=$(CAMPAIGN_EXAMPLES) FIRELINE_CAMPAIGN_KEEP_GOING=$(KEEP_GOING) \
+		$(BIN)/python -m pytest -q -s \
 		--hypothesis-seed=$(SEED) tests/campaign
 
 clean:

@@ -575,6 +575,7 @@ def workflow_service() -> workflows.WorkflowService:
         quotas=quota_store(),
         limits=settings().quotas,
         occurrences=occurrence_store(),
+        handlers=registry(),
     )
 
 

@@ -267,7 +267,9 @@ def deep_cursor() -> str:
     "path", ["/schedules", "/schedules/{s}/occurrences", "/dead-letters", "/runs/r1/nodes"]
 )
 def test_a_cursor_nested_past_what_a_decoder_can_go_is_400(api: Api, path: str) -> None:
-    query = {"cursor": deep_cursor(), "state": "waiting"}
+    query = {"cursor": deep_cursor()}
+    if path != "/dead-letters":  # the one of these with no state filter
+        query["state"] = "waiting"
     event = api_event("GET", path.format(s=api.schedule_id), None, query=query)
     response = api_app.handle(api.app, event, None)
     assert response["statusCode"] == 400

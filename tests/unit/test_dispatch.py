@@ -48,6 +48,35 @@ def test_a_skipped_fire_whose_row_waits_queued_is_settled_not_left_waiting() -> 
     assert report.skipped == 1
 
 
+def test_a_fire_that_ran_and_waits_for_its_retry_is_not_skipped_as_missed() -> None:
+    # GIVEN a fire that was sent on time, ran, failed its first attempt and waits for its
+    # retry (its message requeued with the backoff), which a misfire plan redone after a
+    # failed advance now lists as missed
+    item = every_minute()
+    store = memory.MemoryOccurrenceStore()
+    sent = dispatch.row_for(item, T0 + MINUTE, T0 + MINUTE)
+    assert store.put_new(sent)
+    won, claimed = store.claim(sent.key, now=T0 + MINUTE, until=T0 + 2 * MINUTE)
+    assert won and claimed is not None
+    failed = claimed.moved(occurrence.State.FAILED, exit_reason="error: down")
+    assert store.transition(failed, expected_state=occurrence.State.RUNNING)
+    report = dispatch.DispatchReport()
+    # WHEN the plan's skips are recorded
+    dispatch.record_skips(
+        item,
+        [dispatch.Skip(T0 + MINUTE, "skipped: misfire")],
+        None,
+        now=NOW,
+        occurrences=store,
+        report=report,
+    )
+    # THEN its retry still runs: the fire was not missed, and nothing is counted skipped
+    row = store.get(sent.key)
+    assert row is not None and row.state is occurrence.State.FAILED
+    assert row.exit_reason == "error: down"
+    assert report.skipped == 0
+
+
 def test_a_summary_whose_first_fire_ran_starts_at_the_next_and_counts_one_less() -> None:
     # GIVEN a summary of 20 missed fires whose first one ran after all (an interrupted tick
     # had sent it, and a worker claimed it before the plan was recorded)

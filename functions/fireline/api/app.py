@@ -127,10 +127,12 @@ def build_app(
         """The tenant whose data the request reads or writes: the key's own; an operator's
         key reads the tenant its request names (``?tenant=``), its own when none."""
         own, operator = identity()
-        if not operator:
-            return own  # a tenant's key names no other tenant: ?tenant= is not read
         named = (app.current_event.query_string_parameters or {}).get("tenant")
-        return api_keys.check_tenant_id(named) if named else own
+        if named is None:
+            return own
+        # Checked for every key, so a malformed one is a 400 whoever sends it.
+        api_keys.check_tenant_id(named)
+        return named if operator else own  # a tenant's key reads its own, whatever it names
 
     def header(name: str) -> str | None:
         for key, value in (app.current_event.headers or {}).items():
@@ -562,7 +564,14 @@ def build_app(
     def not_found(exc: errors.NotFound) -> Response[str]:
         return _error(404, "not_found", exc.message)
 
-    @app.exception_handler([errors.ConflictError, errors.AlreadyExists, errors.IllegalTransition])
+    @app.exception_handler(
+        [
+            errors.ConflictError,
+            errors.AlreadyExists,
+            errors.IllegalTransition,
+            errors.CorruptDefinition,
+        ]
+    )
     def conflict(exc: errors.FirelineError) -> Response[str]:
         return _error(409, "conflict", exc.message)
 
@@ -612,7 +621,12 @@ def handle(app: APIGatewayRestResolver, event: dict[str, Any], context: Any) -> 
     it: its size, its type (a JSON object only) and its nesting, NaN, infinities and numbers
     out of range, so what the resolver and the models then read cannot fail them (a 5xx) or
     be stored changed (a non-finite number as null)."""
-    refused = _refused_operator(event) or _refused_shadowed(app, event) or _refused_body(event)
+    refused = (
+        _refused_operator(event)
+        or _refused_shadowed(app, event)
+        or _refused_query(app, event)
+        or _refused_body(event)
+    )
     if refused is not None:
         return {
             "statusCode": refused.status_code,
@@ -660,6 +674,47 @@ def _refused_shadowed(app: APIGatewayRestResolver, event: dict[str, Any]) -> Res
         shadow = any(r.method == method and r.rule.match(path) for r in app._dynamic_routes)
         if shadow:
             return _not_allowed(method, path, sorted(static))
+    return None
+
+
+def _route(app: APIGatewayRestResolver, method: str, path: str) -> Any:
+    """The route the resolver would serve ``method`` ``path`` with (a static one first,
+    as the resolver prefers it), or None."""
+    for routes in (app._static_routes, app._dynamic_routes):
+        for route in routes:
+            if route.method == method and route.rule.match(path):
+                return route
+    return None
+
+
+def _refused_query(app: APIGatewayRestResolver, event: dict[str, Any]) -> Response[str] | None:
+    """A query parameter the route does not read is refused (400 naming it), not ignored:
+    a misspelt ``stat=failed`` would otherwise list every state as if filtered. A route
+    takes the parameters its document lists, and a GET also ``tenant`` (an operator's
+    view of another tenant). Routes outside the document (the console, the document
+    itself) are left as they are, and so is a caller without an identity (its 401 first)."""
+    names = [
+        *(event.get("queryStringParameters") or {}),
+        *(event.get("multiValueQueryStringParameters") or {}),
+    ]
+    if not names or not ((event.get("requestContext") or {}).get("authorizer") or {}):
+        return None
+    method = str(event.get("httpMethod") or "").upper()
+    route = _route(app, method, str(event.get("path") or ""))
+    if route is None or not route.include_in_schema:
+        return None  # the resolver answers 404 or 405
+    known = {str(q.alias) for q in route.dependant.query_params}
+    if method == "GET":
+        known.add(document.TENANT_PARAMETER)
+    for name in names:
+        if name not in known:
+            takes = ", ".join(sorted(known)) or "none"
+            return _error(
+                400,
+                "validation",
+                f"is not a query parameter of {method} {route.openapi_path} (it takes: {takes})",
+                name,
+            )
     return None
 
 

@@ -10,7 +10,9 @@ The routes in ``app`` declare their own success bodies (with :func:`success`) an
 - an operation with a path parameter may answer 404 (no such resource for this tenant);
 - an operation that changes something may answer 409 (its state forbids it, or a
   concurrent change won);
-- an operation that takes a body may answer 413 and 415 (checked on the raw request).
+- an operation that takes a body may answer 413 and 415 (checked on the raw request);
+- a GET also takes ``tenant`` (an operator's key reads that tenant); any query parameter
+  an operation does not list is refused with a 400 naming it.
 
 Every error is the one shape ``{"error": {"type", "message", "field"}}`` (models.ErrorOut),
 the gateway's own refusals included.
@@ -29,6 +31,7 @@ from aws_lambda_powertools.event_handler.openapi.models import Example
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from fireline.api import models
+from fireline.domain import api_keys
 
 API_KEY_HEADER = "x-api-key"
 SECURITY_SCHEME = "apiKey"
@@ -44,14 +47,19 @@ IDEMPOTENT = frozenset(
         ("post", "/workflows/{workflow_id}/runs"),
     }
 )
+# The query parameter every GET takes besides its own: an operator's key reads the tenant
+# it names (app's ``tenant``).
+TENANT_PARAMETER = "tenant"
 ERRORS: dict[int, str] = {
-    400: "A value the API refuses, its field named: a cursor it did not return, an unknown "
-    "state, a schedule spec or time zone it cannot read, a body nested too deep",
+    400: "A value the API refuses, its field named: a query parameter the operation does "
+    "not list, a cursor it did not return, an unknown state, a schedule spec or time zone "
+    "it cannot read, a body nested too deep",
     401: f"No {API_KEY_HEADER} header, or a key that is unknown or revoked",
     403: "The key's usage plan refuses the call, or a tenant quota is used up (then the "
     "error also gives quota, limit and used)",
     404: "No such resource for this tenant",
-    409: "The resource's state forbids it, or a concurrent change won: read it and retry",
+    409: "The resource's state forbids it, or a concurrent change won: read it and retry "
+    "(or a run's stored definition no longer matches its digest: register it again)",
     413: "The request body is too large",
     415: "The request body is not application/json",
     422: "The request does not match this document, its field named",
@@ -59,6 +67,9 @@ ERRORS: dict[int, str] = {
     503: "A backend is unavailable: retry shortly",
 }
 ALWAYS = (400, 401, 403, 422, 429, 503)
+# Reads that load a run's stored definition, refused (409) when it does not match its
+# digest (errors.CorruptDefinition).
+READS_DEFINITION = frozenset({"/runs/{run_id}/graph"})
 ERROR_SCHEMA = "ErrorOut"
 _REF = "#/components/schemas/"
 
@@ -234,7 +245,7 @@ def _finish_operation(path: str, method: str, operation: dict[str, Any]) -> None
     statuses = list(ALWAYS)
     if "{" in path:
         statuses.append(404)
-    if method != "get":
+    if method != "get" or path in READS_DEFINITION:
         statuses.append(409)
     if "requestBody" in operation:
         statuses += [413, 415]
@@ -243,6 +254,17 @@ def _finish_operation(path: str, method: str, operation: dict[str, Any]) -> None
             "description": ERRORS[status],
             "content": {content_types.APPLICATION_JSON: {"schema": {"$ref": _REF + ERROR_SCHEMA}}},
         }
+    if method == "get":
+        operation.setdefault("parameters", []).append(
+            {
+                "name": TENANT_PARAMETER,
+                "in": "query",
+                "required": False,
+                "description": "An operator's key: the tenant whose data to read (default "
+                "the key's own). A tenant's key reads its own tenant whatever this names",
+                "schema": {"type": "string", "pattern": api_keys.TENANT_ID.pattern},
+            }
+        )
     if (method, path) in IDEMPOTENT:
         operation.setdefault("parameters", []).append(
             {

@@ -99,6 +99,11 @@ class ConflictError(FirelineError):
     """The resource changed since it was read (version mismatch)."""
 
 
+class CorruptDefinition(FirelineError):
+    """A stored workflow definition does not match the digest its own key names: it was
+    changed after it was registered, and is never run."""
+
+
 class IllegalTransition(FirelineError):
     """The occurrence cannot move from its current state to the requested one."""
 

@@ -230,10 +230,13 @@ def _record_skip(
         return False
     if existing.state is occurrence.State.SKIPPED:
         return True  # a redo of this plan after a crash
-    if existing.state in occurrence.CLAIMABLE:
-        # A row waiting for a delivery (a trigger's, or a retry's) whose fire the plan
-        # now skips: settle it, or it would wait forever. The claim is conditional on
-        # the state, so a delivery racing this either runs it or finds it skipped.
+    if existing.state is occurrence.State.QUEUED:
+        # A row waiting for a delivery that may never come (an interrupted trigger's)
+        # whose fire the plan now skips: settle it, or it would wait forever. The claim
+        # is conditional on the state, so a delivery racing this either runs it or finds
+        # it skipped. A failed row is not: its fire ran, and its retry's message is on
+        # the queue (a plan redone after a failed advance lists it as missed, but it was
+        # not), so it keeps its retry, as a fire that ran keeps its row.
         moved = existing.moved(occurrence.State.SKIPPED, finished_at=now, exit_reason=reason)
         if occurrences.transition(moved, expected_state=existing.state):
             report.skipped += 1

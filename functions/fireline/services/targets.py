@@ -329,6 +329,10 @@ class TargetRunner:
             target_rules.check_headers(target.get("headers") or {})
         except errors.ValidationError as exc:
             raise TargetFailed(f"a header cannot be sent: {exc.message}") from exc
+        try:
+            target_rules.check_request_target(str(target["url"]))
+        except errors.ValidationError as exc:
+            raise TargetFailed(f"the URL cannot be sent: {exc.message}") from exc
         body = json.dumps(context.as_message(), separators=(",", ":")).encode()
         url = str(target["url"])
         try:

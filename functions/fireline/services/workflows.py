@@ -39,7 +39,7 @@ import hashlib
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -98,6 +98,19 @@ class Definitions:
         raw = self.documents.get(meta.document_key) if meta is not None else None
         if raw is None:
             raise errors.NotFound(f"workflow {workflow_id!r} version {version} has no document")
+        assert meta is not None  # a document was read by its key
+        # The key names the document's digest: a document changed after registration (an
+        # object store or emulator that let a write past the upload's conditions) would
+        # otherwise run as the version its owner registered.
+        if meta.digest and hashlib.sha256(raw).hexdigest()[: len(meta.digest)] != meta.digest:
+            logger.error(
+                "workflow definition corrupt",
+                extra={"action": "workflow.corrupt", "key": meta.document_key},
+            )
+            raise errors.CorruptDefinition(
+                f"workflow {workflow_id!r} version {version}: its stored document does not "
+                "match its digest; register it again"
+            )
         found = workflow.Definition.from_document(tenant_id, workflow_id, version, raw)
         with self._lock:
             self._cache[key] = found
@@ -199,7 +212,11 @@ class Controller:
         run = self.store.get_run(run_id)
         if run is None or run.state is not workflow.RunState.RUNNING:
             return report
-        definition = self._definition(run)
+        try:
+            definition = self._definition(run)
+        except errors.CorruptDefinition:
+            self._end_unrunnable(run, report)
+            return report
         graph = definition.graph
         while run.materialized < run.total:
             begin = run.materialized
@@ -413,6 +430,22 @@ class Controller:
 
     def _definition(self, run: workflow.Run) -> workflow.Definition:
         return self.definitions.get(run.tenant_id, run.workflow_id, run.version)
+
+    def _end_unrunnable(self, run: workflow.Run, report: Report) -> None:
+        """A run whose definition cannot be trusted ends failed before any node is written:
+        redelivering its start would meet the same document."""
+        failed = replace(
+            run,
+            state=workflow.RunState.FAILED,
+            has_failures=True,
+            finished_at=self.clock.now(),
+        )
+        # Conditional on the run as read: a cancel or another start that moved it first wins.
+        if self.store.update_run(
+            failed, expected_state=run.state, expected_generation=run.generation
+        ):
+            report.finished = workflow.RunState.FAILED
+            self.metrics.add_metric("WorkflowRunsFailed", "Count", 1)
 
     def _succeed(
         self,
@@ -727,9 +760,12 @@ class WorkflowService:
         quotas: ports.QuotaStore | None = None,
         limits: Mapping[quota.Quota, int] | None = None,
         occurrences: ports.OccurrenceStore | None = None,
+        handlers: Container[str] | None = None,
     ) -> None:
         self.store = store
         self.documents = documents
+        # The Python handlers this deployment's workers run (None: not checked here).
+        self.handlers = handlers
         self.queue = queue
         self.clock = clock
         # Where nodes' attempts are recorded (their exit reasons); None: not shown.
@@ -781,6 +817,7 @@ class WorkflowService:
                     aws=self.aws_targets,
                     field=f"nodes[{index}].target",
                 )
+                self._check_handler(spec.target, field=f"nodes[{index}].target.handler")
                 checked.add(id(spec.target))
             model.check_deadline(
                 spec.job_class, spec.deadline_seconds, field=f"nodes[{index}].deadline_seconds"
@@ -807,6 +844,18 @@ class WorkflowService:
             )
         self.definitions.remember(definition)
         return meta
+
+    def _check_handler(self, target: Mapping[str, Any], *, field: str) -> None:
+        """A node naming a handler the workers do not have would fail every attempt of
+        every run: refused at registration, as a schedule's or a job's is."""
+        known = self.handlers
+        if target.get("type") != "python" or known is None:
+            return
+        if target.get("handler") not in known:
+            raise errors.ValidationError(
+                f"no handler {target.get('handler')!r} is registered in this deployment",
+                field=field,
+            )
 
     def upload(self, tenant_id: str) -> tuple[str, ports.UploadForm]:
         """An upload id and the presigned POST to upload a large definition with; counted
@@ -1101,7 +1150,10 @@ class NodeJobs:
             return None, "stale node generation"
         if node.state is not NodeState.DISPATCHED:
             return None, f"node is {node.state.value}"
-        definition = self.definitions.get(run.tenant_id, run.workflow_id, run.version)
+        try:
+            definition = self.definitions.get(run.tenant_id, run.workflow_id, run.version)
+        except errors.CorruptDefinition:
+            return None, "workflow definition corrupt"
         return workflow.node_job(run, definition.specs[node_id], row.version), None
 
     def finished(self, key: str) -> None:
