@@ -88,7 +88,14 @@ class System:
         self.registry.register("noop")(lambda context: None)
         #: Tenants' roles, assumed on moto's STS (which gives each assumed role's
         #: credentials the role's account) as the deployed worker does.
-        self.roles = roles.RoleAssumer(lambda credentials: client_as("sts", credentials))
+        self.roles = roles.RoleAssumer(lambda credentials: self.metered("sts", credentials))
+
+    def metered(self, service: str, credentials: roles.Credentials | None) -> Any:
+        """A moto client as ``credentials`` whose requests the system's log counts (the
+        tenants' roles and the dispatch targets' calls, as the cost paths bill them)."""
+        client = client_as(service, credentials)
+        self.log.attach(client)
+        return client
 
     def allow_local_webhooks(self) -> None:
         """The local cloud's operator setting: plain http and the loopback (test servers
@@ -104,6 +111,7 @@ class System:
             sqs_client=lambda credentials: (
                 self.sqs_client if credentials is None else client_as("sqs", credentials)
             ),
+            aws_client=lambda service, region, credentials: self.metered(service, credentials),
             roles_for_targets=self.roles,
             aws_targets=self.service.aws_targets,
             egress=webhook.Egress(policy=self.egress),
