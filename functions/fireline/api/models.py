@@ -192,6 +192,11 @@ class SqsTarget(Strict):
     )
 
 
+def _arn_pattern(arn: re.Pattern[str]) -> str:
+    """The domain's ARN shape as a JSON Schema pattern: ECMA-262 has no ``(?P<name>``."""
+    return "^" + re.sub(r"\(\?P<\w+>", "(", arn.pattern) + "$"
+
+
 class StepFunctionsTarget(Strict):
     """Start an execution of a state machine, as ``role_arn``. The execution's name is
     derived from the occurrence key, so a standard state machine runs a fire once however
@@ -199,7 +204,7 @@ class StepFunctionsTarget(Strict):
 
     type: Literal["stepfunctions"]
     state_machine_arn: str = Field(
-        pattern=rf"^{aws_target.STATE_MACHINE_ARN.pattern}$",
+        pattern=_arn_pattern(aws_target.STATE_MACHINE_ARN),
         description="arn:aws:states:<region>:<account>:stateMachine:<name>",
     )
     role_arn: str | None = Field(
@@ -213,7 +218,7 @@ class EventBridgeTarget(Strict):
 
     type: Literal["eventbridge"]
     event_bus_arn: str = Field(
-        pattern=rf"^{aws_target.EVENT_BUS_ARN.pattern}$",
+        pattern=_arn_pattern(aws_target.EVENT_BUS_ARN),
         description="arn:aws:events:<region>:<account>:event-bus/<name>",
     )
     detail_type: str = Field(min_length=1, max_length=aws_target.MAX_DETAIL_TYPE)
@@ -233,7 +238,7 @@ class SnsTarget(Strict):
 
     type: Literal["sns"]
     topic_arn: str = Field(
-        pattern=rf"^{aws_target.TOPIC_ARN.pattern}$",
+        pattern=_arn_pattern(aws_target.TOPIC_ARN),
         description="arn:aws:sns:<region>:<account>:<name>",
     )
     role_arn: str | None = Field(
