@@ -188,8 +188,9 @@ def check(
     target: Mapping[str, Any], *, tenant_id: str, policy: AwsTargetPolicy, field: str = "target"
 ) -> None:
     """Refuse, at registration, an AWS target no attempt may call (typed error naming the
-    field): one of Fireline's own resources, a malformed role, or no role where the
-    operator's allowlist does not cover the resource."""
+    field): one of Fireline's own resources, a state machine, bus or topic of Fireline's
+    account the operator did not allow, a malformed role, or no role where the operator's
+    allowlist does not cover the resource."""
     kind = str(target.get("type"))
     if kind not in RESOURCE_FIELDS:
         return
@@ -201,10 +202,19 @@ def check(
         raise errors.ValidationError(
             "is a resource of this Fireline deployment, never a target", field=where
         )
+    role = target.get("role_arn")
+    # A role of the deployment's account is the operator's to allow (own_account_role,
+    # below): one the allowlist names for the tenant may reach what that role reaches.
+    own_role = (
+        isinstance(role, str)
+        and ROLE_ARN.fullmatch(role) is not None
+        and role.split(":")[4] == policy.account
+    )
     if (
         kind in ACCOUNT_BOUND
         and policy.in_own_account(resource)
         and not policy.allows(tenant_id, resource)
+        and not own_role
     ):
         raise errors.ValidationError(
             "is in this Fireline deployment's own account, which no operator allowlist "
@@ -213,7 +223,6 @@ def check(
         )
     if kind == "eventbridge":
         check_event_fields(target, field=field)
-    role = target.get("role_arn")
     if role is not None:
         if not isinstance(role, str) or not ROLE_ARN.fullmatch(role):
             raise errors.ValidationError(
