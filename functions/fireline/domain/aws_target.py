@@ -10,8 +10,10 @@ tenant; what the tenant's role cannot do, the job cannot do.
 
 Single-account deployments may do without a role: the operator lists, per tenant, the ARN
 patterns a tenant's targets may name (and grants the workers those ARNs in the template).
-Anything else is denied. Fireline's own functions and queues are never targets, with a
-role or without: refused at registration and again at every attempt.
+Anything else is denied. Fireline's own functions, queues and state machine are never
+targets, with a role or without, and neither is a state machine, bus or topic of Fireline's
+account unless the operator allows it (a bus there has rules, a topic subscribers, that are
+no tenant's): refused at registration and again at every attempt.
 """
 
 from __future__ import annotations
