@@ -508,8 +508,9 @@ class TargetRunner:
         except botocore.exceptions.ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
                 raise TargetFailed(f"stepfunctions target: {aws_failure(exc)}") from exc
-            # The name is this occurrence's digest and the input is fixed by it: the
-            # execution that holds the name is the one an earlier attempt started.
+            # The name is this occurrence's digest, and so is the input: the key holds the
+            # schedule's version, which fixes its payload, and no attempt number is sent.
+            # The execution holding the name is the one an earlier attempt started.
             arn = machine.replace(":stateMachine:", ":execution:", 1) + f":{name}"
             return {"execution_arn": arn, "already_started": True}
         except Exception as exc:
