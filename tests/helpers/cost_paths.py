@@ -31,14 +31,13 @@ from fireline.adapters import quotas_dynamodb, schedules_dynamodb, sweep_dynamod
 from fireline.api import app as api_app
 from fireline.cost import meter, model
 from fireline.domain import occurrence, quota, workflow
-from fireline.services import dispatch, roles, schedules
+from fireline.services import dispatch, schedules
 from fireline.services import sweep as sweep_service
 from fireline.services import ticker as ticker_service
 from fireline.services import worker as worker_service
 
-from . import tenant_resources
 from .flows import node, wide_dag
-from .system import System, client_as, flow_on, moto_system
+from .system import System, flow_on, moto_system
 from .transactions import item_scoped_transactions
 
 TARGET = {"type": "python", "handler": "noop"}
@@ -471,63 +470,6 @@ def _run_created(system: System, jobs: int, tenant: str, *, batched: bool) -> Me
         used = system.quotas.usage(tenant).count(quota.Quota.ACTIVE_JOBS)
     assert used == 0, f"{used} of the jobs' units are not back"
     return Measured.of(system.log, succeeded)
-
-
-#: A role in the tenant's own account that Fireline's target caller role may assume.
-TENANT_ACCOUNT = "111122223333"
-TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-jobs"
-
-
-def dispatch_targets(system: System, kind: str, jobs: int, *, tenant: str = TENANT) -> Measured:
-    """``jobs`` one-off jobs of one tenant, each to its own state machine, bus or topic
-    (``kind``), created through the API and run as :func:`one_off`, the targets called as
-    the tenant's role. Roles are assumed as deployed: the target caller role first, then
-    the tenant's, each once while its credentials last (an hour), so the AssumeRole calls
-    of a warm worker are shared by every job it runs in that hour; here by ``jobs``."""
-
-    def in_tenant_account(service: str) -> Any:
-        admin = client_as("sts", None).assume_role(
-            RoleArn=f"arn:aws:iam::{TENANT_ACCOUNT}:role/admin", RoleSessionName="tenant-admin"
-        )["Credentials"]
-        return client_as(
-            service,
-            roles.Credentials(
-                admin["AccessKeyId"], admin["SecretAccessKey"], admin["SessionToken"], 0
-            ),
-        )
-
-    with system.log.unmetered():
-        if kind == "stepfunctions":
-            target = {
-                "type": kind,
-                "state_machine_arn": tenant_resources.state_machine(in_tenant_account),
-            }
-        elif kind == "eventbridge":
-            target = {
-                "type": kind,
-                "event_bus_arn": tenant_resources.event_bus(in_tenant_account).arn,
-                "detail_type": "report due",
-                "source": "acme.reports",
-            }
-        else:
-            target = {"type": kind, "topic_arn": tenant_resources.topic(in_tenant_account).arn}
-    system.roles = roles.RoleAssumer(
-        lambda credentials: system.metered("sts", credentials),
-        caller_role_arn=system.stack.environment["TARGET_CALLER_ROLE_ARN"],
-    )
-    system.service.ids = seeded_ids(f"{tenant}-{kind}")
-    system.log.reset()
-    for _ in range(jobs):
-        system.log.charge(API_REQUEST)
-        with system.log.within("api"):
-            status, body = system.call(
-                "POST",
-                "/jobs",
-                {"delay_seconds": 120, "target": {**target, "role_arn": TENANT_ROLE}},
-                tenant=tenant,
-            )
-        assert status == 201, body
-    return _run_created(system, jobs, tenant, batched=False)
 
 
 def idle_ticker_minute() -> Measured:

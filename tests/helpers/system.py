@@ -88,11 +88,11 @@ class System:
         self.registry.register("noop")(lambda context: None)
         #: Tenants' roles, assumed on moto's STS (which gives each assumed role's
         #: credentials the role's account) as the deployed worker does.
-        self.roles = roles.RoleAssumer(lambda credentials: self.metered("sts", credentials))
+        self.roles = roles.RoleAssumer(lambda credentials: client_as("sts", credentials))
 
     def metered(self, service: str, credentials: roles.Credentials | None) -> Any:
         """A moto client as ``credentials`` whose requests the system's log counts (the
-        tenants' roles and the dispatch targets' calls, as the cost paths bill them)."""
+        dispatch targets' calls, billed to the tenant's account; a cost path's roles)."""
         client = client_as(service, credentials)
         self.log.attach(client)
         return client

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fireline.cost import model, prices
-from helpers import cost_paths
+from helpers import cost_dispatch, cost_paths
 from helpers.system import System
 
 # Per fire (per node for workflow_node; a one-off job's creation is in its figures):
@@ -169,7 +169,7 @@ SYSTEM_PATHS: dict[str, Callable[[System], cost_paths.Measured]] = {
     ),
     # 5 one-off jobs to a tenant's state machine, bus or topic, as its role
     **{
-        f"one_off_{kind}": lambda system, kind=kind: cost_paths.dispatch_targets(system, kind, 5)
+        f"one_off_{kind}": lambda system, kind=kind: cost_dispatch.one_off(system, kind, 5)
         for kind in ("stepfunctions", "eventbridge", "sns")
     },
     # the minutely path in a tenant with the deployed concurrency limit
