@@ -146,6 +146,8 @@ def test_an_event_bus_target_puts_one_event_carrying_the_occurrence_key(system: 
     assert (event["source"], event["detail-type"]) == (SOURCE, "report due")
     assert event["detail"]["occurrence_key"] == row.key
     assert row.result["output"] == {"event_id": event["id"]}
+    (session,) = sessions()
+    assert (session.role_arn, session.external_id) == (TENANT_ROLE, "tenant-a")
 
 
 def test_a_failed_entry_of_put_events_is_a_failure_of_the_attempt(system: System) -> None:
@@ -190,6 +192,8 @@ def test_a_topic_target_publishes_with_the_occurrence_key_as_an_attribute(system
     assert json.loads(notification["Message"])["occurrence_key"] == row.key
     assert notification["MessageAttributes"]["IdempotencyKey"]["Value"] == row.key
     assert row.result["output"] == {"message_id": notification["MessageId"]}
+    (session,) = sessions()
+    assert (session.role_arn, session.external_id) == (TENANT_ROLE, "tenant-a")
 
 
 def test_a_fifo_topic_drops_a_retried_fire_by_its_deduplication_id(system: System) -> None:
