@@ -15,6 +15,11 @@ from typing import Any
 Clients = Callable[[str], Any]
 
 PASS_MACHINE = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+# Runs for an hour unless stopped: a test decides when its execution ends.
+WAITING_MACHINE = {
+    "StartAt": "Wait",
+    "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}},
+}
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,9 @@ def _queue(client: Clients, name: str, *, fifo: bool = False) -> tuple[str, str]
     return url, arn
 
 
-def state_machine(client: Clients, name: str = "reports") -> str:
+def state_machine(
+    client: Clients, name: str = "reports", definition: dict[str, Any] = PASS_MACHINE
+) -> str:
     role = client("iam").create_role(
         RoleName=f"{name}-machine",
         AssumeRolePolicyDocument=json.dumps(
@@ -52,7 +59,7 @@ def state_machine(client: Clients, name: str = "reports") -> str:
         ),
     )["Role"]["Arn"]
     arn: str = client("stepfunctions").create_state_machine(
-        name=name, definition=json.dumps(PASS_MACHINE), roleArn=role
+        name=name, definition=json.dumps(definition), roleArn=role
     )["stateMachineArn"]
     return arn
 

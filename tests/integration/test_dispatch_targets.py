@@ -24,6 +24,7 @@ from fireline.services import targets
 from fireline.services.worker import Result
 from helpers import tenant_resources
 from helpers.aws import ACCOUNT_ID, REGION
+from helpers.flows import signing_key
 from helpers.system import System, client_as, moto_system
 from integration.test_aws_targets import (
     TENANT_ACCOUNT,
@@ -91,22 +92,36 @@ def test_a_state_machine_target_starts_an_execution_named_after_the_occurrence(
     assert (session.role_arn, session.external_id) == (TENANT_ROLE, "tenant-a")
 
 
-def test_a_retried_fire_does_not_start_a_second_execution(system: System) -> None:
-    machine = tenant_resources.state_machine(tenant)
+def test_a_redelivery_while_the_execution_runs_meets_that_execution(system: System) -> None:
+    # GIVEN a fire whose execution still runs
+    machine = tenant_resources.state_machine(tenant, definition=tenant_resources.WAITING_MACHINE)
     target = {"type": "stepfunctions", "state_machine_arn": machine, "role_arn": TENANT_ROLE}
     _, row = run_job(system, target)
-    runner = system.runner()
-    # WHEN the same fire is run again, as a retry would after an answer that was lost
-    # (attempt 2) and as a redelivery of attempt 1 would
-    again = runner.run(target, context_of(row, attempt=2), timeout=5)
-    redelivered = runner.run(target, context_of(row, attempt=1), timeout=5)
-    # THEN the machine still has the one execution, and both attempts succeeded with it
+    # WHEN the fire is run again, as a retry after a lost answer would (attempt 2)
+    again = system.runner().run(target, context_of(row, attempt=2), timeout=5)
+    # THEN Step Functions answers with the same execution (same name, same input): no
+    # second one
     (execution,) = tenant_resources.executions(tenant, machine)
-    assert (
-        again
-        == redelivered
-        == {"execution_arn": execution["executionArn"], "already_started": True}
-    )
+    assert again == {"execution_arn": execution["executionArn"]}
+    assert execution["status"] == "RUNNING"
+    tenant("stepfunctions").stop_execution(executionArn=execution["executionArn"])
+
+
+def test_a_retry_after_the_execution_ended_succeeds_without_a_second_run(
+    system: System,
+) -> None:
+    # GIVEN a fire whose execution has ended (stopped by the tenant here)
+    machine = tenant_resources.state_machine(tenant, definition=tenant_resources.WAITING_MACHINE)
+    target = {"type": "stepfunctions", "state_machine_arn": machine, "role_arn": TENANT_ROLE}
+    _, row = run_job(system, target)
+    (first,) = tenant_resources.executions(tenant, machine)
+    tenant("stepfunctions").stop_execution(executionArn=first["executionArn"])
+    # WHEN the fire is delivered again (Step Functions answers ExecutionAlreadyExists)
+    again = system.runner().run(target, context_of(row, attempt=1), timeout=5)
+    # THEN the attempt succeeds naming the first execution, and none other was started
+    assert again == {"execution_arn": first["executionArn"], "already_started": True}
+    (execution,) = tenant_resources.executions(tenant, machine)
+    assert execution["status"] == "ABORTED"
 
 
 def test_execution_names_are_what_step_functions_accepts_and_differ_per_occurrence() -> None:
@@ -158,8 +173,15 @@ def test_a_failed_entry_of_put_events_is_a_failure_of_the_attempt(system: System
         "put_events",
         {"FailedEntryCount": 1, "Entries": [{"ErrorCode": "InternalFailure", "ErrorMessage": "x"}]},
     )
-    runner = system.runner()
-    runner._aws_client = lambda service, region, credentials: events
+    runner = targets.TargetRunner(
+        registry=system.registry,
+        signing_key=signing_key,
+        lambda_client=lambda timeout, credentials: None,
+        sqs_client=lambda credentials: None,
+        aws_client=lambda service, region, credentials: events,
+        roles_for_targets=system.roles,
+        aws_targets=system.service.aws_targets,
+    )
     bus = f"arn:aws:events:{REGION}:{TENANT_ACCOUNT}:event-bus/reports"
     target = {
         "type": "eventbridge",
