@@ -19,8 +19,9 @@ import pytest
 from botocore.stub import Stubber
 
 from fireline import wiring
-from fireline.domain import aws_target, occurrence
+from fireline.domain import aws_target, occurrence, retry
 from fireline.services import targets
+from fireline.services.schedules import JobDraft
 from fireline.services.worker import Result
 from helpers import tenant_resources
 from helpers.aws import ACCOUNT_ID, REGION
@@ -165,14 +166,17 @@ def test_an_event_bus_target_puts_one_event_carrying_the_occurrence_key(system: 
     assert (session.role_arn, session.external_id) == (TENANT_ROLE, "tenant-a")
 
 
-def test_a_failed_entry_of_put_events_is_a_failure_of_the_attempt(system: System) -> None:
+def test_a_failed_entry_of_put_events_is_a_failure_of_the_attempt(
+    system: System, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # GIVEN an EventBridge that answers PutEvents 200 with the entry refused
     events = boto3.client("events", region_name=REGION)
     stubbed = Stubber(events)
-    stubbed.add_response(
-        "put_events",
-        {"FailedEntryCount": 1, "Entries": [{"ErrorCode": "InternalFailure", "ErrorMessage": "x"}]},
-    )
+    refused_entry = {
+        "FailedEntryCount": 1,
+        "Entries": [{"ErrorCode": "InternalFailure", "ErrorMessage": "x"}],
+    }
+    stubbed.add_response("put_events", refused_entry)
     runner = targets.TargetRunner(
         registry=system.registry,
         signing_key=signing_key,
@@ -197,6 +201,19 @@ def test_a_failed_entry_of_put_events_is_a_failure_of_the_attempt(system: System
     with stubbed, pytest.raises(targets.TargetFailed) as failed:
         runner.run(target, context, timeout=5)
     assert str(failed.value) == "eventbridge target: entry refused (InternalFailure)"
+    # AND a job's attempt that meets it is retried, as any target failure is
+    stubbed.add_response("put_events", refused_entry)
+    monkeypatch.setattr(system, "runner", lambda: runner)
+    system.service.create_job(
+        "tenant-a",
+        JobDraft(delay_seconds=0, target=target, retry=retry.RetryPolicy(max_attempts=2)),
+    )
+    system.ticker(use_lease=False).tick()
+    (message,) = system.receive()
+    with stubbed:
+        result = system.worker().handle(message.body, remaining_ms=lambda: 60_000)
+    row = system.occurrences.get(message.body["occurrence_key"])
+    assert result is Result.RETRYING and row.attempts == 1
 
 
 # --- SNS -------------------------------------------------------------------------------------
