@@ -319,14 +319,16 @@ def _target_session() -> boto3.session.Session:
     return boto3.session.Session()
 
 
-def _client_as(service: str, credentials: roles.Credentials | None, config: Config) -> Any:
+def _client_as(
+    service: str, credentials: roles.Credentials | None, config: Config, region: str = ""
+) -> Any:
     """A client of ``service`` calling as ``credentials`` (a tenant's role), or as the
-    function itself when None."""
+    function itself when None; in ``region`` (default: the deployment's)."""
     s = settings()
     keys = credentials or roles.Credentials("", "", "", 0)
     return _target_session().client(
         service,  # type: ignore[call-overload]
-        region_name=s.region,
+        region_name=region or s.region,
         endpoint_url=s.endpoint_url,
         config=config,
         aws_access_key_id=keys.access_key_id or None,
@@ -354,6 +356,16 @@ def target_sqs_client(credentials: roles.Credentials | None) -> Any:
     if credentials is None:
         return sqs_client()
     return _client_as("sqs", credentials, BOTO_CONFIG)
+
+
+@functools.lru_cache(maxsize=64)
+def target_aws_client(service: str, region: str, credentials: roles.Credentials | None) -> Any:
+    """A client for a dispatch target (``stepfunctions``, ``events``, ``sns``) in the
+    region its ARN names, as ``credentials`` (None: the worker). These calls are not
+    idempotent by themselves, but each carries the occurrence's own name or key, so the
+    SDK's resend of a request whose answer was lost converges (a state machine starts a
+    name once) or reaches a receiver that de-duplicates on the key."""
+    return _client_as(service, credentials, BOTO_CONFIG, region)
 
 
 def _sts_client(credentials: roles.Credentials | None) -> Any:
@@ -409,6 +421,7 @@ def target_runner() -> targets.TargetRunner:
             math.ceil(timeout), credentials
         ),
         sqs_client=target_sqs_client,
+        aws_client=target_aws_client,
         workflows=workflow_service if settings().workflows_table else None,
         egress=webhook.Egress(policy=egress_policy()),
         roles_for_targets=role_assumer(),
@@ -644,7 +657,7 @@ def reset() -> None:
         occurrence_store, lease_store, work_queue, api_key_store, signing_key_store,
         signing_keys, idempotency_store,
         schedule_service, api, slot_store, quota_store, target_lambda_client, _target_session,
-        target_sqs_client, role_assumer, aws_target_policy,
+        target_sqs_client, target_aws_client, role_assumer, aws_target_policy,
         target_runner, worker, registry, sfn_client, long_jobs, s3_client, workflow_store,
         document_store, definitions, workflow_service, controller, node_jobs,
         dispatch_limits, dispatch_pools,

@@ -90,6 +90,13 @@ class System:
         #: credentials the role's account) as the deployed worker does.
         self.roles = roles.RoleAssumer(lambda credentials: client_as("sts", credentials))
 
+    def metered(self, service: str, credentials: roles.Credentials | None) -> Any:
+        """A moto client as ``credentials`` whose requests the system's log counts (the
+        dispatch targets' calls, billed to the tenant's account; a cost path's roles)."""
+        client = client_as(service, credentials)
+        self.log.attach(client)
+        return client
+
     def allow_local_webhooks(self) -> None:
         """The local cloud's operator setting: plain http and the loopback (test servers
         listen on 127.0.0.1)."""
@@ -104,6 +111,7 @@ class System:
             sqs_client=lambda credentials: (
                 self.sqs_client if credentials is None else client_as("sqs", credentials)
             ),
+            aws_client=lambda service, region, credentials: self.metered(service, credentials),
             roles_for_targets=self.roles,
             aws_targets=self.service.aws_targets,
             egress=webhook.Egress(policy=self.egress),

@@ -8,6 +8,7 @@ schemathesis itself over the local cloud)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, cast
 
 import pytest
@@ -194,6 +195,77 @@ def test_every_request_body_has_examples_its_model_accepts(described: dict[str, 
         for example in examples.values():
             model.model_validate(example["value"])
     assert bodies == len(BODY_MODELS) + 1  # ScheduleIn twice: create and replace
+
+
+TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-jobs"
+DISPATCH_TARGETS = {
+    "StepFunctionsTarget": {
+        "type": "stepfunctions",
+        "state_machine_arn": "arn:aws:states:eu-west-1:111122223333:stateMachine:reports",
+        "role_arn": TENANT_ROLE,
+    },
+    "EventBridgeTarget": {
+        "type": "eventbridge",
+        "event_bus_arn": "arn:aws:events:eu-west-1:111122223333:event-bus/reports",
+        "detail_type": "report due",
+        "source": "acme.reports",
+        "role_arn": TENANT_ROLE,
+    },
+    "SnsTarget": {
+        "type": "sns",
+        "topic_arn": "arn:aws:sns:eu-west-1:111122223333:reports.fifo",
+        "role_arn": TENANT_ROLE,
+    },
+}
+
+
+def test_the_dispatch_targets_are_documented_and_created_as_documented(
+    described: dict[str, Any],
+) -> None:
+    schemas = described["components"]["schemas"]
+    # Patterns a JavaScript client can read too (ECMA-262 has no Python named groups).
+    assert "(?P<" not in json.dumps(described)
+    app = build()
+    for name, target in DISPATCH_TARGETS.items():
+        # GIVEN each kind's schema in the document, its fields and their shapes
+        schema = schemas[name]
+        assert set(schema["properties"]) == set(target)
+        assert set(schema["required"]) == set(target) - {"role_arn"}
+        for field, value in target.items():
+            pattern = schema["properties"][field].get("pattern")
+            assert pattern is None or re.fullmatch(pattern, value), (name, field)
+        # WHEN a schedule and a job are created with it THEN both are, the target as sent
+        for path, body in (
+            ("/schedules", {"spec": "rate(1 hour)", "target": target}),
+            ("/jobs", {"delay_seconds": 60, "target": target}),
+        ):
+            status, created, _ = call(app, "POST", path, body)
+            assert status == 201, created
+            assert created["target"] == target
+
+
+@pytest.mark.parametrize(
+    ("target", "field"),
+    [
+        ({**DISPATCH_TARGETS["SnsTarget"], "topic_arn": "arn:aws:sqs:eu-west-1:1:q"}, "topic_arn"),
+        ({**DISPATCH_TARGETS["EventBridgeTarget"], "detail_type": ""}, "detail_type"),
+        (
+            {**DISPATCH_TARGETS["StepFunctionsTarget"], "state_machine_arn": "machine"},
+            "state_machine_arn",
+        ),
+        ({"type": "workflow", "workflow_id": "not an id"}, "workflow_id"),
+    ],
+)
+def test_a_refused_target_field_is_named_without_the_variants_tag(
+    target: dict[str, Any], field: str
+) -> None:
+    # WHEN a schedule's target has a field of the wrong shape
+    app = build()
+    status, body, _ = call(app, "POST", "/schedules", {"spec": "rate(1 hour)", "target": target})
+    # THEN 422 naming target.<field> (the union's tag, stepfunctions or workflow, is no
+    # field of the body), and no schedule exists
+    assert (status, body["error"]["field"]) == (422, f"target.{field}")
+    assert call(app, "GET", "/schedules")[1]["items"] == []
 
 
 def test_creates_link_to_what_they_created(described: dict[str, Any]) -> None:

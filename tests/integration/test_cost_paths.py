@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fireline.cost import model, prices
-from helpers import cost_paths
+from helpers import cost_dispatch, cost_paths
 from helpers.system import System
 
 # Per fire (per node for workflow_node; a one-off job's creation is in its figures):
@@ -141,6 +141,20 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
 }
 
+# A dispatch target's job: the one-off path (5 jobs of one tenant) with the target's call
+# made as the tenant's role: one request each, and the two AssumeRole calls (the target
+# caller role, then the tenant's) shared by the jobs of the worker's hour, here 5.
+_DISPATCH_ONE_OFF = EXPECTED["one_off"]["requests"]
+for _kind, _call in (
+    ("stepfunctions", "stepfunctions.StartExecution"),
+    ("eventbridge", "events.PutEvents"),
+    ("sns", "sns.Publish"),
+):
+    EXPECTED[f"one_off_{_kind}"] = {
+        **EXPECTED["one_off"],
+        "requests": dict(sorted({**_DISPATCH_ONE_OFF, _call: 1.0, "sts.AssumeRole": 0.4}.items())),
+    }
+
 SYSTEM_PATHS: dict[str, Callable[[System], cost_paths.Measured]] = {
     # 3 schedules every minute: the pickup 11 minutes on, 10 fires each
     "minutely": lambda system: cost_paths.recurring(
@@ -160,6 +174,11 @@ SYSTEM_PATHS: dict[str, Callable[[System], cost_paths.Measured]] = {
     "one_off_batched": lambda system: cost_paths.one_off_batched(
         system, 25, batch=10, tenant="tenant-one-off-batched"
     ),
+    # 5 one-off jobs to a tenant's state machine, bus or topic, as its role
+    **{
+        f"one_off_{kind}": lambda system, kind=kind: cost_dispatch.one_off(system, kind, 5)
+        for kind in ("stepfunctions", "eventbridge", "sns")
+    },
     # the minutely path in a tenant with the deployed concurrency limit
     "tenant_limited": lambda system: cost_paths.recurring(
         system,

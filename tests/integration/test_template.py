@@ -912,17 +912,19 @@ def test_tenant_targets_are_called_through_the_target_caller_role_only(
     assert assumers == set(TARGET_RUNNERS)
     # AND none of them may invoke a function or send to a queue as itself unless the
     # operator allowlists ARNs: a policy that exists only then, on those ARNs alone
+    calls = ["lambda:InvokeFunction", "sqs:SendMessage", "states:StartExecution"]
+    calls += ["events:PutEvents", "sns:Publish"]
     for function in TARGET_RUNNERS:
-        actions = {a for s in _statements(resources[f"{function}Role"]) for a in _actions(s)}
-        assert {"lambda:InvokeFunction", "sqs:SendMessage"} & actions == set()
+        role = resources[f"{function}Role"]
+        actions = {a for s in _statements(role) for a in _actions(s)}
+        assert (set(calls) - {"states:StartExecution"}) & actions == set()
+        # (a long job's own state machine is started by Fireline, never a tenant's)
+        started = {r for r, a in _grants(role, "states").items() if "states:StartExecution" in a}
+        assert started <= {"LongJobStateMachine"}, (function, started)
     allowlisted = resources["TargetAllowlistPolicy"]
     assert allowlisted["Condition"] == "HasTargetAllowlistArns"
     assert allowlisted["Properties"]["PolicyDocument"]["Statement"] == [
-        {
-            "Effect": "Allow",
-            "Action": ["lambda:InvokeFunction", "sqs:SendMessage"],
-            "Resource": {"Ref": "TargetAllowlistArns"},
-        }
+        {"Effect": "Allow", "Action": calls, "Resource": {"Ref": "TargetAllowlistArns"}}
     ]
     assert {r["Ref"] for r in allowlisted["Properties"]["Roles"]} == {
         f"{f}Role" for f in TARGET_RUNNERS

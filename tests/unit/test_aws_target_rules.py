@@ -78,6 +78,80 @@ def test_allowed_targets_pass(tenant: str, target: dict[str, Any]) -> None:
     assert aws_target.refusal(target, tenant_id=tenant, policy=POLICY) is None
 
 
+def machine(account: str = ACCOUNT, name: str = "m", **extra: Any) -> dict[str, Any]:
+    arn = f"arn:aws:states:us-east-1:{account}:stateMachine:{name}"
+    return {"type": "stepfunctions", "state_machine_arn": arn, **extra}
+
+
+def bus(account: str = ACCOUNT, **extra: Any) -> dict[str, Any]:
+    arn = f"arn:aws:events:us-east-1:{account}:event-bus/default"
+    return {"type": "eventbridge", "event_bus_arn": arn, "detail_type": "d", "source": "s", **extra}
+
+
+def topic(name: str, account: str = ACCOUNT, **extra: Any) -> dict[str, Any]:
+    return {"type": "sns", "topic_arn": f"arn:aws:sns:us-east-1:{account}:{name}", **extra}
+
+
+DISPATCH_POLICY = aws_target.AwsTargetPolicy.parse(
+    f"acme=arn:aws:sns:*:{ACCOUNT}:acme-*,acme=arn:aws:iam::{ACCOUNT}:role/acme-*",
+    account=ACCOUNT,
+    stack_name="fireline",
+    own_resources=[f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:LongJobStateMachine-x1"],
+)
+
+
+@pytest.mark.parametrize(
+    ("tenant", "target", "field"),
+    [
+        # Fireline's own state machine, named by the environment, with a role
+        (
+            "acme",
+            machine(name="LongJobStateMachine-x1", role_arn=TENANT_ROLE),
+            "target.state_machine_arn",
+        ),
+        # anything of Fireline's account, with a tenant's role: its default bus's rules and
+        # its topics' subscribers are not the tenant's
+        ("acme", bus(role_arn=TENANT_ROLE), "target.event_bus_arn"),
+        ("acme", topic("alerts", role_arn=TENANT_ROLE), "target.topic_arn"),
+        ("beta", topic("acme-alerts", role_arn=TENANT_ROLE), "target.topic_arn"),
+        # an ARN of the wrong service in the field
+        (
+            "acme",
+            topic("x", account="111122223333") | {"topic_arn": "arn:aws:sqs:x"},
+            "target.topic_arn",
+        ),
+        # an entry PutEvents refuses
+        ("acme", bus("111122223333", role_arn=TENANT_ROLE, source="aws.s3"), "target.source"),
+        ("acme", bus("111122223333", role_arn=TENANT_ROLE, detail_type=""), "target.detail_type"),
+        # no role and no allowlist entry
+        ("acme", machine("111122223333"), "target.role_arn"),
+    ],
+)
+def test_refused_dispatch_targets_name_the_field_at_fault(
+    tenant: str, target: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(errors.ValidationError) as raised:
+        aws_target.check(target, tenant_id=tenant, policy=DISPATCH_POLICY)
+    assert raised.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("tenant", "target"),
+    [
+        ("beta", machine("111122223333", role_arn=TENANT_ROLE)),
+        ("beta", bus("111122223333", role_arn=TENANT_ROLE)),
+        ("beta", topic("reports.fifo", account="111122223333", role_arn=TENANT_ROLE)),
+        # Fireline's account, where the operator's allowlist says so: the resource itself,
+        # or a role of the account it names for the tenant
+        ("acme", topic("acme-alerts")),
+        ("acme", bus(role_arn=f"arn:aws:iam::{ACCOUNT}:role/acme-jobs")),
+    ],
+)
+def test_allowed_dispatch_targets_pass(tenant: str, target: dict[str, Any]) -> None:
+    aws_target.check(target, tenant_id=tenant, policy=DISPATCH_POLICY)
+    assert aws_target.refusal(target, tenant_id=tenant, policy=DISPATCH_POLICY) is None
+
+
 def test_an_attempt_naming_a_role_of_the_deployments_account_reads_why() -> None:
     target = sqs("x", account="111122223333", role_arn=OWN_ROLE)
     assert aws_target.refusal(target, tenant_id="acme", policy=POLICY) == (

@@ -389,6 +389,49 @@ def test_a_role_arn_goes_with_an_aws_target(api: FakeApi) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("options", "target"),
+    [
+        (
+            ["--target-stepfunctions", "arn:aws:states:us-east-1:111122223333:stateMachine:m"],
+            {
+                "type": "stepfunctions",
+                "state_machine_arn": "arn:aws:states:us-east-1:111122223333:stateMachine:m",
+            },
+        ),
+        (
+            [
+                "--target-eventbridge",
+                "arn:aws:events:us-east-1:111122223333:event-bus/b",
+                "--detail-type",
+                "report due",
+                "--event-source",
+                "acme.reports",
+            ],
+            {
+                "type": "eventbridge",
+                "event_bus_arn": "arn:aws:events:us-east-1:111122223333:event-bus/b",
+                "detail_type": "report due",
+                "source": "acme.reports",
+            },
+        ),
+        (
+            ["--target-sns", "arn:aws:sns:us-east-1:111122223333:t"],
+            {"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:111122223333:t"},
+        ),
+    ],
+)
+def test_a_dispatch_target_is_sent_with_its_fields_and_role(
+    api: FakeApi, options: list[str], target: dict[str, str]
+) -> None:
+    api.answer("POST", "/jobs", 201, SCHEDULE)
+    role = "arn:aws:iam::111122223333:role/fireline-jobs"
+    # WHEN a job is created with the kind's options and a role
+    assert run(api, "--json", "jobs", "create", "--in", "60", *options, "--role-arn", role) == 0
+    # THEN the body's target is the kind's, with the role
+    assert api.last.body["target"] == {**target, "role_arn": role}
+
+
 def test_create_sends_every_option_of_the_schedule_body(api: FakeApi, tmp_path: Path) -> None:
     # GIVEN a payload in a file
     payload = tmp_path / "payload.json"

@@ -258,6 +258,54 @@ def test_sqs_bills_each_started_64kb_of_a_payload_as_one_request(
     assert log.billed["sqs.ReceiveMessage"] == 2
 
 
+def test_sns_and_eventbridge_bill_each_started_64kb_as_one_request() -> None:
+    with mock_aws():
+        log = meter.Meter()
+        sns = boto3.client("sns", region_name=REGION)
+        events = boto3.client("events", region_name=REGION)
+        log.attach(sns)
+        log.attach(events)
+        topic = sns.create_topic(Name="t")["TopicArn"]
+        # WHEN a 100 KB message is published, then a small one
+        sns.publish(TopicArn=topic, Message="x" * 100 * 1024)
+        sns.publish(
+            TopicArn=topic,
+            Message="small",
+            MessageAttributes={"IdempotencyKey": {"DataType": "String", "StringValue": "k"}},
+        )
+        # AND two entries go in one PutEvents, one of 70 KB of detail, one small
+        big = '{"a": "' + "x" * 70 * 1024 + '"}'
+        events.put_events(
+            Entries=[
+                {"Source": "acme", "DetailType": "d", "Detail": big},
+                {"Source": "acme", "DetailType": "d", "Detail": "{}"},
+            ]
+        )
+    # THEN the big message is 2 requests and the small 1; the big entry 2 events, the
+    # small 1
+    assert (log.calls["sns.Publish"], log.billed["sns.Publish"]) == (2, 3)
+    assert (log.calls["events.PutEvents"], log.billed["events.PutEvents"]) == (1, 3)
+
+
+def test_dispatch_targets_calls_are_priced_from_the_price_file() -> None:
+    # GIVEN a job of each dispatch target's call, and half an AssumeRole
+    usage = model.Usage(
+        billed={
+            "stepfunctions.StartExecution": 1.0,
+            "events.PutEvents": 1.0,
+            "sns.Publish": 1.0,
+            "sts.AssumeRole": 0.5,
+        }
+    )
+    lines = model.per_million(usage)["usd_by_service"]
+    # THEN each is its request's price, per million, and STS costs nothing
+    assert lines == {
+        "stepfunctions.requests": pytest.approx(1.00),
+        "events": pytest.approx(1.00),
+        "sns": pytest.approx(0.50),
+    }
+
+
 def test_the_model_prices_units_and_requests_from_the_price_file() -> None:
     # GIVEN a job of 2 write units, 1 index write, 1 read, one SQS request, a tenth of a
     # 512 MB invocation making 3 calls with 1 ms of CPU, and 100 bytes logged

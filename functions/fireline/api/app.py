@@ -57,6 +57,10 @@ DESCRIPTION = (
     "Schedules, one-off jobs and their occurrences. Delivery contract: at-least-once "
     "execution, exactly-once claim, idempotent handlers (never exactly-once execution)."
 )
+# A discriminated union of targets puts the variant's tag in an error's path.
+TARGET_TAGS = frozenset(
+    {"python", "http", "lambda", "sqs", "stepfunctions", "eventbridge", "sns", "workflow"}
+)
 NODE_STATES = tuple(s.value for s in dag.NodeState)
 UPLOAD_HINT = (
     "; upload larger definitions: POST /workflow-uploads, POST the document to its "
@@ -518,8 +522,8 @@ def build_app(
         if first.get("type") == "json_invalid":
             loc = ("body",)  # Powertools puts the character offset there: it names no field
         location = [str(p) for p in loc if p not in ("body", "query", "path")]
-        # A discriminated union puts the variant's tag in the path: drop it for the reader.
-        location = [p for p in location if p not in ("python", "http", "lambda", "sqs")]
+        # The variant's tag is not a field of the body: dropped for the reader.
+        location = [p for p in location if p not in TARGET_TAGS]
         message = str(first.get("msg", "invalid request"))
         # A body that is missing or not an object is at fault as a whole.
         whole = "body" if loc[:1] == ("body",) else None

@@ -106,6 +106,17 @@ JOB_EXAMPLES = {
         summary="Once, at a time, as a short job",
         value={"run_at": "2030-01-01T09:00:00Z", "job_class": "short", "target": _ECHO},
     ),
+    "state machine": Example(
+        summary="Once, in a minute: an execution of your state machine, as your role",
+        value={
+            "delay_seconds": 60,
+            "target": {
+                "type": "stepfunctions",
+                "state_machine_arn": "arn:aws:states:us-east-1:111122223333:stateMachine:reports",
+                "role_arn": "arn:aws:iam::111122223333:role/fireline-jobs",
+            },
+        },
+    ),
 }
 JOB_BATCH_EXAMPLES = {
     "three": Example(

@@ -192,8 +192,69 @@ class SqsTarget(Strict):
     )
 
 
+def _arn_pattern(arn: re.Pattern[str]) -> str:
+    """The domain's ARN shape as a JSON Schema pattern: ECMA-262 has no ``(?P<name>``."""
+    return "^" + re.sub(r"\(\?P<\w+>", "(", arn.pattern) + "$"
+
+
+class StepFunctionsTarget(Strict):
+    """Start an execution of a state machine, as ``role_arn``. The execution's name is
+    derived from the occurrence key, so a standard state machine runs a fire once however
+    often it is delivered (an express one keeps no names: it may run a fire twice)."""
+
+    type: Literal["stepfunctions"]
+    state_machine_arn: str = Field(
+        pattern=_arn_pattern(aws_target.STATE_MACHINE_ARN),
+        description="arn:aws:states:<region>:<account>:stateMachine:<name>",
+    )
+    role_arn: str | None = Field(
+        default=None, pattern=rf"^{aws_target.ROLE_ARN.pattern}$", description=ROLE_ARN_DESCRIPTION
+    )
+
+
+class EventBridgeTarget(Strict):
+    """Put one event on a bus, as ``role_arn``. EventBridge has no deduplication id: the
+    event's detail carries ``occurrence_key`` for receivers to recognise a repeat."""
+
+    type: Literal["eventbridge"]
+    event_bus_arn: str = Field(
+        pattern=_arn_pattern(aws_target.EVENT_BUS_ARN),
+        description="arn:aws:events:<region>:<account>:event-bus/<name>",
+    )
+    detail_type: str = Field(min_length=1, max_length=aws_target.MAX_DETAIL_TYPE)
+    source: str = Field(
+        min_length=1,
+        max_length=aws_target.MAX_SOURCE,
+        description="the event's source; not starting with aws. (AWS's own sources)",
+    )
+    role_arn: str | None = Field(
+        default=None, pattern=rf"^{aws_target.ROLE_ARN.pattern}$", description=ROLE_ARN_DESCRIPTION
+    )
+
+
+class SnsTarget(Strict):
+    """Publish a message to a topic, as ``role_arn``, with the occurrence key as its
+    ``IdempotencyKey`` attribute (and, on a FIFO topic, as its deduplication id)."""
+
+    type: Literal["sns"]
+    topic_arn: str = Field(
+        pattern=_arn_pattern(aws_target.TOPIC_ARN),
+        description="arn:aws:sns:<region>:<account>:<name>",
+    )
+    role_arn: str | None = Field(
+        default=None, pattern=rf"^{aws_target.ROLE_ARN.pattern}$", description=ROLE_ARN_DESCRIPTION
+    )
+
+
 Target = Annotated[
-    PythonTarget | HttpTarget | LambdaTarget | SqsTarget, Field(discriminator="type")
+    PythonTarget
+    | HttpTarget
+    | LambdaTarget
+    | SqsTarget
+    | StepFunctionsTarget
+    | EventBridgeTarget
+    | SnsTarget,
+    Field(discriminator="type"),
 ]
 
 
@@ -207,7 +268,14 @@ class WorkflowTarget(Strict):
 
 
 ScheduleTarget = Annotated[
-    PythonTarget | HttpTarget | LambdaTarget | SqsTarget | WorkflowTarget,
+    PythonTarget
+    | HttpTarget
+    | LambdaTarget
+    | SqsTarget
+    | StepFunctionsTarget
+    | EventBridgeTarget
+    | SnsTarget
+    | WorkflowTarget,
     Field(discriminator="type"),
 ]
 

@@ -21,6 +21,11 @@ FIELDS = {
     "target.url": "--target-http",
     "target.function_arn": "--target-lambda",
     "target.queue_url": "--target-sqs",
+    "target.state_machine_arn": "--target-stepfunctions",
+    "target.event_bus_arn": "--target-eventbridge",
+    "target.detail_type": "--detail-type",
+    "target.source": "--event-source",
+    "target.topic_arn": "--target-sns",
     "target.workflow_id": "--target-workflow",
     "target.version": "--workflow-version",
     "target.role_arn": "--role-arn",
@@ -50,13 +55,30 @@ def add_options(parser: argparse.ArgumentParser, *, target_required: bool) -> No
     choice.add_argument("--target-lambda", metavar="ARN", help="a Lambda function to invoke")
     choice.add_argument("--target-sqs", metavar="URL", help="an SQS queue to send to")
     choice.add_argument(
+        "--target-stepfunctions",
+        metavar="ARN",
+        help="a state machine to start an execution of (named from the occurrence)",
+    )
+    choice.add_argument(
+        "--target-eventbridge",
+        metavar="ARN",
+        help="an event bus to put an event on (with --detail-type and --event-source)",
+    )
+    choice.add_argument("--target-sns", metavar="ARN", help="an SNS topic to publish to")
+    choice.add_argument(
         "--target-workflow", metavar="ID", help="a registered workflow to start a run of"
     )
     target.add_argument(
         "--role-arn",
         metavar="ARN",
-        help="the role in your account a Lambda or SQS target is called as (it trusts "
-        "Fireline with your tenant id as ExternalId)",
+        help="the role in your account an AWS target (Lambda, SQS, Step Functions, "
+        "EventBridge, SNS) is called as (it trusts Fireline with your tenant id as ExternalId)",
+    )
+    target.add_argument(
+        "--detail-type", metavar="TEXT", help="EventBridge target: the event's detail-type"
+    )
+    target.add_argument(
+        "--event-source", metavar="TEXT", help="EventBridge target: the event's source"
     )
     target.add_argument(
         "--http-timeout", type=common.positive, metavar="SECONDS", help="HTTP target: 1-900"
@@ -147,6 +169,12 @@ def _target(args: argparse.Namespace, current: dict[str, Any] | None) -> dict[st
         found = {"type": "lambda", "function_arn": args.target_lambda}
     elif args.target_sqs is not None:
         found = {"type": "sqs", "queue_url": args.target_sqs}
+    elif args.target_stepfunctions is not None:
+        found = {"type": "stepfunctions", "state_machine_arn": args.target_stepfunctions}
+    elif args.target_eventbridge is not None:
+        found = {"type": "eventbridge", "event_bus_arn": args.target_eventbridge}
+    elif args.target_sns is not None:
+        found = {"type": "sns", "topic_arn": args.target_sns}
     elif args.target_workflow is not None:
         found = {"type": "workflow", "workflow_id": args.target_workflow}
     else:
@@ -158,6 +186,8 @@ def _target(args: argparse.Namespace, current: dict[str, Any] | None) -> dict[st
             ("timeout_seconds", args.http_timeout),
             ("headers", dict(args.header) if args.header else None),
             ("version", args.workflow_version),
+            ("detail_type", args.detail_type),
+            ("source", args.event_source),
         )
         if value is not None
     }

@@ -18,7 +18,9 @@ DynamoDB's rules:
   of the items it read (before any filter), a GetItem or BatchGetItem per item, and
   every read at least its minimum even when nothing is found.
 
-SQS bills every 64 KB chunk of a request's payload as one request.
+SQS bills every 64 KB chunk of a request's payload as one request; so do SNS (a Publish's
+message and attributes) and EventBridge (each PutEvents entry: its time, source,
+detail-type, detail and resources).
 
 Item sizes before and after a write are read through ``reader`` (a strongly consistent
 GetItem on an unmetered client), which an emulator affords and production does not:
@@ -109,6 +111,21 @@ def read_units(size_bytes: int, *, consistent: bool = True, transactional: bool 
 def sqs_requests(payload_bytes: int) -> int:
     """Billed SQS requests of one call: a request per started 64 KB of payload."""
     return max(1, math.ceil(payload_bytes / SQS_CHUNK_BYTES))
+
+
+# What EventBridge counts of an entry's Time, whatever it holds.
+EVENT_TIME_BYTES = 14
+
+
+def _event_bytes(entry: Mapping[str, Any]) -> int:
+    size = EVENT_TIME_BYTES if entry.get("Time") is not None else 0
+    for name in ("Source", "DetailType", "Detail"):
+        size += len(str(entry.get(name) or "").encode())
+    return size + sum(len(str(r).encode()) for r in entry.get("Resources") or [])
+
+
+def _publish_bytes(params: Mapping[str, Any]) -> int:
+    return _message_bytes({**params, "MessageBody": params.get("Message")})
 
 
 def index_key(item: Mapping[str, Any] | None, attrs: Sequence[str]) -> tuple[str, ...] | None:
@@ -338,6 +355,10 @@ class Meter:
             if name == "SendMessageBatch":
                 return sum(_message_bytes(entry) for entry in params.get("Entries", []))
             return 0
+        if service == "sns" and name == "Publish":
+            return [_publish_bytes(params)]
+        if service == "events" and name == "PutEvents":
+            return [_event_bytes(entry) for entry in params.get("Entries", [])]
         if service != "dynamodb":
             return None
         if name in _WRITES:
@@ -403,6 +424,10 @@ class Meter:
                 payload = sum(_message_bytes(m) for m in parsed.get("Messages", []))
             with self._lock:
                 self.billed[operation] += sqs_requests(payload)
+            return
+        if (service, name) in (("sns", "Publish"), ("events", "PutEvents")):
+            with self._lock:
+                self.billed[operation] += sum(sqs_requests(size) for size in pending)
             return
         with self._lock:
             self.billed[operation] += 1

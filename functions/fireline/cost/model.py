@@ -16,7 +16,10 @@ Where a path works out how a worker invocation's calls overlap (its records side
 The latency-model simulation measures the same wall time directly (fireline.sim's
 WorkerFleet.durations). Logs are the bytes
 the product wrote, plus the platform's START, END and REPORT lines of each invocation.
-Requests that come through the API are billed API Gateway's REST request each.
+Requests that come through the API are billed API Gateway's REST request each. A dispatch
+target's call (StartExecution, PutEvents, Publish) is billed its request (an express
+workflow's price for a start: a standard machine's transitions are its owner's, as many as
+its definition takes), and the AssumeRole calls of tenants' roles are counted (STS is free).
 
 A worker invocation is also billed the time it holds a message that became visible before
 its fire time (``lambda.wait``, a line of its own). SQS counts a delay in whole seconds and
@@ -232,6 +235,11 @@ def dollars(usage: Usage) -> dict[str, float]:
         "sqs": requests("sqs") * p.SQS_REQUEST.usd,
         "s3": s3_puts * p.S3_PUT_REQUEST.usd + (requests("s3") - s3_puts) * p.S3_GET_REQUEST.usd,
         "secretsmanager": requests("secretsmanager") * p.SECRETS_MANAGER_API_CALL.usd,
+        "stepfunctions.requests": requests("stepfunctions", frozenset({"StartExecution"}))
+        * p.STEP_FUNCTIONS_EXPRESS_REQUEST.usd,
+        "events": requests("events", frozenset({"PutEvents"})) * p.EVENTBRIDGE_CUSTOM_EVENT.usd,
+        "sns": requests("sns", frozenset({"Publish"})) * p.SNS_PUBLISH_REQUEST.usd,
+        "sts": requests("sts") * p.STS_REQUEST.usd,
         "stepfunctions": usage.state_transitions * p.STEP_FUNCTIONS_STATE_TRANSITION.usd,
         "scheduler": usage.scheduler_invocations * p.EVENTBRIDGE_SCHEDULER_INVOCATION.usd,
         "lambda.requests": sum(usage.invocations.values()) * p.LAMBDA_REQUEST.usd,

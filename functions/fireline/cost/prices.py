@@ -83,6 +83,30 @@ STEP_FUNCTIONS_STATE_TRANSITION = Price(
     "2026-12-02",
     "https://aws.amazon.com/step-functions/pricing/",
 )
+# The dispatch targets' calls, billed to the account that owns the state machine, bus or
+# topic (the tenant's, called as its role). A standard state machine bills no request but
+# its own state transitions (STEP_FUNCTIONS_STATE_TRANSITION, as many as the tenant's
+# definition takes); an express one bills this request and its duration: the request is
+# what a start costs whatever the machine does.
+STEP_FUNCTIONS_EXPRESS_REQUEST = Price(
+    1.00 / MILLION,
+    "express workflow request (StartExecution)",
+    "2026-12-03",
+    "https://aws.amazon.com/step-functions/pricing/",
+)
+EVENTBRIDGE_CUSTOM_EVENT = Price(
+    1.00 / MILLION,
+    "custom event put (PutEvents; each 64 KB chunk of an entry is one event)",
+    "2026-12-03",
+    "https://aws.amazon.com/eventbridge/pricing/",
+)
+SNS_PUBLISH_REQUEST = Price(
+    0.50 / MILLION,
+    "standard topic request (Publish; each 64 KB chunk is one request; deliveries to SQS "
+    "and Lambda free, the first million requests a month free)",
+    "2026-12-03",
+    "https://aws.amazon.com/sns/pricing/",
+)
 S3_PUT_REQUEST = Price(
     0.005 / 1000,
     "PUT, COPY, POST or LIST request (S3 Standard)",

@@ -1,4 +1,5 @@
-"""Whom a tenant's AWS target (a Lambda function, an SQS queue) is called as: pure rules.
+"""Whom a tenant's AWS target (a Lambda function, an SQS queue, a Step Functions state
+machine, an EventBridge bus, an SNS topic) is called as: pure rules.
 
 A worker runs with Fireline's own role. Were it to call a tenant's function or queue
 with that role, a tenant could name *any* function or queue the role can reach, Fireline's
@@ -9,8 +10,10 @@ tenant; what the tenant's role cannot do, the job cannot do.
 
 Single-account deployments may do without a role: the operator lists, per tenant, the ARN
 patterns a tenant's targets may name (and grants the workers those ARNs in the template).
-Anything else is denied. Fireline's own functions and queues are never targets, with a
-role or without: refused at registration and again at every attempt.
+Anything else is denied. Fireline's own functions, queues and state machine are never
+targets, with a role or without, and neither is a state machine, bus or topic of Fireline's
+account unless the operator allows it (a bus there has rules, a topic subscribers, that are
+no tenant's): refused at registration and again at every attempt.
 """
 
 from __future__ import annotations
@@ -30,6 +33,19 @@ FUNCTION_ARN = re.compile(
     r"arn:(?P<partition>aws[a-zA-Z-]*):lambda:(?P<region>[a-z0-9-]+):(?P<account>\d{12})"
     r":function:(?P<name>[A-Za-z0-9_-]+)(:[A-Za-z0-9_$-]+)?"
 )
+STATE_MACHINE_ARN = re.compile(
+    r"arn:(?P<partition>aws[a-zA-Z-]*):states:(?P<region>[a-z0-9-]+):(?P<account>\d{12})"
+    r":stateMachine:(?P<name>[A-Za-z0-9_-]{1,80})"
+)
+# A bus's name is [/.-_A-Za-z0-9]; a partner bus's has slashes (aws.partner/...).
+EVENT_BUS_ARN = re.compile(
+    r"arn:(?P<partition>aws[a-zA-Z-]*):events:(?P<region>[a-z0-9-]+):(?P<account>\d{12})"
+    r":event-bus/(?P<name>[A-Za-z0-9/._-]{1,256})"
+)
+TOPIC_ARN = re.compile(
+    r"arn:(?P<partition>aws[a-zA-Z-]*):sns:(?P<region>[a-z0-9-]+):(?P<account>\d{12})"
+    r":(?P<name>[A-Za-z0-9_-]{1,256}(\.fifo)?)"
+)
 # A queue URL's path is /<account>/<name> on every SQS endpoint (and on emulators).
 _QUEUE_PATH = re.compile(r"/(?P<account>\d{12})/(?P<name>[A-Za-z0-9_-]{1,80}(\.fifo)?)")
 _SQS_HOST = re.compile(r"sqs\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?")
@@ -43,7 +59,27 @@ class OwnAccountRole(errors.ValidationError):
 
 
 # The target types this module governs, and the field naming each one's resource.
-RESOURCE_FIELDS = {"lambda": "function_arn", "sqs": "queue_url"}
+RESOURCE_FIELDS = {
+    "lambda": "function_arn",
+    "sqs": "queue_url",
+    "stepfunctions": "state_machine_arn",
+    "eventbridge": "event_bus_arn",
+    "sns": "topic_arn",
+}
+# The kinds named by an ARN of one shape each, and what the ARN must be.
+_ARNS = {
+    "lambda": FUNCTION_ARN,
+    "stepfunctions": STATE_MACHINE_ARN,
+    "eventbridge": EVENT_BUS_ARN,
+    "sns": TOPIC_ARN,
+}
+# The kinds that refuse a resource of the deployment's own account outright (unless the
+# operator's allowlist names it): an event bus or a topic there has subscribers and rules
+# that are not the tenant's to reach, whatever role the call is made as.
+ACCOUNT_BOUND = frozenset({"stepfunctions", "eventbridge", "sns"})
+# EventBridge's own rules for an entry's Source and DetailType.
+MAX_SOURCE = 256
+MAX_DETAIL_TYPE = 128
 
 
 @dataclass(frozen=True)
@@ -60,8 +96,8 @@ def resource_of(target: Mapping[str, Any]) -> Resource | None:
     """The function or queue ``target`` names, or None when it names neither (a malformed
     ARN or URL: the API's own validation refuses those first)."""
     kind = target.get("type")
-    if kind == "lambda":
-        match = FUNCTION_ARN.fullmatch(str(target.get("function_arn", "")))
+    if kind in _ARNS:
+        match = _ARNS[str(kind)].fullmatch(str(target.get(RESOURCE_FIELDS[str(kind)], "")))
         if match is None:
             return None
         return Resource(match.group(0), match["account"], match["name"])
@@ -136,6 +172,10 @@ class AwsTargetPolicy:
             return True
         return bool(self.stack_name) and resource.name.startswith(f"{self.stack_name}-")
 
+    def in_own_account(self, resource: Resource) -> bool:
+        """Whether ``resource`` lives in this deployment's account."""
+        return bool(self.account) and resource.account == self.account
+
     def allows(self, tenant_id: str, resource: Resource) -> bool:
         """Whether the operator lets ``tenant_id`` call ``resource`` without a role."""
         patterns = (*self.allowlist.get(tenant_id, ()), *self.allowlist.get("*", ()))
@@ -150,20 +190,41 @@ def check(
     target: Mapping[str, Any], *, tenant_id: str, policy: AwsTargetPolicy, field: str = "target"
 ) -> None:
     """Refuse, at registration, an AWS target no attempt may call (typed error naming the
-    field): one of Fireline's own resources, a malformed role, or no role where the
-    operator's allowlist does not cover the resource."""
+    field): one of Fireline's own resources, a state machine, bus or topic of Fireline's
+    account the operator did not allow, a malformed role, or no role where the operator's
+    allowlist does not cover the resource."""
     kind = str(target.get("type"))
     if kind not in RESOURCE_FIELDS:
         return
     where = f"{field}.{RESOURCE_FIELDS[kind]}"
     resource = resource_of(target)
     if resource is None:
-        raise errors.ValidationError("names no function or queue Fireline can call", field=where)
+        raise errors.ValidationError(_NOT_A_RESOURCE[kind], field=where)
     if policy.is_own(resource):
         raise errors.ValidationError(
             "is a resource of this Fireline deployment, never a target", field=where
         )
     role = target.get("role_arn")
+    # A role of the deployment's account is the operator's to allow (own_account_role,
+    # below): one the allowlist names for the tenant may reach what that role reaches.
+    own_role = (
+        isinstance(role, str)
+        and ROLE_ARN.fullmatch(role) is not None
+        and role.split(":")[4] == policy.account
+    )
+    if (
+        kind in ACCOUNT_BOUND
+        and policy.in_own_account(resource)
+        and not policy.allows(tenant_id, resource)
+        and not own_role
+    ):
+        raise errors.ValidationError(
+            "is in this Fireline deployment's own account, which no operator allowlist "
+            "covers: name a resource in your own account",
+            field=where,
+        )
+    if kind == "eventbridge":
+        check_event_fields(target, field=field)
     if role is not None:
         if not isinstance(role, str) or not ROLE_ARN.fullmatch(role):
             raise errors.ValidationError(
@@ -182,6 +243,40 @@ def check(
             "as ExternalId (no operator allowlist covers this target)",
             field=f"{field}.role_arn",
         )
+
+
+_NOT_A_RESOURCE = {
+    "lambda": "names no function Fireline can call "
+    "(arn:aws:lambda:<region>:<account>:function:<name>)",
+    "sqs": "names no queue Fireline can call (https://sqs.<region>.amazonaws.com/<account>/<name>)",
+    "stepfunctions": "is not a state machine ARN "
+    "(arn:aws:states:<region>:<account>:stateMachine:<name>)",
+    "eventbridge": "is not an event bus ARN (arn:aws:events:<region>:<account>:event-bus/<name>)",
+    "sns": "is not a topic ARN (arn:aws:sns:<region>:<account>:<name>)",
+}
+
+
+def check_event_fields(target: Mapping[str, Any], *, field: str = "target") -> None:
+    """An EventBridge entry's Source and DetailType as PutEvents takes them: a Source of
+    ``aws.`` is AWS's own (PutEvents refuses it), and either past its length is refused
+    at every attempt."""
+    source = target.get("source")
+    if not isinstance(source, str) or not 1 <= len(source) <= MAX_SOURCE:
+        raise errors.ValidationError(
+            f"is required: 1 to {MAX_SOURCE} characters", field=f"{field}.source"
+        )
+    if source.startswith("aws."):
+        raise errors.ValidationError(
+            "may not start with aws. (AWS's own sources)", field=f"{field}.source"
+        )
+    detail_type = target.get("detail_type")
+    if not isinstance(detail_type, str) or not 1 <= len(detail_type) <= MAX_DETAIL_TYPE:
+        raise errors.ValidationError(
+            f"is required: 1 to {MAX_DETAIL_TYPE} characters", field=f"{field}.detail_type"
+        )
+    if not all(c.isprintable() for c in source + detail_type):
+        bad = "source" if not source.isprintable() else "detail_type"
+        raise errors.ValidationError("holds a control character", field=f"{field}.{bad}")
 
 
 def own_account_role(role_arn: str, *, tenant_id: str, policy: AwsTargetPolicy) -> bool:

@@ -1,8 +1,9 @@
 """Assuming tenants' roles for their AWS targets, with the credentials cached.
 
-A tenant's Lambda or SQS target names a role in the tenant's account; the worker calls the
-target as that role (see ``fireline.domain.aws_target``). The role trusts Fireline's
-target caller role with the tenant id as ExternalId, so Fireline, the only one who sends
+A tenant's AWS target (Lambda, SQS, Step Functions, EventBridge, SNS) names a role in the
+tenant's account; the worker calls the target as that role (see
+``fireline.domain.aws_target``). The role trusts Fireline's target caller role with the
+tenant id as ExternalId, so Fireline, the only one who sends
 the ExternalId, cannot be made to use one tenant's role for another (the confused deputy
 the ExternalId exists for), and the session name tells the tenant's CloudTrail which
 tenant's job made each call.

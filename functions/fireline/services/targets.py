@@ -1,4 +1,5 @@
-"""Running a job's target: a registered Python handler, a webhook, a Lambda, an SQS queue.
+"""Running a job's target: a registered Python handler, a webhook, a Lambda, an SQS queue,
+a Step Functions state machine, an EventBridge bus, an SNS topic.
 
 Every target receives the occurrence key as its idempotency key (the HTTP target as the
 ``Idempotency-Key`` header): delivery is at-least-once, so a handler that must have an
@@ -34,6 +35,10 @@ MAX_OUTPUT_BYTES = 32 * 1024
 PREVIEW_CHARS = model.PREVIEW_CHARS
 # SQS's limit on a FIFO message's MessageGroupId.
 MAX_GROUP_ID = 128
+# Step Functions' limit on an execution's name (of [A-Za-z0-9_-] here).
+MAX_EXECUTION_NAME = 80
+# Where a message attribute carries the occurrence key (SQS and SNS targets).
+IDEMPOTENCY_ATTRIBUTE = "IdempotencyKey"
 
 
 class TargetFailed(Exception):
@@ -190,6 +195,31 @@ class WorkflowStarter(Protocol):
     ) -> Any: ...
 
 
+def execution_name(tenant_id: str, occurrence_key: str) -> str:
+    """A Step Functions execution's name derived from the occurrence it runs: a retry (or
+    a repeated delivery) starts the same name, which a standard state machine refuses to
+    start twice. A digest, as an occurrence key holds ``#`` and ``:`` (not allowed in a
+    name) and may be longer than 80 characters; the tenant is in it so two tenants'
+    fires never share a name on a machine both may call."""
+    digest = hashlib.sha256(f"{tenant_id}\n{occurrence_key}".encode()).hexdigest()
+    return f"fireline-{digest}"[:MAX_EXECUTION_NAME]
+
+
+def deduplication_id(occurrence_key: str) -> str:
+    """A FIFO queue's or topic's MessageDeduplicationId for an occurrence (128 at most)."""
+    return hashlib.sha256(occurrence_key.encode()).hexdigest()
+
+
+def delivered_message(context: JobContext) -> dict[str, Any]:
+    """What a dispatch target (state machine, bus, topic) receives: the job's message
+    without the attempt number, so every attempt sends the same input. Step Functions
+    takes a second StartExecution of the same name as a repeat only when the input is the
+    same, and a receiver de-duplicating on the occurrence key sees one body per fire."""
+    message = context.as_message()
+    del message["attempt"]
+    return message
+
+
 def run_id_for(tenant_id: str, source: str) -> str:
     """A run id derived from what started it (a schedule's occurrence key)."""
     return "r" + hashlib.sha256(f"{tenant_id}\n{source}".encode()).hexdigest()[:24]
@@ -214,6 +244,9 @@ _CATEGORIES = {
         "AWS.SimpleQueueService.NonExistentQueue",
         "QueueDoesNotExist",
         "NoSuchEntity",
+        "StateMachineDoesNotExist",
+        "NotFound",
+        "NotFoundException",
     ),
     "throttled": (
         "Throttling",
@@ -253,6 +286,7 @@ class TargetRunner:
         signing_key: Callable[[str], signing.SigningKey],
         lambda_client: Callable[[float, roles.Credentials | None], Any],
         sqs_client: Callable[[roles.Credentials | None], Any],
+        aws_client: Callable[[str, str, roles.Credentials | None], Any] | None = None,
         workflows: Callable[[], WorkflowStarter] | None = None,
         python: PythonRunner | None = None,
         egress: webhook.Egress | None = None,
@@ -261,7 +295,10 @@ class TargetRunner:
     ) -> None:
         """``lambda_client(timeout, credentials)`` and ``sqs_client(credentials)`` build
         clients that call as ``credentials`` (a tenant's role), or as the worker itself
-        when None (targets the operator's allowlist names)."""
+        when None (targets the operator's allowlist names). ``aws_client(service, region,
+        credentials)`` builds the same for the dispatch targets (``stepfunctions``,
+        ``events``, ``sns``) in the region their ARN names; without it those targets
+        fail as not enabled."""
         self._roles = roles_for_targets
         self._aws_targets = aws_targets
         # Where HTTP targets may go: https to public addresses unless the operator widens it.
@@ -273,6 +310,7 @@ class TargetRunner:
         self._signing_key = signing_key
         self._lambda = lambda_client
         self._sqs = sqs_client
+        self._aws_client = aws_client
 
     def run(self, target: dict[str, Any], context: JobContext, *, timeout: float) -> Any:
         """Run ``target`` for ``context`` within ``timeout`` seconds; its result, if any."""
@@ -285,6 +323,11 @@ class TargetRunner:
             "lambda": lambda: self._invoke(target, context, timeout, self._as(target, context)),
             "sqs": lambda: self._send(target, context, self._as(target, context)),
             "workflow": lambda: self._start_workflow(target, context),
+            "stepfunctions": lambda: self._start_execution(
+                target, context, self._as(target, context)
+            ),
+            "eventbridge": lambda: self._put_event(target, context, self._as(target, context)),
+            "sns": lambda: self._publish(target, context, self._as(target, context)),
         }.get(str(kind))
         if call is None:
             raise errors.ValidationError(f"unknown target type {kind!r}", field="target.type")
@@ -426,17 +469,111 @@ class TargetRunner:
             "QueueUrl": url,
             "MessageBody": json.dumps(context.as_message()),
             "MessageAttributes": {
-                "IdempotencyKey": {"DataType": "String", "StringValue": context.occurrence_key}
+                IDEMPOTENCY_ATTRIBUTE: {
+                    "DataType": "String",
+                    "StringValue": context.occurrence_key,
+                }
             },
         }
         if url.endswith(".fifo"):
             # A FIFO queue drops a repeat of the same key within 5 minutes by itself.
             kwargs["MessageGroupId"] = message_group_id(context.schedule_id)
-            kwargs["MessageDeduplicationId"] = hashlib.sha256(
-                context.occurrence_key.encode()
-            ).hexdigest()
+            kwargs["MessageDeduplicationId"] = deduplication_id(context.occurrence_key)
         try:
             response = self._sqs(credentials).send_message(**kwargs)
         except Exception as exc:
             raise TargetFailed(f"sqs target: {aws_failure(exc)}") from exc
+        return {"message_id": response["MessageId"]}
+
+    # --- dispatch targets: the outcome is the API call's answer ---------------------------
+
+    def _client(self, service: str, arn: str, credentials: roles.Credentials | None) -> Any:
+        if self._aws_client is None:
+            raise TargetFailed(f"not allowed: this deployment calls no {service} targets")
+        return self._aws_client(service, arn.split(":")[3], credentials)
+
+    def _start_execution(
+        self, target: dict[str, Any], context: JobContext, credentials: roles.Credentials | None
+    ) -> Any:
+        """StartExecution under a name derived from the occurrence key, with the same input
+        at every attempt. A standard state machine starts a name once (for 90 days): a
+        retry after a start whose answer was lost, or a repeated delivery, meets the first
+        execution (ExecutionAlreadyExists), which is this fire's: success, not a second
+        run. An express state machine does not keep names: there a repeat starts again."""
+        machine = str(target["state_machine_arn"])
+        name = execution_name(context.tenant_id, context.occurrence_key)
+        client = self._client("stepfunctions", machine, credentials)
+        try:
+            response = client.start_execution(
+                stateMachineArn=machine,
+                name=name,
+                input=json.dumps(delivered_message(context), sort_keys=True),
+            )
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
+                raise TargetFailed(f"stepfunctions target: {aws_failure(exc)}") from exc
+            # The name is this occurrence's digest, and so is the input: the key holds the
+            # schedule's version, which fixes its payload, and no attempt number is sent.
+            # The execution holding the name is the one an earlier attempt started.
+            arn = machine.replace(":stateMachine:", ":execution:", 1) + f":{name}"
+            return {"execution_arn": arn, "already_started": True}
+        except Exception as exc:
+            raise TargetFailed(f"stepfunctions target: {aws_failure(exc)}") from exc
+        return {"execution_arn": response["executionArn"]}
+
+    def _put_event(
+        self, target: dict[str, Any], context: JobContext, credentials: roles.Credentials | None
+    ) -> Any:
+        """PutEvents of one entry. EventBridge has no deduplication id: a repeat is a
+        second event, so the occurrence key is in the detail (``occurrence_key``) for
+        receivers to recognise one. A failed entry (PutEvents answers 200 with the entry's
+        error) is this attempt's failure."""
+        bus = str(target["event_bus_arn"])
+        client = self._client("events", bus, credentials)
+        try:
+            response = client.put_events(
+                Entries=[
+                    {
+                        "EventBusName": bus,
+                        "Source": str(target["source"]),
+                        "DetailType": str(target["detail_type"]),
+                        "Detail": json.dumps(delivered_message(context), sort_keys=True),
+                        "Time": context.fire_time,
+                    }
+                ]
+            )
+        except Exception as exc:
+            raise TargetFailed(f"eventbridge target: {aws_failure(exc)}") from exc
+        entries = response.get("Entries") or [{}]
+        entry = entries[0]
+        if response.get("FailedEntryCount") or entry.get("ErrorCode") or not entry.get("EventId"):
+            code = entry.get("ErrorCode") or "no event id"
+            raise TargetFailed(f"eventbridge target: entry refused ({code})")
+        return {"event_id": entry["EventId"]}
+
+    def _publish(
+        self, target: dict[str, Any], context: JobContext, credentials: roles.Credentials | None
+    ) -> Any:
+        """Publish with the occurrence key as the ``IdempotencyKey`` attribute; a FIFO
+        topic also gets it as the deduplication id (a repeat within 5 minutes is dropped by
+        SNS itself) and the schedule as the message group."""
+        topic = str(target["topic_arn"])
+        kwargs: dict[str, Any] = {
+            "TopicArn": topic,
+            "Message": json.dumps(delivered_message(context), sort_keys=True),
+            "MessageAttributes": {
+                IDEMPOTENCY_ATTRIBUTE: {
+                    "DataType": "String",
+                    "StringValue": context.occurrence_key,
+                }
+            },
+        }
+        if topic.endswith(".fifo"):
+            kwargs["MessageGroupId"] = message_group_id(context.schedule_id)
+            kwargs["MessageDeduplicationId"] = deduplication_id(context.occurrence_key)
+        client = self._client("sns", topic, credentials)
+        try:
+            response = client.publish(**kwargs)
+        except Exception as exc:
+            raise TargetFailed(f"sns target: {aws_failure(exc)}") from exc
         return {"message_id": response["MessageId"]}
