@@ -27,8 +27,11 @@ hundred keys (the table, read consistently, is the authority: the index lags), t
 advances, so a crash in between repeats fires (harmless: the worker's claim is
 conditional) and never loses one. Calls within a phase go out side by side through a
 bounded pool. A round starts only while the invocation's remaining time and the lease
-allow it, and entries this invocation already advanced are recognised without a read
-when the lagging index shows them again.
+allow it. Every entry the index lists is read from the table before anything is done
+with it, those this invocation just advanced too: an entry listing the next fire it moved
+from is either the lagging index or a change made since (an update, a pause and resume,
+a delete and create again under the same id) that put the schedule back on that fire,
+and only the table can tell which.
 """
 
 from __future__ import annotations
@@ -51,7 +54,6 @@ logger = Logger(service="fireline", child=True)
 
 T = TypeVar("T")
 BATCH_GET_MAX = 100
-REMEMBER_ADVANCES_SECONDS = 60.0
 MIN_PAGE = 25
 SKIP_WRITE_ATTEMPTS = 3
 
@@ -132,7 +134,6 @@ class TickReport:
     due_read: int = 0  # index entries read
     backlog: int = 0  # entries already due (not just inside the lookahead)
     stale: int = 0  # entries whose schedule moved on since the index was written
-    remembered: int = 0  # stale entries recognised from this invocation's own advances
     advanced: int = 0
     conflicts: int = 0  # advances refused: another ticker or an update got there first
     held_back: int = 0  # schedules not advanced because a write failed (retried next pass)
@@ -149,7 +150,6 @@ class TickReport:
         self.due_read += other.due_read
         self.backlog += other.backlog
         self.stale += other.stale
-        self.remembered += other.remembered
         self.advanced += other.advanced
         self.conflicts += other.conflicts
         self.held_back += other.held_back
@@ -237,9 +237,6 @@ class Ticker:
         self._held: lease.Lease | None = None
         self._renewed_at = 0.0  # monotonic
         self._trusted_until = 0.0  # monotonic
-        # (tenant, schedule, next fire) this invocation advanced away from, and when: the
-        # lagging index may list them again for a while, and they need no read to skip.
-        self._advanced_from: dict[tuple[str, str, datetime], float] = {}
         self._slowest_round = 0.0  # monotonic seconds
         # How long the last round's sends took, first to last (monotonic seconds): a round
         # holds its sends to end by the send phase, not to start at it.
@@ -404,7 +401,6 @@ class Ticker:
         report = TickReport()
         started = self.clock.monotonic()
         until = self.clock.now() + timedelta(seconds=self.config.lookahead_seconds)
-        self._forget_old_advances(started)
         cursors: dict[int, str | None] = dict.fromkeys(self.config.my_shards)
         frontier: dict[int, datetime] = {}  # each shard's last fire time read this pass
         while cursors:
@@ -427,13 +423,6 @@ class Ticker:
         )
         self._emit(report)
         return report
-
-    def _forget_old_advances(self, now: float) -> None:
-        """An index lagging longer than this is an outage, not lag: forget older entries
-        (a stale entry is then recognised by its read, as it would be anyway)."""
-        horizon = now - REMEMBER_ADVANCES_SECONDS
-        if self._advanced_from and min(self._advanced_from.values()) < horizon:
-            self._advanced_from = {k: t for k, t in self._advanced_from.items() if t >= horizon}
 
     def _size_rounds(self, entries: int, took: float) -> None:
         """The next round's size from this one's pace: at most double, and no more than
@@ -497,16 +486,9 @@ class Ticker:
         now = self.clock.now()
         report.due_read += len(entries)
         report.backlog += sum(1 for e in entries if e.next_fire <= now)
-        fresh = [
-            e
-            for e in entries
-            if (e.tenant_id, e.schedule_id, e.next_fire) not in self._advanced_from
-        ]
-        report.remembered += len(entries) - len(fresh)
-        report.stale += len(entries) - len(fresh)
-        if not fresh:
+        if not entries:
             return
-        pickups = self._pick_up(fresh, now, report)
+        pickups = self._pick_up(entries, now, report)
         if not pickups:
             return
         self._send(pickups, now, report)
@@ -669,11 +651,6 @@ class Ticker:
             elif outcome:
                 report.advanced += 1
                 done.append(pickup)
-                item = pickup.item
-                assert item.next_fire is not None
-                self._advanced_from[(item.tenant_id, item.schedule_id, item.next_fire)] = (
-                    self.clock.monotonic()
-                )
             else:
                 report.conflicts += 1
         return done
