@@ -82,6 +82,7 @@ def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
         "paused_at_ms": _ms(item.paused_at) if item.paused_at else None,
         "quota_held": True if item.quota_held else None,
         "held_in": item.held_in,
+        "skipped": skipped_text(item.skipped) if item.skipped else None,
     }
     if item.next_fire is not None:
         # The two attributes that put the item in the sparse due index.
@@ -132,6 +133,32 @@ def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
         paused_at=_opt_from_ms(record.get("paused_at_ms")),
         quota_held=bool(record.get("quota_held", False)),
         held_in=None if record.get("held_in") is None else int(record["held_in"]),
+        skipped=skipped_from_text(record["skipped"]) if record.get("skipped") else None,
+    )
+
+
+def skipped_text(skipped: policies.SkippedRange) -> str:
+    """One attribute, compared whole by ``clear_skipped``'s condition: the same range is
+    always the same text."""
+    return json.dumps(
+        {
+            "version": skipped.version,
+            "first_ms": _ms(skipped.first),
+            "last_ms": _ms(skipped.last),
+            "count": skipped.count,
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def skipped_from_text(text: str) -> policies.SkippedRange:
+    record = json.loads(text)
+    return policies.SkippedRange(
+        version=int(record["version"]),
+        first=_from_ms(record["first_ms"]),
+        last=_from_ms(record["last_ms"]),
+        count=int(record["count"]),
     )
 
 
@@ -464,20 +491,38 @@ class DynamoScheduleStore:
         expected_version: int,
         next_fire: datetime | None,
         now: datetime,
+        skipped: policies.SkippedRange | None = None,
     ) -> bool:
-        names = {"#next": "next_fire_ms", "#v": "version", "#upd": "updated_at_ms"}
+        names = {
+            "#next": "next_fire_ms",
+            "#v": "version",
+            "#upd": "updated_at_ms",
+            "#skipped": "skipped",
+        }
         values: dict[str, Any] = {
             ":expected": {"N": str(_ms(expected_next_fire))},
             ":v": {"N": str(expected_version)},
             ":now": {"N": str(_ms(now))},
         }
+        sets, removes = ["#upd = :now"], []
         if next_fire is None:
-            update = "SET #upd = :now, #state = :completed REMOVE #next, #shard"
+            sets.append("#state = :completed")
+            removes += ["#next", "#shard"]
             names |= {"#state": "state", "#shard": "due_shard"}
             values[":completed"] = {"S": model.ScheduleState.COMPLETED.value}
         else:
-            update = "SET #next = :next, #upd = :now"
+            sets.append("#next = :next")
             values[":next"] = {"N": str(_ms(next_fire))}
+        # The skipped fires' record rides on the advance that moves past them: one write,
+        # and the item stays under 1 KB (a unit), so the record costs no unit of its own.
+        if skipped is None:
+            removes.append("#skipped")
+        else:
+            sets.append("#skipped = :skipped")
+            values[":skipped"] = {"S": skipped_text(skipped)}
+        update = "SET " + ", ".join(sets)
+        if removes:
+            update += " REMOVE " + ", ".join(removes)
         try:
             with _translated():
                 self._client.update_item(
@@ -489,6 +534,27 @@ class DynamoScheduleStore:
                     ConditionExpression="#next = :expected AND #v = :v",
                     ExpressionAttributeNames=names,
                     ExpressionAttributeValues=values,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def clear_skipped(
+        self, tenant_id: str, schedule_id: str, skipped: policies.SkippedRange
+    ) -> bool:
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key(tenant_id, schedule_id),
+                    UpdateExpression="REMOVE #skipped",
+                    # Only the range whose rows the caller wrote: a later advance's range
+                    # (rows not written yet) must stay, as must an item made again since.
+                    ConditionExpression="#skipped = :skipped",
+                    ExpressionAttributeNames={"#skipped": "skipped"},
+                    ExpressionAttributeValues={":skipped": {"S": skipped_text(skipped)}},
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

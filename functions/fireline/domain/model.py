@@ -194,6 +194,10 @@ class Schedule:
     # A batch's job: the number of the holder that holds its unit instead (see
     # fireline.domain.quota.Holder); it never holds a mark of its own.
     held_in: int | None = None
+    # Fires an advance moved past without sending them (a misfire plan skipped them),
+    # written with that advance and kept until their rows are written: the ticker's
+    # proof that none of them goes unrecorded if it dies or loses its lease in between.
+    skipped: policies.SkippedRange | None = None
 
     def __post_init__(self) -> None:
         if self.job_class not in JOB_CLASSES:
@@ -228,11 +232,23 @@ class Schedule:
             updated_at=now,
         )
 
-    def advanced(self, next_fire: datetime | None, now: datetime) -> Schedule:
-        """After firing: the next fire, or completed when there is none."""
+    def advanced(
+        self,
+        next_fire: datetime | None,
+        now: datetime,
+        skipped: policies.SkippedRange | None = None,
+    ) -> Schedule:
+        """After firing: the next fire, or completed when there is none; ``skipped``, the
+        fires this advance moved past unsent, replaces what the item held."""
         if next_fire is None:
-            return replace(self, state=ScheduleState.COMPLETED, next_fire=None, updated_at=now)
-        return replace(self, next_fire=next_fire, updated_at=now)
+            return replace(
+                self,
+                state=ScheduleState.COMPLETED,
+                next_fire=None,
+                updated_at=now,
+                skipped=skipped,
+            )
+        return replace(self, next_fire=next_fire, updated_at=now, skipped=skipped)
 
 
 def held_entry(job: Schedule) -> str:

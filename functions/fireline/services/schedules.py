@@ -346,7 +346,14 @@ class ScheduleService:
         item = self._build(tenant_id, schedule_id, draft, now, version=current.version + 1)
         if current.state is model.ScheduleState.PAUSED:
             item = replace(item, state=current.state, next_fire=None, paused_at=now)
-        item = replace(item, created_at=current.created_at, quota_held=current.quota_held)
+        # Skipped fires the schedule holds until their rows are written stay held: the
+        # next pickup writes them (model.Schedule.skipped carries their own version).
+        item = replace(
+            item,
+            created_at=current.created_at,
+            quota_held=current.quota_held,
+            skipped=current.skipped,
+        )
         self.schedules.replace(item, expected_version=current.version)
         self._settle_older(current, item, now)
         return item
@@ -354,6 +361,15 @@ class ScheduleService:
     def delete(self, tenant_id: str, schedule_id: str) -> None:
         current = self.get(tenant_id, schedule_id)
         refund = quota.Quota.SCHEDULES if current.quota_held else None
+        if current.skipped is not None:
+            # The rows of the skipped fires it holds go first: the item is their only
+            # record until then, and the delete takes it with it.
+            dispatch.record_range(
+                current,
+                now=self._now(),
+                occurrences=self.occurrences,
+                report=dispatch.DispatchReport(),
+            )
         self.schedules.delete(tenant_id, schedule_id, refund=refund)
         self._settle_older(current, None, self._now())
 
@@ -489,13 +505,21 @@ class ScheduleService:
         a key condition (rows out of it are never read) and the state a filter after the
         read; a filtered page reads on, each read asking for what the page still lacks,
         at most MAX_LIST_READS reads of ``limit`` rows. A first page is empty only when no
-        row in the range is in that state, or those reads met none."""
+        row in the range is in that state, or those reads met none.
+
+        Skipped fires counted in a summary row have no row of their own: a first page
+        with ``since`` also holds the summary that counts the fire at ``since`` (one more
+        read: the newest row before it), so "what happened to the fire at T" is answered
+        by ``since=T``. And it holds the range of skipped fires the schedule itself holds
+        while their rows are still to be written (see model.Schedule.skipped), as the
+        row they will be. Either may take the page one or two rows past ``limit``."""
         wanted = _page_size(limit)
         one_of(state, OCCURRENCE_STATES)
         only = ports.OccurrenceFilter(since, until, (occurrence.State(state),) if state else ())
         if since is not None and until is not None and since >= until:
             raise errors.ValidationError("must be before 'to'", field="from")
-        self.get(tenant_id, schedule_id)
+        current = self.get(tenant_id, schedule_id)
+        first_page = cursor is None
         found: builtins.list[occurrence.Occurrence] = []
         for _ in range(MAX_LIST_READS):
             page = self.occurrences.history(
@@ -509,7 +533,39 @@ class ScheduleService:
             cursor = page.cursor
             if cursor is None or len(found) == wanted:
                 break
+        if first_page:
+            found = self._with_summaries(current, found, only)
         return ports.Page(found, cursor)
+
+    def _with_summaries(
+        self,
+        current: model.Schedule,
+        found: builtins.list[occurrence.Occurrence],
+        only: ports.OccurrenceFilter,
+    ) -> builtins.list[occurrence.Occurrence]:
+        """``found`` with the summary rows that count fires in the listing's range but are
+        keyed before it, and the schedule's held range (see ``history``)."""
+        if only.states and occurrence.State.SKIPPED not in only.states:
+            return found
+        extra: builtins.list[occurrence.Occurrence] = []
+        if only.since is not None:
+            before = self.occurrences.history(
+                current.tenant_id,
+                current.schedule_id,
+                limit=1,
+                only=ports.OccurrenceFilter(until=only.since),
+            ).items
+            last = before[0].skipped_last if before else None
+            if last is not None and last >= only.since:
+                extra.append(before[0])
+        held = dispatch.held_row(current)
+        if held is not None and _overlaps(held, only):
+            extra.append(held)
+        keys = {r.key for r in found}
+        extra = [r for r in extra if r.key not in keys]
+        if not extra:
+            return found
+        return sorted([*found, *extra], key=lambda r: (r.fire_time, r.version), reverse=True)
 
     # --- one-off jobs ----------------------------------------------------------------------
 
@@ -1008,3 +1064,11 @@ def _page_size(limit: int) -> int:
     if not 1 <= limit <= MAX_PAGE:
         raise errors.ValidationError(f"must be 1 to {MAX_PAGE}", field="limit")
     return limit
+
+
+def _overlaps(row: occurrence.Occurrence, only: ports.OccurrenceFilter) -> bool:
+    """Does the row count a fire whose time is in the filter's [since, until)?"""
+    last = row.skipped_last or row.fire_time
+    return (only.since is None or last >= only.since) and (
+        only.until is None or row.fire_time < only.until
+    )

@@ -176,6 +176,8 @@ class _Plan:
     skips: list[dispatch.Skip]
     summary: policies.SkippedSummary | None
     next_fire: datetime | None
+    # The skips and the summary as one range: held on the schedule by the advance.
+    skipped: policies.SkippedRange | None = None
 
 
 @dataclass
@@ -492,6 +494,7 @@ class Ticker:
         if not pickups:
             return
         self._send(pickups, now, report)
+        self._record_held(pickups, now, report)
         advanced = self._advance(pickups, now, report)
         self._record_skips(advanced, now, report)
 
@@ -528,34 +531,59 @@ class Ticker:
             pickups.append(_Pickup(item, plan))
         return pickups
 
-    def _record_skips(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
-        """Rows for the fires a misfire plan skipped (rare: after an outage or a resume).
-
-        Written only once the schedule's advance succeeded, which proves this ticker's
-        view of it was current: a stale ticker (whose advance is refused) must not mark
-        as skipped a fire another ticker sent. A crash right after the advance leaves
-        those fires without their row; they were not going to run either way.
-        """
-        skipping = [p for p in pickups if p.plan.skips or p.plan.summary]
-        if not skipping:
+    def _record_held(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
+        """Rows for a range of skipped fires an earlier advance held on the schedule and
+        whose rows were never confirmed (that tick died, or lost its lease, in between),
+        written before this round's advance replaces the range. A schedule whose rows
+        cannot be written now is held back, its range kept."""
+        held = [p for p in pickups if p.item.skipped is not None]
+        if not held:
             return
-        reports = [dispatch.DispatchReport() for _ in skipping]
+        reports = [dispatch.DispatchReport() for _ in held]
         outcomes = self._outcomes(
             [
                 self._guarded(
                     functools.partial(
                         _retried,
                         functools.partial(
-                            dispatch.record_skips,
+                            dispatch.record_range,
                             p.item,
-                            p.plan.skips,
-                            p.plan.summary,
                             now=now,
                             occurrences=self.occurrences,
                             report=r,
                         ),
                     )
                 )
+                for p, r in zip(held, reports, strict=True)
+            ]
+        )
+        failed = []
+        for pickup, outcome, part in zip(held, outcomes, reports, strict=True):
+            report.dispatched.add(part)
+            if isinstance(outcome, errors.Unavailable):
+                failed.append(pickup)
+        if failed:
+            report.held_back += len(failed)
+            pickups[:] = [p for p in pickups if p not in failed]
+
+    def _record_skips(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
+        """Rows for the fires a misfire plan skipped (rare: after an outage or a resume),
+        then the range the advance held on the schedule is dropped.
+
+        The advance wrote the range on the schedule in the same conditional write that
+        moved past those fires: that is their durable record. So the rows come only after
+        it, which proves this ticker's view was current (a stale ticker, whose advance is
+        refused, must not mark as skipped a fire another ticker sent), and a crash or a
+        lost lease in between loses nothing: the range stays on the schedule, the history
+        shows it, and the next pickup writes its rows before moving on.
+        """
+        skipping = [p for p in pickups if p.plan.skipped is not None]
+        if not skipping:
+            return
+        reports = [dispatch.DispatchReport() for _ in skipping]
+        outcomes = self._outcomes(
+            [
+                self._guarded(functools.partial(self._write_skips, p, now=now, report=r))
                 for p, r in zip(skipping, reports, strict=True)
             ]
         )
@@ -563,10 +591,36 @@ class Ticker:
             report.dispatched.add(part)
             if isinstance(outcome, errors.Unavailable):
                 logger.warning(
-                    "skipped fires not recorded",
-                    extra={"action": "ticker.skips_lost", "error": str(outcome)},
+                    "skipped fires' rows deferred",
+                    extra={"action": "ticker.skips_deferred", "error": str(outcome)},
                 )
-                self.metrics.add_metric("SkipRecordsLost", "Count", 1)
+                self.metrics.add_metric("SkipRowsDeferred", "Count", 1)
+
+    def _write_skips(
+        self, pickup: _Pickup, *, now: datetime, report: dispatch.DispatchReport
+    ) -> None:
+        plan, item = pickup.plan, pickup.item
+        assert plan.skipped is not None
+        _retried(
+            functools.partial(
+                dispatch.record_skips,
+                item,
+                plan.skips,
+                plan.summary,
+                now=now,
+                occurrences=self.occurrences,
+                report=report,
+            )
+        )
+        # The rows are in: the range need not be held any longer. (Unanswered, it stays,
+        # and the next pickup finds its rows there at the cost of a conditional put.)
+        _retried(
+            self._guarded(
+                functools.partial(
+                    self.schedules.clear_skipped, item.tenant_id, item.schedule_id, plan.skipped
+                )
+            )
+        )
 
     def _send(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
         pending: list[dispatch.Outbound] = []
@@ -641,6 +695,7 @@ class Ticker:
                         expected_version=item.version,
                         next_fire=pickup.plan.next_fire,
                         now=now,
+                        skipped=pickup.plan.skipped,
                     )
                 )
             )
@@ -715,14 +770,16 @@ class Ticker:
         fires: list[datetime] = []
         skips: list[dispatch.Skip] = []
         summary = None
+        skipped = None
         after = due - timedelta(microseconds=1)
         if due < now - timedelta(seconds=item.misfire.grace_seconds):
             plan = policies.plan_misfires(item.timing, item.misfire, due, now)
+            skipped = plan.skipped_range(item.version)
             if not plan.complete:
                 # A long outage, caught up a chunk per pass: the schedule stays due.
                 assert plan.resume_after is not None
                 following = schedule.next_fire(item.timing, plan.resume_after)
-                return _Plan([], [], plan.skipped_summary, following)
+                return _Plan([], [], plan.skipped_summary, following, skipped)
             fires += plan.fire
             skips += [dispatch.Skip(f, "skipped: misfire") for f in plan.skipped]
             summary = plan.skipped_summary
@@ -741,14 +798,14 @@ class Ticker:
         )
         # Every missed or skipped fire precedes the upcoming ones, so the fire after the
         # last upcoming one is where the schedule continues.
-        return _Plan([*fires, *upcoming], skips, summary, following)
+        return _Plan([*fires, *upcoming], skips, summary, following, skipped)
 
 
 _MS = timedelta(milliseconds=1)
 _DAWN = datetime.min.replace(tzinfo=UTC)
 
 
-def _retried(write: Callable[[], None]) -> None:
+def _retried(write: Callable[[], object]) -> None:
     """A write that must not be redone by a later pass: a few tries before giving up."""
     for attempt in range(SKIP_WRITE_ATTEMPTS):
         try:
