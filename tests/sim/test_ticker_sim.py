@@ -24,6 +24,7 @@ from fireline.sim import kernel as sim_kernel
 from fireline.sim import lambdas
 from fireline.sim import network as sim_network
 from fireline.sim import world as sim_world
+from helpers import skipped
 
 START = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 SDK_CALL = 0.003  # seconds of this machine's CPU per AWS call (the calibrated order)
@@ -362,30 +363,6 @@ def _replace_misfire(item: model.Schedule, misfire: policies.Misfire) -> model.S
 # --- skipped fires' records under a kill ------------------------------------------------------
 
 
-def skipped_records(world: sim_world.World, item: model.Schedule) -> set[datetime]:
-    """Every fire a skipped row counts (a summary row opened into its fires), and those of
-    the range the schedule itself still holds."""
-    counted: set[datetime] = set()
-    cursor = None
-    while True:
-        page = world.memory_occurrences.history(
-            item.tenant_id, item.schedule_id, limit=1_000, cursor=cursor
-        )
-        for row in page.items:
-            if row.state is occurrence.State.SKIPPED:
-                last = row.skipped_last or row.fire_time
-                before = row.fire_time - timedelta(microseconds=1)
-                counted.update(schedule.fires(item.timing, before, until=last))
-        cursor = page.cursor
-        if cursor is None:
-            break
-    held = world.memory_schedules.get(item.tenant_id, item.schedule_id)
-    if held is not None and held.skipped is not None:
-        before = held.skipped.first - timedelta(microseconds=1)
-        counted.update(schedule.fires(item.timing, before, until=held.skipped.last))
-    return counted
-
-
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_an_invocation_killed_at_any_call_of_its_round_leaves_no_skipped_fire_unrecorded(
     make_world: Callable[..., sim_world.World], when: str
@@ -426,7 +403,7 @@ def test_an_invocation_killed_at_any_call_of_its_round_leaves_no_skipped_fire_un
         world.kernel.run(3 * 60)
         # THEN every fire missed when the first round planned is recorded as skipped (its
         # row, a summary row that counts it, or the range the schedule holds), none sent
-        records = skipped_records(world, skipping)
+        records = skipped.recorded_skips(world.memory_schedules, world.memory_occurrences, skipping)
         missing = [f for f in missed_at_start if f not in records]
         if missing:
             unrecorded[call] = len(missing)

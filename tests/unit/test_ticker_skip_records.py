@@ -225,3 +225,68 @@ def test_a_held_range_outlives_an_update_and_is_written_by_a_delete() -> None:
     (row,) = rows_of(system, item)
     assert row.state is occurrence.State.SKIPPED and row.version == item.version
     assert (row.fire_time, row.skipped_last, row.skipped_count) == (missed[0], missed[-1], 174)
+
+
+def minutely_behind(system: MemorySystem) -> Any:
+    """A minutely schedule that skips missed fires, whose ticker has been down since it
+    was created: at 12:03:30, its fires of 12:01, 12:02 and 12:03 were due and not sent."""
+    made = system.service.create(
+        "tenant-a",
+        schedules.ScheduleDraft(
+            spec="cron(0 * * * * *)",
+            target=TARGET,
+            misfire=policies.Misfire(policy=policies.MisfirePolicy.SKIP, grace_seconds=5),
+        ),
+    )
+    system.clock.advance(3 * 60 + 30)
+    return made
+
+
+def test_a_pause_while_the_ticker_is_behind_keeps_the_fires_it_had_not_sent() -> None:
+    # GIVEN a schedule with three fires due and unsent
+    system = MemorySystem()
+    item = minutely_behind(system)
+    start = item.next_fire
+    # WHEN it is paused, resumed at 12:10:30, and the ticker (back) picks it up
+    system.service.pause("tenant-a", item.schedule_id)
+    system.clock.advance(7 * 60)
+    resumed = system.service.resume("tenant-a", item.schedule_id)
+    one_tick(leased_ticker(system, system.schedules, memory.MemoryLeaseStore()), system)
+    # THEN the misfire policy recorded every fire from the first unsent one: 12:01 to 12:10
+    assert resumed.next_fire == start
+    expected = {start + timedelta(minutes=n) for n in range(10)}
+    assert skipped_in_history(system, item) == expected
+
+
+def test_an_update_while_the_ticker_is_behind_records_the_old_versions_unsent_fires() -> None:
+    # GIVEN a schedule with three fires due and unsent
+    system = MemorySystem()
+    item = minutely_behind(system)
+    start = item.next_fire
+    # WHEN it is updated (version 2 fires from 12:04 on)
+    updated = system.service.update(
+        "tenant-a",
+        item.schedule_id,
+        schedules.ScheduleDraft(spec="cron(0 * * * * *)", target=TARGET, payload={"v": 2}),
+    )
+    # THEN the update held version 1's three fires as skipped, voided by version 2, and
+    # the history shows them
+    assert updated.next_fire == start + timedelta(minutes=3)
+    voided = policies.SkippedRange(
+        1, start, start + timedelta(minutes=2), 3, reason="skipped: voided by version 2"
+    )
+    assert updated.skipped == voided
+    (row,) = system.service.history("tenant-a", item.schedule_id).items
+    assert row.version == 1 and row.exit_reason is not None
+    assert row.exit_reason.startswith("skipped: voided by version 2 (3 fires")
+    # WHEN the ticker picks version 2 up
+    one_tick(leased_ticker(system, system.schedules, memory.MemoryLeaseStore()), system)
+    # THEN their row is written, the range is no longer held, and version 2 goes on
+    after = system.schedules.get("tenant-a", item.schedule_id)
+    assert after is not None and after.skipped is None
+    (stored,) = rows_of(system, item)
+    assert (stored.fire_time, stored.skipped_last, stored.skipped_count) == (
+        start,
+        start + timedelta(minutes=2),
+        3,
+    )

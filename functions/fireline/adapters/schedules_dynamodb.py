@@ -146,6 +146,7 @@ def skipped_text(skipped: policies.SkippedRange) -> str:
             "first_ms": _ms(skipped.first),
             "last_ms": _ms(skipped.last),
             "count": skipped.count,
+            "reason": skipped.reason,
         },
         separators=(",", ":"),
         sort_keys=True,
@@ -159,6 +160,7 @@ def skipped_from_text(text: str) -> policies.SkippedRange:
         first=_from_ms(record["first_ms"]),
         last=_from_ms(record["last_ms"]),
         count=int(record["count"]),
+        reason=record.get("reason", policies.MISFIRE_REASON),
     )
 
 

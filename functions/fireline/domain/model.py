@@ -223,11 +223,17 @@ class Schedule:
     def paused(self, now: datetime) -> Schedule:
         # A new version: occurrences already materialized ahead of time become stale and
         # the worker's version check skips them while the schedule is paused.
+        # Resumed, it counts missed fires from its next fire when that had passed (a
+        # ticker behind, or down, had not handed those fires on): the pause must not move
+        # it past them, or they would have no record at all.
+        since = now
+        if self.next_fire is not None and self.next_fire <= now:
+            since = self.next_fire - timedelta(microseconds=1)
         return replace(
             self,
             state=ScheduleState.PAUSED,
             next_fire=None,
-            paused_at=now,
+            paused_at=since,
             version=self.version + 1,
             updated_at=now,
         )

@@ -58,6 +58,9 @@ class SkippedSummary:
     last: datetime
 
 
+MISFIRE_REASON = "skipped: misfire"
+
+
 @dataclass(frozen=True)
 class SkippedRange:
     """Every fire of one version of a schedule from ``first`` to ``last`` (both included),
@@ -69,6 +72,8 @@ class SkippedRange:
     first: datetime
     last: datetime
     count: int
+    # Why: a misfire plan's, or an update's that voided fires no ticker had sent yet.
+    reason: str = MISFIRE_REASON
 
     def __post_init__(self) -> None:
         if self.count < 1 or self.last < self.first:

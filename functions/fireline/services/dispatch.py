@@ -204,10 +204,10 @@ def record_range(
         return
     of_version = replace(item, version=skipped.version)
     if skipped.count == 1:
-        _record_skip(of_version, skipped.first, "skipped: misfire", now, occurrences, report)
+        _record_skip(of_version, skipped.first, skipped.reason, now, occurrences, report)
         return
     summary = policies.SkippedSummary(skipped.count, skipped.first, skipped.last)
-    _record_summary(of_version, summary, now, occurrences, report)
+    _record_summary(of_version, summary, now, occurrences, report, reason=skipped.reason)
 
 
 def held_row(item: model.Schedule) -> occurrence.Occurrence | None:
@@ -216,7 +216,7 @@ def held_row(item: model.Schedule) -> occurrence.Occurrence | None:
     held = item.skipped
     if held is None:
         return None
-    reason = "skipped: misfire"
+    reason = held.reason
     if held.count > 1:
         reason += (
             f" ({held.count} fires from {occurrence.format_fire_time(held.first)} to "
@@ -240,6 +240,8 @@ def _record_summary(
     now: datetime,
     occurrences: ports.OccurrenceStore,
     report: DispatchReport,
+    *,
+    reason: str = policies.MISFIRE_REASON,
 ) -> None:
     """The summary row is keyed by the first fire it counts. If that fire has a row of its
     own already (an interrupted tick sent it and a worker ran it), the fire is not
@@ -247,12 +249,12 @@ def _record_summary(
     counts a fire that ran, nor is it lost."""
     first, count = summary.first, summary.count
     while count > 0:
-        reason = (
-            f"skipped: misfire ({count} fires from {occurrence.format_fire_time(first)} to "
+        text = (
+            f"{reason} ({count} fires from {occurrence.format_fire_time(first)} to "
             f"{occurrence.format_fire_time(summary.last)})"
         )
         covers = policies.SkippedSummary(count, first, summary.last)
-        if _record_skip(item, first, reason, now, occurrences, report, covers=covers):
+        if _record_skip(item, first, text, now, occurrences, report, covers=covers):
             return
         following = schedule.next_fire(item.timing, first)
         if following is None or following > summary.last:

@@ -354,6 +354,20 @@ class ScheduleService:
             quota_held=current.quota_held,
             skipped=current.skipped,
         )
+        voided = _unsent_fires(current, now)
+        if voided is not None:
+            # Fires of the old version that were due and that no ticker handed on (it is
+            # behind, or down): the new version voids them, so they are held as skipped,
+            # in the very write that moves past them. The item holds one range: one it
+            # held already gets its rows first (decided by the advance that wrote it).
+            if current.skipped is not None:
+                dispatch.record_range(
+                    current,
+                    now=now,
+                    occurrences=self.occurrences,
+                    report=dispatch.DispatchReport(),
+                )
+            item = replace(item, skipped=voided)
         self.schedules.replace(item, expected_version=current.version)
         self._settle_older(current, item, now)
         return item
@@ -1071,4 +1085,33 @@ def _overlaps(row: occurrence.Occurrence, only: ports.OccurrenceFilter) -> bool:
     last = row.skipped_last or row.fire_time
     return (only.since is None or last >= only.since) and (
         only.until is None or row.fire_time < only.until
+    )
+
+
+# An update counts the old version's unsent fires up to this many (a per-second schedule
+# whose ticker was down for a day); a longer outage's earliest fires go unrecorded.
+MAX_VOIDED_FIRES = 100_000
+
+
+def _unsent_fires(current: model.Schedule, now: datetime) -> policies.SkippedRange | None:
+    """The fires of ``current`` that were due before ``now`` and never handed on: from its
+    next fire, when that has passed, to the last fire before now."""
+    if current.next_fire is None or current.next_fire >= now:
+        return None
+    fires = list(
+        schedule.fires(
+            current.timing,
+            current.next_fire - timedelta(microseconds=1),
+            until=now - timedelta(microseconds=1),
+            limit=MAX_VOIDED_FIRES,
+        )
+    )
+    if not fires:
+        return None
+    return policies.SkippedRange(
+        current.version,
+        fires[0],
+        fires[-1],
+        len(fires),
+        reason=f"skipped: voided by version {current.version + 1}",
     )

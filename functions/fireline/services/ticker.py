@@ -781,7 +781,7 @@ class Ticker:
                 following = schedule.next_fire(item.timing, plan.resume_after)
                 return _Plan([], [], plan.skipped_summary, following, skipped)
             fires += plan.fire
-            skips += [dispatch.Skip(f, "skipped: misfire") for f in plan.skipped]
+            skips += [dispatch.Skip(f, policies.MISFIRE_REASON) for f in plan.skipped]
             summary = plan.skipped_summary
             if plan.resume_after is not None:
                 after = plan.resume_after
