@@ -290,3 +290,43 @@ def test_an_update_while_the_ticker_is_behind_records_the_old_versions_unsent_fi
         start + timedelta(minutes=2),
         3,
     )
+
+
+@pytest.mark.parametrize(
+    ("policy", "paused_for", "held_count"),
+    [
+        # fire_once runs the latest missed fire and skips the 173 before it
+        (policies.MisfirePolicy.FIRE_ONCE, 3 * 60, 173),
+        # 3 hours of a per-second schedule is more than one plan may look at: the first
+        # chunk of 5,000 is skipped, the schedule stays due for the next
+        (policies.MisfirePolicy.SKIP, 3 * 60 * 60, policies.SCAN_LIMIT),
+    ],
+)
+def test_a_killed_tick_loses_no_skipped_fire_of_a_catch_up_either(
+    policy: policies.MisfirePolicy, paused_for: int, held_count: int
+) -> None:
+    # GIVEN a per-second schedule paused for a while and resumed, under that policy
+    system = MemorySystem()
+    made = system.service.create(
+        "tenant-a",
+        schedules.ScheduleDraft(
+            spec=EVERY_SECOND,
+            target=TARGET,
+            misfire=policies.Misfire(policy=policy, grace_seconds=5),
+        ),
+    )
+    system.service.pause("tenant-a", made.schedule_id)
+    system.clock.advance(paused_for)
+    item = system.service.resume("tenant-a", made.schedule_id)
+    first = item.next_fire
+    # WHEN the tick that picks it up dies right after its advance
+    store = SlowAdvance(system.schedules, system.clock)
+    store.crash = True
+    with pytest.raises(Crash):
+        one_tick(leased_ticker(system, store, memory.MemoryLeaseStore()), system)
+    # THEN the schedule holds every fire it moved past unsent, and the history shows them
+    after = system.schedules.get("tenant-a", item.schedule_id)
+    assert after is not None and after.skipped is not None
+    assert (after.skipped.first, after.skipped.count) == (first, held_count)
+    expected = {first + timedelta(seconds=n) for n in range(held_count)}
+    assert skipped_in_history(system, item) == expected
