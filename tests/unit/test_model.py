@@ -214,7 +214,7 @@ def test_given_a_next_fire_that_passed_unsent_when_paused_then_resume_counts_fro
     paused = item.paused(LATER)
     # THEN a resume counts missed fires from that next fire, not from the pause: the
     # pause moves it past no fire
-    assert paused.paused_at == item.next_fire - timedelta(microseconds=1)
+    assert paused.paused_at == item.next_fire - timedelta(milliseconds=1)
     assert (paused.updated_at, paused.version, paused.next_fire) == (LATER, 4, None)
 
 

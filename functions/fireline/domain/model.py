@@ -226,9 +226,10 @@ class Schedule:
         # Resumed, it counts missed fires from its next fire when that had passed (a
         # ticker behind, or down, had not handed those fires on): the pause must not move
         # it past them, or they would have no record at all.
+        # (A millisecond before it: the stored precision, and no fire is finer.)
         since = now
         if self.next_fire is not None and self.next_fire <= now:
-            since = self.next_fire - timedelta(microseconds=1)
+            since = self.next_fire - timedelta(milliseconds=1)
         return replace(
             self,
             state=ScheduleState.PAUSED,
