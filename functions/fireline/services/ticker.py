@@ -25,13 +25,15 @@ index's cursor, never re-reading what this pass already handled), one BatchGetIt
 hundred keys (the table, read consistently, is the authority: the index lags), the plans
 (CPU), then the round's messages in batches of ten, then the advances: messages before
 advances, so a crash in between repeats fires (harmless: the worker's claim is
-conditional) and never loses one. Calls within a phase go out side by side through a
-bounded pool. A round starts only while the invocation's remaining time and the lease
-allow it. Every entry the index lists is read from the table before anything is done
-with it, those this invocation just advanced too: an entry listing the next fire it moved
-from is either the lagging index or a change made since (an update, a pause and resume,
-a delete and create again under the same id) that put the schedule back on that fire,
-and only the table can tell which.
+conditional) and never loses one. Fires a misfire plan skips are held on the schedule by
+the advance that moves past them (the same conditional write), and get their rows after
+it: a crash or a lost lease in between leaves the range held, never a fire unrecorded.
+Calls within a phase go out side by side through a bounded pool. A round starts only
+while the invocation's remaining time and the lease allow it. Every entry the index
+lists is read from the table before anything is done with it, those this invocation just
+advanced too: an entry listing the next fire it moved from is either the lagging index
+or a change made since (an update, a pause and resume, a delete and create again under
+the same id) that put the schedule back on that fire, and only the table can tell which.
 """
 
 from __future__ import annotations
