@@ -330,3 +330,28 @@ def test_a_killed_tick_loses_no_skipped_fire_of_a_catch_up_either(
     assert (after.skipped.first, after.skipped.count) == (first, held_count)
     expected = {first + timedelta(seconds=n) for n in range(held_count)}
     assert skipped_in_history(system, item) == expected
+
+
+def test_an_update_of_a_paused_schedule_records_the_fires_its_pause_had_passed() -> None:
+    # GIVEN a minutely schedule paused at 12:00:30 whose resume would have decided the
+    # fires since then by its misfire policy
+    system = MemorySystem()
+    made = system.service.create(
+        "tenant-a", schedules.ScheduleDraft(spec="cron(0 * * * * *)", target=TARGET)
+    )
+    system.clock.advance(30)
+    system.service.pause("tenant-a", made.schedule_id)
+    # WHEN it is updated at 12:05:30 (still paused: version 3 starts its pause over)
+    system.clock.advance(5 * 60)
+    updated = system.service.update(
+        "tenant-a",
+        made.schedule_id,
+        schedules.ScheduleDraft(spec="cron(0 * * * * *)", target=TARGET, payload={"v": 3}),
+    )
+    # THEN version 2's five fires of the pause are held as skipped, voided by version 3
+    first = made.next_fire
+    assert first is not None
+    assert updated.skipped == policies.SkippedRange(
+        2, first, first + timedelta(minutes=4), 5, reason="skipped: voided by version 3"
+    )
+    assert skipped_in_history(system, made) == {first + timedelta(minutes=n) for n in range(5)}

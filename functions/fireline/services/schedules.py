@@ -1095,13 +1095,21 @@ MAX_VOIDED_FIRES = 100_000
 
 def _unsent_fires(current: model.Schedule, now: datetime) -> policies.SkippedRange | None:
     """The fires of ``current`` that were due before ``now`` and never handed on: from its
-    next fire, when that has passed, to the last fire before now."""
-    if current.next_fire is None or current.next_fire >= now:
+    next fire, when that has passed, to the last fire before now; for a paused schedule,
+    those since its resume point (its resume would have had its misfire policy decide
+    them, and the new version starts its pause over)."""
+    if current.next_fire is not None:
+        if current.next_fire >= now:
+            return None
+        after = current.next_fire - timedelta(microseconds=1)
+    elif current.state is model.ScheduleState.PAUSED and current.paused_at is not None:
+        after = current.paused_at
+    else:
         return None
     fires = list(
         schedule.fires(
             current.timing,
-            current.next_fire - timedelta(microseconds=1),
+            after,
             until=now - timedelta(microseconds=1),
             limit=MAX_VOIDED_FIRES,
         )
