@@ -18,7 +18,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from fireline.domain import api_keys, dag, lease, model, occurrence, quota, signing, workflow
+from fireline.domain import (
+    api_keys,
+    dag,
+    lease,
+    model,
+    occurrence,
+    policies,
+    quota,
+    signing,
+    workflow,
+)
 
 
 class Clock(Protocol):
@@ -155,6 +165,7 @@ class ScheduleStore(Protocol):
         expected_version: int,
         next_fire: datetime | None,
         now: datetime,
+        skipped: policies.SkippedRange | None = None,
     ) -> bool:
         """Move next fire forward (None: the schedule completed).
 
@@ -162,7 +173,18 @@ class ScheduleStore(Protocol):
         ticker cannot move a schedule backwards, and an update that kept the same next fire
         (new version) is not overwritten by a ticker that materialized the old version.
         False when the condition failed (someone else advanced, paused or changed it).
+
+        ``skipped`` (the fires this advance moves past without sending) is stored on the
+        item in the same write, in place of what it held: the caller writes the rows of a
+        held range before an advance replaces it.
         """
+        ...
+
+    def clear_skipped(
+        self, tenant_id: str, schedule_id: str, skipped: policies.SkippedRange
+    ) -> bool:
+        """Drop the held range once its rows are written; only while the item still holds
+        that very range (a later advance's range stays). False when it holds another."""
         ...
 
 

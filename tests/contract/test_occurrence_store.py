@@ -50,6 +50,26 @@ def test_given_a_new_key_when_put_then_it_is_stored_whole(
     assert occurrence_store.get(item.key) == item
 
 
+def test_given_a_summary_of_skipped_fires_when_put_then_its_range_comes_back(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN the row that counts 30 skipped fires from START on, a minute apart
+    item = dataclasses.replace(
+        an_occurrence("nightly", START),
+        state=State.SKIPPED,
+        skipped_last=START + 29 * MINUTE,
+        skipped_count=30,
+    )
+    # WHEN it is stored and read back, and listed
+    assert occurrence_store.put_new(item) is True
+    got = occurrence_store.get(item.key)
+    (listed,) = occurrence_store.history(TENANT, "nightly", limit=10).items
+    # THEN the range is whole in both, and the row answers for the fires it counts only
+    assert got == item and listed == item
+    assert item.covers(START + 10 * MINUTE) and item.covers(START + 29 * MINUTE)
+    assert not item.covers(START + 30 * MINUTE) and not item.covers(START - MINUTE)
+
+
 def test_given_an_existing_key_when_put_again_then_false_and_the_first_row_stays(
     occurrence_store: ports.OccurrenceStore,
 ) -> None:

@@ -15,7 +15,7 @@ from moto import mock_aws
 
 from fireline import ports
 from fireline.adapters import schedules_dynamodb
-from fireline.domain import errors, model
+from fireline.domain import errors, model, policies
 from helpers.aws import REGION, Stack, serialized_item_writes, unprocessed_keys
 
 from .support import (
@@ -364,6 +364,79 @@ def test_given_the_next_fire_read_when_advanced_then_it_moves_in_the_record_and_
     assert due_ids(settled(schedule_store), item.shard(SHARDS), LATER) == [
         ("nightly", START + MINUTE)
     ]
+
+
+def test_given_skipped_fires_when_advanced_then_the_same_write_holds_them_until_cleared(
+    schedule_store: ports.ScheduleStore,
+) -> None:
+    # GIVEN a schedule whose plan skips three fires (a misfire after an outage)
+    item = a_schedule("nightly", version=2)
+    schedule_store.create(item)
+    skipped = policies.SkippedRange(2, START - 3 * MINUTE, START - MINUTE, 3)
+    # WHEN it is advanced past them with the range
+    moved = schedule_store.advance(
+        TENANT,
+        "nightly",
+        expected_next_fire=START,
+        expected_version=2,
+        next_fire=START + MINUTE,
+        now=START,
+        skipped=skipped,
+    )
+    # THEN the item holds the range, as read back whole
+    assert moved is True
+    assert schedule_store.get(TENANT, "nightly") == item.advanced(START + MINUTE, START, skipped)
+    # WHEN a clear names another range (a later advance's), then the range it holds
+    other = policies.SkippedRange(2, START, START, 1)
+    refused = schedule_store.clear_skipped(TENANT, "nightly", other)
+    cleared = schedule_store.clear_skipped(TENANT, "nightly", skipped)
+    # THEN only the matching clear drops it, and nothing else on the item changes
+    assert (refused, cleared) == (False, True)
+    assert schedule_store.get(TENANT, "nightly") == item.advanced(START + MINUTE, START)
+    assert schedule_store.clear_skipped(TENANT, "nightly", skipped) is False
+    assert schedule_store.clear_skipped(TENANT, "missing", skipped) is False
+
+
+def test_given_a_held_range_when_advanced_without_one_then_the_advance_drops_it(
+    schedule_store: ports.ScheduleStore,
+) -> None:
+    # GIVEN a schedule holding a range of skipped fires
+    item = a_schedule("nightly")
+    schedule_store.create(item)
+    skipped = policies.SkippedRange(1, START - MINUTE, START - MINUTE, 1)
+    assert schedule_store.advance(
+        TENANT,
+        "nightly",
+        expected_next_fire=START,
+        expected_version=1,
+        next_fire=START + MINUTE,
+        now=START,
+        skipped=skipped,
+    )
+    # WHEN the next advance skips nothing, and the one after completes it
+    assert schedule_store.advance(
+        TENANT,
+        "nightly",
+        expected_next_fire=START + MINUTE,
+        expected_version=1,
+        next_fire=START + 2 * MINUTE,
+        now=START,
+    )
+    held = schedule_store.get(TENANT, "nightly")
+    # THEN the item holds nothing more
+    assert held is not None and held.skipped is None
+    assert schedule_store.advance(
+        TENANT,
+        "nightly",
+        expected_next_fire=START + 2 * MINUTE,
+        expected_version=1,
+        next_fire=None,
+        now=START,
+        skipped=skipped,
+    )
+    done = schedule_store.get(TENANT, "nightly")
+    assert done is not None and done.state is model.ScheduleState.COMPLETED
+    assert done.skipped == skipped
 
 
 def test_given_a_stale_next_fire_when_advanced_then_false_and_nothing_moves_backwards(

@@ -538,6 +538,38 @@ def test_history_is_newest_first_and_paginated(system: System) -> None:
     assert fire_times == sorted(fire_times, reverse=True) and len(set(fire_times)) == 5
 
 
+def test_history_from_a_fire_counted_in_a_summary_answers_with_that_summary(
+    system: System,
+) -> None:
+    # GIVEN a per-second schedule that skips missed fires, resumed after 3 minutes paused
+    # and picked up: 174 fires skipped, the 74 oldest counted in one summary occurrence
+    created = create(
+        system,
+        spec="cron(* * * * * *)",
+        misfire={"policy": "skip", "grace_seconds": 5},
+    )
+    system.call("POST", f"/schedules/{created['id']}/pause")
+    system.clock.advance(180)
+    system.call("POST", f"/schedules/{created['id']}/resume")
+    system.ticker(use_lease=False).tick()
+    # WHEN the history is asked about the fire at 12:00:30, which has no row of its own
+    at = START + timedelta(seconds=30)
+    status, page = system.call(
+        "GET",
+        f"/schedules/{created['id']}/occurrences",
+        query={"from": iso(at), "to": iso(at + timedelta(seconds=1))},
+    )
+    # THEN the answer is the summary that counts it, its range in plain fields
+    assert status == 200
+    (summary,) = page["items"]
+    assert summary["state"] == "skipped"
+    assert (summary["fire_time"], summary["skipped_last"], summary["skipped_count"]) == (
+        iso(START + timedelta(seconds=1)),
+        iso(START + timedelta(seconds=74)),
+        74,
+    )
+
+
 # --- one-off jobs ------------------------------------------------------------------------
 
 

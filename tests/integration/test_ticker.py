@@ -360,6 +360,38 @@ def test_pause_removes_from_index_and_resume_applies_the_misfire_policy(system: 
     assert sent and min(sent) > cutoff
 
 
+def test_skipped_fires_record_costs_one_write_unit_per_advance_that_skips(
+    system: System,
+) -> None:
+    # GIVEN a per-second schedule that skips missed fires, resumed after 3 minutes paused
+    skip = policies.Misfire(policy=policies.MisfirePolicy.SKIP, grace_seconds=5)
+    item = create(system, "cron(* * * * * *)", misfire=skip)
+    system.service.pause("tenant-a", item.schedule_id)
+    system.clock.advance(180)
+    system.service.resume("tenant-a", item.schedule_id)
+    system.log.reset()
+    # WHEN one tick picks it up: 174 fires missed past the 5 s grace
+    report = system.ticker(use_lease=False).tick()
+    # THEN the advance held the range in its own write (one unit, the two index units of
+    # its next fire moving), the rows cost a unit each (100 fires one by one and a summary
+    # of the 74 before them), and dropping the range once they were in cost one unit
+    # more and no index unit: the record's whole price is that one unit
+    schedules_table = system.stack.tables["SchedulesTable"]
+    occurrences_table = system.stack.tables["OccurrencesTable"]
+    assert report.dispatched.skipped == 101
+    assert system.log.requests["UpdateItem"] == 2
+    assert system.log.write_units_by[f"UpdateItem {schedules_table}"] == 2.0
+    assert system.log.index_write_units == 2.0
+    assert system.log.write_units_by[f"PutItem {occurrences_table}"] == 101.0
+    held = system.schedules.get("tenant-a", item.schedule_id)
+    assert held is not None and held.skipped is None
+    print(
+        f"\n174 fires skipped: {system.log.write_units:.0f} write units "
+        f"(101 rows, the advance, 1 to drop the held range), "
+        f"{system.log.index_write_units:.0f} index units"
+    )
+
+
 def test_resume_with_fire_once_runs_the_latest_missed_fire_once(system: System) -> None:
     item = create(system, misfire=policies.Misfire(policy=policies.MisfirePolicy.FIRE_ONCE))
     system.service.pause("tenant-a", item.schedule_id)

@@ -24,6 +24,7 @@ from fireline.sim import kernel as sim_kernel
 from fireline.sim import lambdas
 from fireline.sim import network as sim_network
 from fireline.sim import world as sim_world
+from helpers import skipped
 
 START = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 SDK_CALL = 0.003  # seconds of this machine's CPU per AWS call (the calibrated order)
@@ -357,3 +358,56 @@ def _replace_misfire(item: model.Schedule, misfire: policies.Misfire) -> model.S
     from dataclasses import replace
 
     return replace(item, misfire=misfire)
+
+
+# --- skipped fires' records under a kill ------------------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_an_invocation_killed_at_any_call_of_its_round_leaves_no_skipped_fire_unrecorded(
+    make_world: Callable[..., sim_world.World], when: str
+) -> None:
+    # GIVEN 10 minutely schedules and a cron(*/2 * * * * *) one that skips missed fires,
+    # resumed with three minutes of fires missed: the first round plans 88 of them skipped
+    skip_timing = schedule.Timing(spec=schedule.parse_spec("cron(*/2 * * * * *)"))
+    skipping = model.Schedule(
+        tenant_id="tenant-s",
+        schedule_id="skipping",
+        timing=skip_timing,
+        spec_text="cron(*/2 * * * * *)",
+        misfire=policies.Misfire(policy=policies.MisfirePolicy.SKIP, grace_seconds=5),
+        next_fire=START - timedelta(minutes=3),
+    )
+    missed_at_start = list(
+        schedule.fires(
+            skip_timing,
+            START - timedelta(minutes=3, microseconds=1),
+            until=START - timedelta(seconds=6),
+        )
+    )
+    assert len(missed_at_start) == 88
+    probe = make_world()
+    probe.add([*every_minute(10), skipping])
+    fleet(probe, config={"lookahead_seconds": 10, "horizon_seconds": 180}).start(0.0, minutes=1)
+    probe.kernel.run(2.0)
+    calls = sum(probe.network.requests.values())
+    unrecorded: dict[int, int] = {}
+    for call in range(calls):
+        world = make_world()
+        world.add([*every_minute(10), skipping])
+        kernel_of[:] = [world.kernel]
+        world.network.fault = killing_the_first_invocation_at(call, when)
+        tickers = fleet(world, config={"lookahead_seconds": 10, "horizon_seconds": 180})
+        # WHEN the first invocation dies at that call, and the next minutes' run on
+        tickers.start(0.0, minutes=3)
+        world.kernel.run(3 * 60)
+        # THEN every fire missed when the first round planned is recorded as skipped (its
+        # row, a summary row that counts it, or the range the schedule holds), none sent
+        records = skipped.recorded_skips(world.memory_schedules, world.memory_occurrences, skipping)
+        missing = [f for f in missed_at_start if f not in records]
+        if missing:
+            unrecorded[call] = len(missing)
+        sent = {s.key for s in world.send_log.sent if s.key.startswith("skipping#")}
+        assert not any(occurrence.parse_key(k).fire_time in missed_at_start for k in sent)
+    assert unrecorded == {}, f"killed {when}: fires unrecorded by call {unrecorded}"
+    print(f"\nkilled {when} each of {calls} calls of a round: 0 skipped fires unrecorded")

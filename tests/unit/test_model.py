@@ -231,8 +231,10 @@ def test_given_no_next_fire_when_advanced_then_the_schedule_is_completed() -> No
 def test_given_an_active_schedule_when_paused_then_it_leaves_due_under_a_new_version() -> None:
     # GIVEN
     item = make(version=3)
-    # WHEN
-    paused = item.paused(LATER)
+    assert item.next_fire is not None
+    # WHEN it is paused before its next fire
+    before = item.next_fire - timedelta(minutes=1)
+    paused = item.paused(before)
     # THEN no next fire (out of the due index), and a new version so that occurrences
     # already materialized for version 3 are stale to the worker's version check
     assert paused == dataclasses.replace(
@@ -240,9 +242,22 @@ def test_given_an_active_schedule_when_paused_then_it_leaves_due_under_a_new_ver
         state=model.ScheduleState.PAUSED,
         next_fire=None,
         version=4,
-        paused_at=LATER,
-        updated_at=LATER,
+        paused_at=before,
+        updated_at=before,
     )
+
+
+def test_given_a_next_fire_that_passed_unsent_when_paused_then_resume_counts_from_it() -> None:
+    # GIVEN a schedule whose next fire passed five minutes ago, not handed on (the ticker
+    # is behind)
+    item = make(version=3)
+    assert item.next_fire is not None
+    # WHEN it is paused
+    paused = item.paused(LATER)
+    # THEN a resume counts missed fires from that next fire, not from the pause: the
+    # pause moves it past no fire
+    assert paused.paused_at == item.next_fire - timedelta(milliseconds=1)
+    assert (paused.updated_at, paused.version, paused.next_fire) == (LATER, 4, None)
 
 
 def test_given_a_paused_schedule_when_advanced_to_a_time_then_it_is_refused() -> None:

@@ -34,7 +34,7 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
 )
 
 from fireline import ports
-from fireline.domain import dag, errors, lease, model, occurrence, quota, workflow
+from fireline.domain import dag, errors, lease, model, occurrence, policies, quota, workflow
 
 SQS_MAX_BATCH = 10
 SQS_MAX_BODY_BYTES = 256 * 1024
@@ -433,6 +433,7 @@ class MemoryScheduleStore:
         expected_version: int,
         next_fire: datetime | None,
         now: datetime,
+        skipped: policies.SkippedRange | None = None,
     ) -> bool:
         with self._lock:
             current = self._items.get((tenant_id, schedule_id))
@@ -444,7 +445,18 @@ class MemoryScheduleStore:
             ):
                 return False
             self._unindex(current)
-            self._store(current.advanced(next_fire, now))
+            self._store(current.advanced(next_fire, now, skipped))
+            return True
+
+    def clear_skipped(
+        self, tenant_id: str, schedule_id: str, skipped: policies.SkippedRange
+    ) -> bool:
+        with self._lock:
+            current = self._items.get((tenant_id, schedule_id))
+            # Same condition as the DynamoDB adapter: a later advance's range stays.
+            if current is None or current.skipped != skipped:
+                return False
+            self._items[(tenant_id, schedule_id)] = replace(current, skipped=None)
             return True
 
     def _store(self, item: model.Schedule) -> None:

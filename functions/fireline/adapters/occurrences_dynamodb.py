@@ -79,6 +79,8 @@ def occurrence_to_item(item: occurrence.Occurrence, expires_at: int | None) -> d
         "execution": item.execution,
         "task_token": item.task_token,
         "generation": item.generation or None,
+        "skipped_last_ms": _ms(item.skipped_last) if item.skipped_last else None,
+        "skipped_count": item.skipped_count,
         "expires_at": expires_at,
     }
 
@@ -118,6 +120,10 @@ def occurrence_from_item(record: dict[str, Any]) -> occurrence.Occurrence:
         execution=record.get("execution"),
         task_token=record.get("task_token"),
         generation=int(record.get("generation", 0)),
+        skipped_last=_opt_from_ms(record.get("skipped_last_ms")),
+        skipped_count=(
+            None if record.get("skipped_count") is None else int(record["skipped_count"])
+        ),
     )
 
 

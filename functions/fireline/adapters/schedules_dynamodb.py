@@ -84,6 +84,7 @@ def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
         "held_in": item.held_in,
         "sent_from_ms": _ms(item.sent_from) if item.sent_from else None,
         "sent_at_ms": _ms(item.sent_at) if item.sent_at else None,
+        "skipped": skipped_text(item.skipped) if item.skipped else None,
     }
     if item.next_fire is not None:
         # The two attributes that put the item in the sparse due index.
@@ -136,6 +137,34 @@ def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
         held_in=None if record.get("held_in") is None else int(record["held_in"]),
         sent_from=_opt_from_ms(record.get("sent_from_ms")),
         sent_at=_opt_from_ms(record.get("sent_at_ms")),
+        skipped=skipped_from_text(record["skipped"]) if record.get("skipped") else None,
+    )
+
+
+def skipped_text(skipped: policies.SkippedRange) -> str:
+    """One attribute, compared whole by ``clear_skipped``'s condition: the same range is
+    always the same text."""
+    return json.dumps(
+        {
+            "version": skipped.version,
+            "first_ms": _ms(skipped.first),
+            "last_ms": _ms(skipped.last),
+            "count": skipped.count,
+            "reason": skipped.reason,
+        },
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+
+
+def skipped_from_text(text: str) -> policies.SkippedRange:
+    record = json.loads(text)
+    return policies.SkippedRange(
+        version=int(record["version"]),
+        first=_from_ms(record["first_ms"]),
+        last=_from_ms(record["last_ms"]),
+        count=int(record["count"]),
+        reason=record.get("reason", policies.MISFIRE_REASON),
     )
 
 
@@ -468,6 +497,7 @@ class DynamoScheduleStore:
         expected_version: int,
         next_fire: datetime | None,
         now: datetime,
+        skipped: policies.SkippedRange | None = None,
     ) -> bool:
         # The fires from the expected one on were sent now: two numbers in the same write
         # (no index holds them), so a preview can say when a fire sent ahead was sent.
@@ -477,22 +507,32 @@ class DynamoScheduleStore:
             "#upd": "updated_at_ms",
             "#sf": "sent_from_ms",
             "#sa": "sent_at_ms",
+            "#skipped": "skipped",
         }
         values: dict[str, Any] = {
             ":expected": {"N": str(_ms(expected_next_fire))},
             ":v": {"N": str(expected_version)},
             ":now": {"N": str(_ms(now))},
         }
+        sets, removes = ["#upd = :now", "#sf = :expected", "#sa = :now"], []
         if next_fire is None:
-            update = (
-                "SET #upd = :now, #sf = :expected, #sa = :now, #state = :completed"
-                " REMOVE #next, #shard"
-            )
+            sets.append("#state = :completed")
+            removes += ["#next", "#shard"]
             names |= {"#state": "state", "#shard": "due_shard"}
             values[":completed"] = {"S": model.ScheduleState.COMPLETED.value}
         else:
-            update = "SET #next = :next, #upd = :now, #sf = :expected, #sa = :now"
+            sets.append("#next = :next")
             values[":next"] = {"N": str(_ms(next_fire))}
+        # The skipped fires' record rides on the advance that moves past them: one write,
+        # and the item stays under 1 KB (a unit), so the record costs no unit of its own.
+        if skipped is None:
+            removes.append("#skipped")
+        else:
+            sets.append("#skipped = :skipped")
+            values[":skipped"] = {"S": skipped_text(skipped)}
+        update = "SET " + ", ".join(sets)
+        if removes:
+            update += " REMOVE " + ", ".join(removes)
         try:
             with _translated():
                 self._client.update_item(
@@ -504,6 +544,27 @@ class DynamoScheduleStore:
                     ConditionExpression="#next = :expected AND #v = :v",
                     ExpressionAttributeNames=names,
                     ExpressionAttributeValues=values,
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def clear_skipped(
+        self, tenant_id: str, schedule_id: str, skipped: policies.SkippedRange
+    ) -> bool:
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key(tenant_id, schedule_id),
+                    UpdateExpression="REMOVE #skipped",
+                    # Only the range whose rows the caller wrote: a later advance's range
+                    # (rows not written yet) must stay, as must an item made again since.
+                    ConditionExpression="#skipped = :skipped",
+                    ExpressionAttributeNames={"#skipped": "skipped"},
+                    ExpressionAttributeValues={":skipped": {"S": skipped_text(skipped)}},
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

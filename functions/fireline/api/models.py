@@ -733,6 +733,17 @@ class OccurrenceOut(BaseModel):
         description="a workflow node's occurrence: the node (its generation is `version`: "
         "each 'retry failed' runs a node again as a new generation)",
     )
+    skipped_last: datetime | None = Field(
+        default=None,
+        description=(
+            "a summary of skipped fires: the last fire it counts (every fire from fire_time"
+            " to this one was skipped, but for a fire with an occurrence of its own); null"
+            " for the occurrence of one fire"
+        ),
+    )
+    skipped_count: int | None = Field(
+        default=None, description="a summary of skipped fires: how many fires it counts"
+    )
 
     @classmethod
     def of(cls, item: occurrence.Occurrence) -> OccurrenceOut:
@@ -753,6 +764,8 @@ class OccurrenceOut(BaseModel):
             finished_at=item.finished_at,
             duration_seconds=item.duration_seconds,
             exit_reason=item.exit_reason,
+            skipped_last=item.skipped_last,
+            skipped_count=item.skipped_count,
             progress=shown(item.progress),
         )
 

@@ -199,6 +199,10 @@ class Schedule:
     # A new version starts without them: what an older version sent is void.
     sent_from: datetime | None = None
     sent_at: datetime | None = None
+    # Fires an advance moved past without sending them (a misfire plan skipped them),
+    # written with that advance and kept until their rows are written: the ticker's
+    # proof that none of them goes unrecorded if it dies or loses its lease in between.
+    skipped: policies.SkippedRange | None = None
 
     def __post_init__(self) -> None:
         if self.job_class not in JOB_CLASSES:
@@ -224,21 +228,36 @@ class Schedule:
     def paused(self, now: datetime) -> Schedule:
         # A new version: occurrences already materialized ahead of time become stale and
         # the worker's version check skips them while the schedule is paused.
+        # Resumed, it counts missed fires from its next fire when that had passed (a
+        # ticker behind, or down, had not handed those fires on): the pause must not move
+        # it past them, or they would have no record at all.
+        # (A millisecond before it: the stored precision, and no fire is finer.)
+        since = now
+        if self.next_fire is not None and self.next_fire <= now:
+            since = self.next_fire - timedelta(milliseconds=1)
         return replace(
             self,
             state=ScheduleState.PAUSED,
             next_fire=None,
-            paused_at=now,
+            paused_at=since,
             version=self.version + 1,
             updated_at=now,
             sent_from=None,
             sent_at=None,
         )
 
-    def advanced(self, next_fire: datetime | None, now: datetime) -> Schedule:
+    def advanced(
+        self,
+        next_fire: datetime | None,
+        now: datetime,
+        skipped: policies.SkippedRange | None = None,
+    ) -> Schedule:
         """After firing: the next fire, or completed when there is none; the fires from
-        the one it moved past were sent ``now``."""
-        moved = replace(self, updated_at=now, sent_from=self.next_fire, sent_at=now)
+        the one it moved past were sent ``now``; ``skipped``, the fires this advance moved
+        past unsent, replaces what the item held."""
+        moved = replace(
+            self, updated_at=now, sent_from=self.next_fire, sent_at=now, skipped=skipped
+        )
         if next_fire is None:
             return replace(moved, state=ScheduleState.COMPLETED, next_fire=None)
         return replace(moved, next_fire=next_fire)

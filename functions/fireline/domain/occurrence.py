@@ -183,6 +183,17 @@ class Occurrence:
     execution: str | None = None  # a long job's state machine execution
     task_token: str | None = None  # a long job's current task (heartbeats go to it)
     generation: int = 0  # +1 on each redrive: a new run gets a new execution name
+    # A summary row of skipped fires: every fire of its version from its own to
+    # ``skipped_last``, ``skipped_count`` of them, was skipped, but for a fire with a row
+    # of its own (that row says what happened to it).
+    skipped_last: datetime | None = None
+    skipped_count: int | None = None
+
+    def covers(self, fire_time: datetime) -> bool:
+        """Is this row the record of the fire at ``fire_time`` (its own, or a summary's)?"""
+        if self.skipped_last is None:
+            return fire_time == self.fire_time
+        return self.fire_time <= fire_time <= self.skipped_last
 
     @property
     def duration_seconds(self) -> float | None:

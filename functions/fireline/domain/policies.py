@@ -58,6 +58,28 @@ class SkippedSummary:
     last: datetime
 
 
+MISFIRE_REASON = "skipped: misfire"
+
+
+@dataclass(frozen=True)
+class SkippedRange:
+    """Every fire of one version of a schedule from ``first`` to ``last`` (both included),
+    ``count`` of them, skipped by one misfire plan: the durable record of those fires that
+    the ticker writes on the schedule with the advance that moves past them, held there
+    until their rows are written (a crash or a lost lease in between loses none)."""
+
+    version: int
+    first: datetime
+    last: datetime
+    count: int
+    # Why: a misfire plan's, or an update's that voided fires no ticker had sent yet.
+    reason: str = MISFIRE_REASON
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or self.last < self.first:
+            raise errors.ValidationError("an empty range of fires", field="skipped")
+
+
 @dataclass(frozen=True)
 class MisfirePlan:
     fire: tuple[datetime, ...]  # missed fires that still run, oldest first
@@ -72,6 +94,17 @@ class MisfirePlan:
     def missed(self) -> int:
         extra = self.skipped_summary.count if self.skipped_summary else 0
         return len(self.fire) + len(self.skipped) + extra
+
+    def skipped_range(self, version: int) -> SkippedRange | None:
+        """The fires this plan skips, as one range: the summary's and the ones recorded one
+        by one follow each other (a plan skips the oldest missed fires and fires the rest)."""
+        summary = self.skipped_summary
+        if summary is None and not self.skipped:
+            return None
+        first = summary.first if summary else self.skipped[0]
+        last = self.skipped[-1] if self.skipped else summary.last  # type: ignore[union-attr]
+        count = len(self.skipped) + (summary.count if summary else 0)
+        return SkippedRange(version, first, last, count)
 
 
 MAX_CATCH_UP = 1_000

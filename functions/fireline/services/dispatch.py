@@ -178,11 +178,60 @@ def record_skips(
     occurrences: ports.OccurrenceStore,
     report: DispatchReport,
 ) -> None:
-    """Give every fire the misfire plan skips its row (the summary one row for many)."""
-    for skip in skips:
+    """Give every fire the misfire plan skips its row (the summary one row for many).
+
+    Latest first, the plan's first skipped fire last (the summary's, when there is one):
+    once that row is there, all of them are, which is what ``record_range`` relies on."""
+    for skip in reversed(skips):
         _record_skip(item, skip.fire_time, skip.reason, now, occurrences, report)
     if summary is not None:
         _record_summary(item, summary, now, occurrences, report)
+
+
+def record_range(
+    item: model.Schedule,
+    *,
+    now: datetime,
+    occurrences: ports.OccurrenceStore,
+    report: DispatchReport,
+) -> None:
+    """The rows of a range an advance held on the schedule (see model.Schedule.skipped),
+    whose rows may not have been written: a tick that died or lost its lease after the
+    advance. Its first fire's row written means every row of the range was (record_skips
+    writes it last); otherwise one summary row for the whole range."""
+    skipped = item.skipped
+    if skipped is None:
+        return
+    of_version = replace(item, version=skipped.version)
+    if skipped.count == 1:
+        _record_skip(of_version, skipped.first, skipped.reason, now, occurrences, report)
+        return
+    summary = policies.SkippedSummary(skipped.count, skipped.first, skipped.last)
+    _record_summary(of_version, summary, now, occurrences, report, reason=skipped.reason)
+
+
+def held_row(item: model.Schedule) -> occurrence.Occurrence | None:
+    """The record of the range the schedule holds (see model.Schedule.skipped) as the row
+    its rows will be, for a history read before they are written."""
+    held = item.skipped
+    if held is None:
+        return None
+    reason = held.reason
+    if held.count > 1:
+        reason += (
+            f" ({held.count} fires from {occurrence.format_fire_time(held.first)} to "
+            f"{occurrence.format_fire_time(held.last)})"
+        )
+    row = row_for(
+        replace(item, version=held.version),
+        held.first,
+        item.updated_at or held.last,
+        state=occurrence.State.SKIPPED,
+        exit_reason=reason,
+    )
+    if held.count == 1:
+        return row
+    return replace(row, skipped_last=held.last, skipped_count=held.count)
 
 
 def _record_summary(
@@ -191,6 +240,8 @@ def _record_summary(
     now: datetime,
     occurrences: ports.OccurrenceStore,
     report: DispatchReport,
+    *,
+    reason: str = policies.MISFIRE_REASON,
 ) -> None:
     """The summary row is keyed by the first fire it counts. If that fire has a row of its
     own already (an interrupted tick sent it and a worker ran it), the fire is not
@@ -198,11 +249,12 @@ def _record_summary(
     counts a fire that ran, nor is it lost."""
     first, count = summary.first, summary.count
     while count > 0:
-        reason = (
-            f"skipped: misfire ({count} fires from {occurrence.format_fire_time(first)} to "
+        text = (
+            f"{reason} ({count} fires from {occurrence.format_fire_time(first)} to "
             f"{occurrence.format_fire_time(summary.last)})"
         )
-        if _record_skip(item, first, reason, now, occurrences, report):
+        covers = policies.SkippedSummary(count, first, summary.last)
+        if _record_skip(item, first, text, now, occurrences, report, covers=covers):
             return
         following = schedule.next_fire(item.timing, first)
         if following is None or following > summary.last:
@@ -217,9 +269,14 @@ def _record_skip(
     now: datetime,
     occurrences: ports.OccurrenceStore,
     report: DispatchReport,
+    *,
+    covers: policies.SkippedSummary | None = None,
 ) -> bool:
-    """True when the fire is now recorded as skipped; False when it ran (or runs)."""
+    """True when the fire is now recorded as skipped; False when it ran (or runs).
+    ``covers``: the row is the summary of that range of fires."""
     row = row_for(item, fire_time, now, state=occurrence.State.SKIPPED, exit_reason=reason)
+    if covers is not None and covers.count > 1:
+        row = replace(row, skipped_last=covers.last, skipped_count=covers.count)
     if occurrences.put_new(row):
         report.created += 1
         report.skipped += 1
@@ -237,7 +294,13 @@ def _record_skip(
         # it skipped. A failed row is not: its fire ran, and its retry's message is on
         # the queue (a plan redone after a failed advance lists it as missed, but it was
         # not), so it keeps its retry, as a fire that ran keeps its row.
-        moved = existing.moved(occurrence.State.SKIPPED, finished_at=now, exit_reason=reason)
+        moved = existing.moved(
+            occurrence.State.SKIPPED,
+            finished_at=now,
+            exit_reason=reason,
+            skipped_last=row.skipped_last,
+            skipped_count=row.skipped_count,
+        )
         if occurrences.transition(moved, expected_state=existing.state):
             report.skipped += 1
             return True

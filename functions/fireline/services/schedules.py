@@ -349,7 +349,28 @@ class ScheduleService:
         item = self._build(tenant_id, schedule_id, draft, now, version=current.version + 1)
         if current.state is model.ScheduleState.PAUSED:
             item = replace(item, state=current.state, next_fire=None, paused_at=now)
-        item = replace(item, created_at=current.created_at, quota_held=current.quota_held)
+        # Skipped fires the schedule holds until their rows are written stay held: the
+        # next pickup writes them (model.Schedule.skipped carries their own version).
+        item = replace(
+            item,
+            created_at=current.created_at,
+            quota_held=current.quota_held,
+            skipped=current.skipped,
+        )
+        voided = _unsent_fires(current, now)
+        if voided is not None:
+            # Fires of the old version that were due and that no ticker handed on (it is
+            # behind, or down): the new version voids them, so they are held as skipped,
+            # in the very write that moves past them. The item holds one range: one it
+            # held already gets its rows first (decided by the advance that wrote it).
+            if current.skipped is not None:
+                dispatch.record_range(
+                    current,
+                    now=now,
+                    occurrences=self.occurrences,
+                    report=dispatch.DispatchReport(),
+                )
+            item = replace(item, skipped=voided)
         self.schedules.replace(item, expected_version=current.version)
         self._settle_older(current, item, now)
         return item
@@ -357,6 +378,15 @@ class ScheduleService:
     def delete(self, tenant_id: str, schedule_id: str) -> None:
         current = self.get(tenant_id, schedule_id)
         refund = quota.Quota.SCHEDULES if current.quota_held else None
+        if current.skipped is not None:
+            # The rows of the skipped fires it holds go first: the item is their only
+            # record until then, and the delete takes it with it.
+            dispatch.record_range(
+                current,
+                now=self._now(),
+                occurrences=self.occurrences,
+                report=dispatch.DispatchReport(),
+            )
         self.schedules.delete(tenant_id, schedule_id, refund=refund)
         self._settle_older(current, None, self._now())
 
@@ -508,13 +538,21 @@ class ScheduleService:
         a key condition (rows out of it are never read) and the state a filter after the
         read; a filtered page reads on, each read asking for what the page still lacks,
         at most MAX_LIST_READS reads of ``limit`` rows. A first page is empty only when no
-        row in the range is in that state, or those reads met none."""
+        row in the range is in that state, or those reads met none.
+
+        Skipped fires counted in a summary row have no row of their own: a first page
+        with ``since`` also holds the summary that counts the fire at ``since`` (one more
+        read: the newest row before it), so "what happened to the fire at T" is answered
+        by ``since=T``. And it holds the range of skipped fires the schedule itself holds
+        while their rows are still to be written (see model.Schedule.skipped), as the
+        row they will be. Either may take the page one or two rows past ``limit``."""
         wanted = _page_size(limit)
         one_of(state, OCCURRENCE_STATES)
         only = ports.OccurrenceFilter(since, until, (occurrence.State(state),) if state else ())
         if since is not None and until is not None and since >= until:
             raise errors.ValidationError("must be before 'to'", field="from")
-        self.get(tenant_id, schedule_id)
+        current = self.get(tenant_id, schedule_id)
+        first_page = cursor is None
         found: builtins.list[occurrence.Occurrence] = []
         for _ in range(MAX_LIST_READS):
             page = self.occurrences.history(
@@ -528,7 +566,39 @@ class ScheduleService:
             cursor = page.cursor
             if cursor is None or len(found) == wanted:
                 break
+        if first_page:
+            found = self._with_summaries(current, found, only)
         return ports.Page(found, cursor)
+
+    def _with_summaries(
+        self,
+        current: model.Schedule,
+        found: builtins.list[occurrence.Occurrence],
+        only: ports.OccurrenceFilter,
+    ) -> builtins.list[occurrence.Occurrence]:
+        """``found`` with the summary rows that count fires in the listing's range but are
+        keyed before it, and the schedule's held range (see ``history``)."""
+        if only.states and occurrence.State.SKIPPED not in only.states:
+            return found
+        extra: builtins.list[occurrence.Occurrence] = []
+        if only.since is not None:
+            before = self.occurrences.history(
+                current.tenant_id,
+                current.schedule_id,
+                limit=1,
+                only=ports.OccurrenceFilter(until=only.since),
+            ).items
+            last = before[0].skipped_last if before else None
+            if last is not None and last >= only.since:
+                extra.append(before[0])
+        held = dispatch.held_row(current)
+        if held is not None and _overlaps(held, only):
+            extra.append(held)
+        keys = {r.key for r in found}
+        extra = [r for r in extra if r.key not in keys]
+        if not extra:
+            return found
+        return sorted([*found, *extra], key=lambda r: (r.fire_time, r.version), reverse=True)
 
     # --- one-off jobs ----------------------------------------------------------------------
 
@@ -1042,3 +1112,48 @@ def _page_size(limit: int) -> int:
     if not 1 <= limit <= MAX_PAGE:
         raise errors.ValidationError(f"must be 1 to {MAX_PAGE}", field="limit")
     return limit
+
+
+def _overlaps(row: occurrence.Occurrence, only: ports.OccurrenceFilter) -> bool:
+    """Does the row count a fire whose time is in the filter's [since, until)?"""
+    last = row.skipped_last or row.fire_time
+    return (only.since is None or last >= only.since) and (
+        only.until is None or row.fire_time < only.until
+    )
+
+
+# An update counts the old version's unsent fires up to this many (a per-second schedule
+# whose ticker was down for a day); a longer outage's earliest fires go unrecorded.
+MAX_VOIDED_FIRES = 100_000
+
+
+def _unsent_fires(current: model.Schedule, now: datetime) -> policies.SkippedRange | None:
+    """The fires of ``current`` that were due before ``now`` and never handed on: from its
+    next fire, when that has passed, to the last fire before now; for a paused schedule,
+    those since its resume point (its resume would have had its misfire policy decide
+    them, and the new version starts its pause over)."""
+    if current.next_fire is not None:
+        if current.next_fire >= now:
+            return None
+        after = current.next_fire - timedelta(microseconds=1)
+    elif current.state is model.ScheduleState.PAUSED and current.paused_at is not None:
+        after = current.paused_at
+    else:
+        return None
+    fires = list(
+        schedule.fires(
+            current.timing,
+            after,
+            until=now - timedelta(microseconds=1),
+            limit=MAX_VOIDED_FIRES,
+        )
+    )
+    if not fires:
+        return None
+    return policies.SkippedRange(
+        current.version,
+        fires[0],
+        fires[-1],
+        len(fires),
+        reason=f"skipped: voided by version {current.version + 1}",
+    )

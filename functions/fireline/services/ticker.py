@@ -25,10 +25,15 @@ index's cursor, never re-reading what this pass already handled), one BatchGetIt
 hundred keys (the table, read consistently, is the authority: the index lags), the plans
 (CPU), then the round's messages in batches of ten, then the advances: messages before
 advances, so a crash in between repeats fires (harmless: the worker's claim is
-conditional) and never loses one. Calls within a phase go out side by side through a
-bounded pool. A round starts only while the invocation's remaining time and the lease
-allow it, and entries this invocation already advanced are recognised without a read
-when the lagging index shows them again.
+conditional) and never loses one. Fires a misfire plan skips are held on the schedule by
+the advance that moves past them (the same conditional write), and get their rows after
+it: a crash or a lost lease in between leaves the range held, never a fire unrecorded.
+Calls within a phase go out side by side through a bounded pool. A round starts only
+while the invocation's remaining time and the lease allow it. Every entry the index
+lists is read from the table before anything is done with it, those this invocation just
+advanced too: an entry listing the next fire it moved from is either the lagging index
+or a change made since (an update, a pause and resume, a delete and create again under
+the same id) that put the schedule back on that fire, and only the table can tell which.
 """
 
 from __future__ import annotations
@@ -51,7 +56,6 @@ logger = Logger(service="fireline", child=True)
 
 T = TypeVar("T")
 BATCH_GET_MAX = 100
-REMEMBER_ADVANCES_SECONDS = 60.0
 MIN_PAGE = 25
 SKIP_WRITE_ATTEMPTS = 3
 
@@ -132,7 +136,6 @@ class TickReport:
     due_read: int = 0  # index entries read
     backlog: int = 0  # entries already due (not just inside the lookahead)
     stale: int = 0  # entries whose schedule moved on since the index was written
-    remembered: int = 0  # stale entries recognised from this invocation's own advances
     advanced: int = 0
     conflicts: int = 0  # advances refused: another ticker or an update got there first
     held_back: int = 0  # schedules not advanced because a write failed (retried next pass)
@@ -149,7 +152,6 @@ class TickReport:
         self.due_read += other.due_read
         self.backlog += other.backlog
         self.stale += other.stale
-        self.remembered += other.remembered
         self.advanced += other.advanced
         self.conflicts += other.conflicts
         self.held_back += other.held_back
@@ -176,6 +178,8 @@ class _Plan:
     skips: list[dispatch.Skip]
     summary: policies.SkippedSummary | None
     next_fire: datetime | None
+    # The skips and the summary as one range: held on the schedule by the advance.
+    skipped: policies.SkippedRange | None = None
 
 
 @dataclass
@@ -237,9 +241,6 @@ class Ticker:
         self._held: lease.Lease | None = None
         self._renewed_at = 0.0  # monotonic
         self._trusted_until = 0.0  # monotonic
-        # (tenant, schedule, next fire) this invocation advanced away from, and when: the
-        # lagging index may list them again for a while, and they need no read to skip.
-        self._advanced_from: dict[tuple[str, str, datetime], float] = {}
         self._slowest_round = 0.0  # monotonic seconds
         # How long the last round's sends took, first to last (monotonic seconds): a round
         # holds its sends to end by the send phase, not to start at it.
@@ -404,7 +405,6 @@ class Ticker:
         report = TickReport()
         started = self.clock.monotonic()
         until = self.clock.now() + timedelta(seconds=self.config.lookahead_seconds)
-        self._forget_old_advances(started)
         cursors: dict[int, str | None] = dict.fromkeys(self.config.my_shards)
         frontier: dict[int, datetime] = {}  # each shard's last fire time read this pass
         while cursors:
@@ -427,13 +427,6 @@ class Ticker:
         )
         self._emit(report)
         return report
-
-    def _forget_old_advances(self, now: float) -> None:
-        """An index lagging longer than this is an outage, not lag: forget older entries
-        (a stale entry is then recognised by its read, as it would be anyway)."""
-        horizon = now - REMEMBER_ADVANCES_SECONDS
-        if self._advanced_from and min(self._advanced_from.values()) < horizon:
-            self._advanced_from = {k: t for k, t in self._advanced_from.items() if t >= horizon}
 
     def _size_rounds(self, entries: int, took: float) -> None:
         """The next round's size from this one's pace: at most double, and no more than
@@ -497,19 +490,13 @@ class Ticker:
         now = self.clock.now()
         report.due_read += len(entries)
         report.backlog += sum(1 for e in entries if e.next_fire <= now)
-        fresh = [
-            e
-            for e in entries
-            if (e.tenant_id, e.schedule_id, e.next_fire) not in self._advanced_from
-        ]
-        report.remembered += len(entries) - len(fresh)
-        report.stale += len(entries) - len(fresh)
-        if not fresh:
+        if not entries:
             return
-        pickups = self._pick_up(fresh, now, report)
+        pickups = self._pick_up(entries, now, report)
         if not pickups:
             return
         self._send(pickups, now, report)
+        self._record_held(pickups, now, report)
         advanced = self._advance(pickups, now, report)
         self._record_skips(advanced, now, report)
 
@@ -546,34 +533,59 @@ class Ticker:
             pickups.append(_Pickup(item, plan))
         return pickups
 
-    def _record_skips(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
-        """Rows for the fires a misfire plan skipped (rare: after an outage or a resume).
-
-        Written only once the schedule's advance succeeded, which proves this ticker's
-        view of it was current: a stale ticker (whose advance is refused) must not mark
-        as skipped a fire another ticker sent. A crash right after the advance leaves
-        those fires without their row; they were not going to run either way.
-        """
-        skipping = [p for p in pickups if p.plan.skips or p.plan.summary]
-        if not skipping:
+    def _record_held(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
+        """Rows for a range of skipped fires an earlier advance held on the schedule and
+        whose rows were never confirmed (that tick died, or lost its lease, in between),
+        written before this round's advance replaces the range. A schedule whose rows
+        cannot be written now is held back, its range kept."""
+        held = [p for p in pickups if p.item.skipped is not None]
+        if not held:
             return
-        reports = [dispatch.DispatchReport() for _ in skipping]
+        reports = [dispatch.DispatchReport() for _ in held]
         outcomes = self._outcomes(
             [
                 self._guarded(
                     functools.partial(
                         _retried,
                         functools.partial(
-                            dispatch.record_skips,
+                            dispatch.record_range,
                             p.item,
-                            p.plan.skips,
-                            p.plan.summary,
                             now=now,
                             occurrences=self.occurrences,
                             report=r,
                         ),
                     )
                 )
+                for p, r in zip(held, reports, strict=True)
+            ]
+        )
+        failed = []
+        for pickup, outcome, part in zip(held, outcomes, reports, strict=True):
+            report.dispatched.add(part)
+            if isinstance(outcome, errors.Unavailable):
+                failed.append(pickup)
+        if failed:
+            report.held_back += len(failed)
+            pickups[:] = [p for p in pickups if p not in failed]
+
+    def _record_skips(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
+        """Rows for the fires a misfire plan skipped (rare: after an outage or a resume),
+        then the range the advance held on the schedule is dropped.
+
+        The advance wrote the range on the schedule in the same conditional write that
+        moved past those fires: that is their durable record. So the rows come only after
+        it, which proves this ticker's view was current (a stale ticker, whose advance is
+        refused, must not mark as skipped a fire another ticker sent), and a crash or a
+        lost lease in between loses nothing: the range stays on the schedule, the history
+        shows it, and the next pickup writes its rows before moving on.
+        """
+        skipping = [p for p in pickups if p.plan.skipped is not None]
+        if not skipping:
+            return
+        reports = [dispatch.DispatchReport() for _ in skipping]
+        outcomes = self._outcomes(
+            [
+                self._guarded(functools.partial(self._write_skips, p, now=now, report=r))
                 for p, r in zip(skipping, reports, strict=True)
             ]
         )
@@ -581,10 +593,36 @@ class Ticker:
             report.dispatched.add(part)
             if isinstance(outcome, errors.Unavailable):
                 logger.warning(
-                    "skipped fires not recorded",
-                    extra={"action": "ticker.skips_lost", "error": str(outcome)},
+                    "skipped fires' rows deferred",
+                    extra={"action": "ticker.skips_deferred", "error": str(outcome)},
                 )
-                self.metrics.add_metric("SkipRecordsLost", "Count", 1)
+                self.metrics.add_metric("SkipRowsDeferred", "Count", 1)
+
+    def _write_skips(
+        self, pickup: _Pickup, *, now: datetime, report: dispatch.DispatchReport
+    ) -> None:
+        plan, item = pickup.plan, pickup.item
+        assert plan.skipped is not None
+        _retried(
+            functools.partial(
+                dispatch.record_skips,
+                item,
+                plan.skips,
+                plan.summary,
+                now=now,
+                occurrences=self.occurrences,
+                report=report,
+            )
+        )
+        # The rows are in: the range need not be held any longer. (Unanswered, it stays,
+        # and the next pickup finds its rows there at the cost of a conditional put.)
+        _retried(
+            self._guarded(
+                functools.partial(
+                    self.schedules.clear_skipped, item.tenant_id, item.schedule_id, plan.skipped
+                )
+            )
+        )
 
     def _send(self, pickups: list[_Pickup], now: datetime, report: TickReport) -> None:
         pending: list[dispatch.Outbound] = []
@@ -659,6 +697,7 @@ class Ticker:
                         expected_version=item.version,
                         next_fire=pickup.plan.next_fire,
                         now=now,
+                        skipped=pickup.plan.skipped,
                     )
                 )
             )
@@ -669,11 +708,6 @@ class Ticker:
             elif outcome:
                 report.advanced += 1
                 done.append(pickup)
-                item = pickup.item
-                assert item.next_fire is not None
-                self._advanced_from[(item.tenant_id, item.schedule_id, item.next_fire)] = (
-                    self.clock.monotonic()
-                )
             else:
                 report.conflicts += 1
         return done
@@ -738,16 +772,18 @@ class Ticker:
         fires: list[datetime] = []
         skips: list[dispatch.Skip] = []
         summary = None
+        skipped = None
         after = due - timedelta(microseconds=1)
         if due < now - timedelta(seconds=item.misfire.grace_seconds):
             plan = policies.plan_misfires(item.timing, item.misfire, due, now)
+            skipped = plan.skipped_range(item.version)
             if not plan.complete:
                 # A long outage, caught up a chunk per pass: the schedule stays due.
                 assert plan.resume_after is not None
                 following = schedule.next_fire(item.timing, plan.resume_after)
-                return _Plan([], [], plan.skipped_summary, following)
+                return _Plan([], [], plan.skipped_summary, following, skipped)
             fires += plan.fire
-            skips += [dispatch.Skip(f, "skipped: misfire") for f in plan.skipped]
+            skips += [dispatch.Skip(f, policies.MISFIRE_REASON) for f in plan.skipped]
             summary = plan.skipped_summary
             if plan.resume_after is not None:
                 after = plan.resume_after
@@ -764,14 +800,14 @@ class Ticker:
         )
         # Every missed or skipped fire precedes the upcoming ones, so the fire after the
         # last upcoming one is where the schedule continues.
-        return _Plan([*fires, *upcoming], skips, summary, following)
+        return _Plan([*fires, *upcoming], skips, summary, following, skipped)
 
 
 _MS = timedelta(milliseconds=1)
 _DAWN = datetime.min.replace(tzinfo=UTC)
 
 
-def _retried(write: Callable[[], None]) -> None:
+def _retried(write: Callable[[], object]) -> None:
     """A write that must not be redone by a later pass: a few tries before giving up."""
     for attempt in range(SKIP_WRITE_ATTEMPTS):
         try:

@@ -226,7 +226,13 @@ def schedule_ops(shards: int = model.DEFAULT_SHARDS) -> dict[str, Op]:
         "replace": Op("dynamodb.PutItem"),
         "delete": Op("dynamodb.DeleteItem"),
         "advance": Op("dynamodb.UpdateItem", _schedule_writes(shards)),
+        # The item alone: its next fire, so its index entry, stays as it was.
+        "clear_skipped": Op("dynamodb.UpdateItem", _schedule_item_write),
     }
+
+
+def _schedule_item_write(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    return [f"schedules/{args[0]}"]
 
 
 def _occurrence_writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
