@@ -28,6 +28,8 @@ Where each part lives, in the order a batch meets them:
   together (``prefetch``), its records started, the unstarted ones handed back, the
   one-off jobs' units of quota given back per tenant.
 - ``prefetch``: the batch's rows and schedules, read once at its start.
+- ``dispatcher``: the batch's records started within the invocation's bounds (remote
+  jobs in flight, Python jobs per vCPU), earliest fire first, none started too late.
 - ``steps``: one record's steps in their order, each from the module named for it:
   ``wanted`` (still wanted?), ``deadlines`` (does the deadline fit this invocation?),
   ``slots`` (overlap's run slot, the invocation share, the tenant slots and their

@@ -19,8 +19,9 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idemp
 from fireline import ports
 from fireline.adapters.idempotency import OccurrenceIdempotency
 from fireline.domain import errors, model, occurrence, quota, workflow
-from fireline.services import claims, dispatch, pool, targets, worker_dispatch, workflows
+from fireline.services import claims, dispatch, pool, targets, workflows
 from fireline.services import long_jobs as long_jobs_service
+from fireline.services.worker import dispatcher as worker_dispatch
 from fireline.services.worker import steps
 from fireline.services.worker.config import (
     STOP_MARGIN_SECONDS,
@@ -129,7 +130,7 @@ class Worker(steps.Steps):
         ``receive_counts``: SQS's ApproximateReceiveCount of each message, where known.
 
         With a ``dispatcher`` the records start within its bounds, earliest fire first,
-        Python jobs in its compute lane (see services.worker_dispatch); the ones it left
+        Python jobs in its compute lane (see services.worker.dispatcher); the ones it left
         unstarted as the invocation neared its end are sent again, unrun (RETURNED; see
         :meth:`_hand_back`). Without one, every record runs at once on ``parallel``,
         which also makes the batch's reads.
@@ -168,7 +169,7 @@ class Worker(steps.Steps):
     def _place(
         self, body: dict[str, Any], prefetched: Prefetch
     ) -> tuple[worker_dispatch.Lane, float, float]:
-        """A record's lane (a Python job is compute: see services.worker_dispatch), its
+        """A record's lane (a Python job is compute: see services.worker.dispatcher), its
         place in the batch (its fire time) and how much of the invocation it needs left
         to start: its whole deadline, the margin to record its outcome and its hold until
         its fire time, so that starting late in a batch never shortens its run. Lane and
