@@ -33,7 +33,8 @@ Where each part lives, in the order a batch meets them:
 - ``steps``: one record's steps in their order, each from the module named for it:
   ``wanted`` (still wanted?), ``deadlines`` (does the deadline fit this invocation?),
   ``slots`` (overlap's run slot, the invocation share, the tenant slots and their
-  give-backs), ``run`` (the claim and the run, or a long job's start).
+  give-backs), ``run`` (the claim and the run, or a long job's start), the claim made
+  through ``idempotency`` (Powertools' records kept on the occurrence row).
 - ``outcomes``: each Result and what it writes and sends.
 - ``config``: WorkerConfig and the tunables the parts share; ``state``: what every
   part reads (stores, clock, metrics), set once by the Worker.

@@ -17,7 +17,6 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 
 from fireline import ports
-from fireline.adapters.idempotency import OccurrenceIdempotency
 from fireline.domain import errors, model, occurrence, quota, workflow
 from fireline.services import claims, dispatch, pool, targets, workflows
 from fireline.services import long_jobs as long_jobs_service
@@ -27,6 +26,7 @@ from fireline.services.worker.config import (
     STOP_MARGIN_SECONDS,
     WorkerConfig,
 )
+from fireline.services.worker.idempotency import OccurrenceIdempotency
 from fireline.services.worker.outcomes import Result
 from fireline.services.worker.prefetch import NOTHING_PREFETCHED, Prefetch
 from fireline.services.worker.state import NoMetrics, Tally

@@ -32,7 +32,7 @@ class Running(deadlines.TimeFit, wanted.StillWanted, slots.SlotKeeping):
         *,
         fresh: bool,
     ) -> dict[str, Any]:
-        """Claim and run under Powertools idempotency (see adapters.idempotency)."""
+        """Claim and run under Powertools idempotency (see services.worker.idempotency)."""
         self._idempotency.bind(remaining_ms, intent=row)
         try:
             # The record's key is all Powertools needs of the message (no payload

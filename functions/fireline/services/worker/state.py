@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fireline import ports
-from fireline.adapters.idempotency import OccurrenceIdempotency
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import pool, targets, workflows
 from fireline.services.worker.config import WorkerConfig
+from fireline.services.worker.idempotency import OccurrenceIdempotency
 
 
 class NoMetrics:
