@@ -48,12 +48,12 @@ from fireline.services import (
     targets,
     ticker,
     webhook,
-    worker_dispatch,
     workflows,
 )
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import sweep as sweep_service
 from fireline.services import worker as worker_service
+from fireline.services.worker import dispatcher as worker_dispatch
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler import APIGatewayRestResolver
@@ -103,7 +103,7 @@ class Settings:
     class_max_concurrency: int = 0
     # Remote jobs one worker invocation keeps in flight at once (WORKER_IN_FLIGHT), and the
     # function's memory (Lambda's AWS_LAMBDA_FUNCTION_MEMORY_SIZE; 0 unknown), which sizes
-    # how many Python jobs it runs at once (see services.worker_dispatch).
+    # how many Python jobs it runs at once (see services.worker.dispatcher).
     worker_in_flight: int = worker_dispatch.DEFAULT_IN_FLIGHT
     memory_mb: int = 0
     # Where tenants' webhook signing keys live (Secrets Manager names start with it), and

@@ -1,5 +1,5 @@
 """One worker invocation waiting on many remote targets at once: threads with a bounded
-pool (services.worker_dispatch, the worker's own dispatcher, each request through the
+pool (services.worker.dispatcher, the worker's own dispatcher, each request through the
 worker's own webhook client; its threads kept warm from an earlier batch, as a warm
 container's are, and made for the batch, as a cold one's) against asyncio (aiohttp, a
 semaphore for the same bound).
@@ -41,8 +41,9 @@ import pytest
 from bench.report import record
 from fireline.adapters import threads
 from fireline.domain import egress
-from fireline.services import dispatch, isolation, schedules, targets, webhook, worker_dispatch
+from fireline.services import dispatch, isolation, schedules, targets, webhook
 from fireline.services import worker as worker_service
+from fireline.services.worker import dispatcher as worker_dispatch
 from helpers.cost_paths import deployed_worker
 from helpers.memory_system import job_context
 from helpers.system import moto_system

@@ -12,7 +12,7 @@ from fireline.adapters import threads
 from fireline.domain import occurrence
 from fireline.services import dispatch, schedules, targets
 from fireline.services.worker import Result
-from fireline.services.worker_dispatch import Dispatcher, Limits
+from fireline.services.worker.dispatcher import Dispatcher, Limits
 
 from .memory_system import MemorySystem
 

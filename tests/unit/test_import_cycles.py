@@ -1,6 +1,10 @@
 """Arrows point one way: no module of fireline imports, however indirectly, one that
 imports it back. Every import counts, at module level, inside a function or under
-TYPE_CHECKING: a cycle hidden in a function is still two modules that need each other."""
+TYPE_CHECKING: a cycle hidden in a function is still two modules that need each other.
+
+And they point down: the domain at the bottom, the ports on it, adapters and services
+each on the ports, never on each other (a service reaches an adapter only through a
+port, which wiring fills)."""
 
 from __future__ import annotations
 
@@ -38,6 +42,33 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
                     targets.add(child if child in paths else base)
         graph[name] = {t for t in targets if t in paths and t != name}
     return graph
+
+
+# The layers each layer may import: itself and the ones below it. The layers above
+# (api, handlers, local, cli, sim, wiring) compose these and are not held to an order here.
+BELOW = {
+    "domain": {"domain"},
+    "ports": {"ports", "domain"},
+    "adapters": {"adapters", "ports", "domain"},
+    "services": {"services", "ports", "domain"},
+}
+
+
+def layer_of(module: str) -> str:
+    """fireline.services.worker.intake -> services; fireline.ports -> ports."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Each import of a module of a held layer that reaches outside what it may import."""
+    return sorted(
+        (module, target)
+        for module, targets in graph.items()
+        if layer_of(module) in BELOW
+        for target in targets
+        if layer_of(target) not in BELOW[layer_of(module)]
+    )
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -95,3 +126,32 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path: Path) -> Non
     (root / "services" / "c.py").write_text("import fireline.services.a\n")
     # WHEN the graph is read THEN the cycle is found, and the module outside it is not in it
     assert cycles(import_graph(root)) == [["fireline.services.a", "fireline.services.b"]]
+
+
+def test_each_layer_imports_only_itself_and_the_layers_below_it() -> None:
+    # GIVEN every import of every module of the package, each of the held layers present
+    graph = import_graph()
+    assert {layer_of(module) for module in graph} >= set(BELOW)
+    # THEN no domain, port, adapter or service module imports a layer it stands on
+    assert upward_imports(graph) == []
+
+
+def test_a_service_importing_an_adapter_is_found(tmp_path: Path) -> None:
+    # GIVEN a service that imports an adapter inside a function, beside one that goes
+    # through the port, and an adapter on the port
+    root = tmp_path / "fireline"
+    for package in ("services", "adapters", "domain"):
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "ports.py").write_text("from fireline.domain import model\n")
+    (root / "domain" / "model.py").write_text("")
+    (root / "adapters" / "memory.py").write_text("from fireline import ports\n")
+    (root / "services" / "good.py").write_text("from fireline import ports\n")
+    (root / "services" / "bad.py").write_text(
+        "def f():\n    from fireline.adapters import memory\n    return memory\n"
+    )
+    # WHEN the graph is read THEN the one upward import is found, and only it
+    assert upward_imports(import_graph(root)) == [
+        ("fireline.services.bad", "fireline.adapters.memory")
+    ]

@@ -18,8 +18,8 @@ from aws_lambda_powertools.utilities.idempotency import base as powertools_idemp
 from fireline.adapters import memory, threads
 from fireline.domain import occurrence
 from fireline.services import dispatch, schedules
-from fireline.services import worker as worker_module
 from fireline.services.worker import Result
+from fireline.services.worker import intake as worker_module
 from helpers.memory_system import REMAINING_MS, MemorySystem
 
 FIRES = 5

@@ -16,9 +16,10 @@ import pytest
 
 from fireline import wiring
 from fireline.domain import errors, occurrence
-from fireline.services import targets, worker_dispatch
+from fireline.services import targets
 from fireline.services.worker import Result
-from fireline.services.worker_dispatch import Dispatcher, Job, Lane, Limits, NotStarted
+from fireline.services.worker import dispatcher as worker_dispatch
+from fireline.services.worker.dispatcher import Dispatcher, Job, Lane, Limits, NotStarted
 from helpers.memory_system import MemorySystem
 from helpers.remote_targets import PYTHON, FakeTargets, fires, handle, invocation
 

@@ -14,7 +14,7 @@ from fireline import wiring
 from fireline.domain import occurrence
 from fireline.handlers import worker as worker_handler
 from fireline.services import targets
-from fireline.services.worker_dispatch import Limits, Pools
+from fireline.services.worker.dispatcher import Limits, Pools
 from helpers import events
 from helpers.memory_system import MemorySystem
 from helpers.remote_targets import HTTP, PYTHON, FakeTargets, fires

@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fireline import wiring
 from fireline.adapters import threads
-from fireline.services import worker_dispatch
+from fireline.services.worker import dispatcher as worker_dispatch
 
 logger = wiring.logger()
 metrics = wiring.metrics()

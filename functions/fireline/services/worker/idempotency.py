@@ -24,6 +24,11 @@ One layer serves every record of a worker: what belongs to one record (its remai
 time, the row its message stands for, its claim, its outcome) is kept per thread, and a
 record runs on one thread from its claim to its outcome, while the records of a batch
 run side by side. Built once, the layer and its configuration cost nothing per record.
+
+The worker's, not an adapter: it implements no port of Fireline's, only Powertools'
+persistence interface, on the OccurrenceStore port that the adapters implement. So it
+stands above that port, with the service that claims through it, and the worker reaches
+DynamoDB only through the store wiring gives it.
 """
 
 from __future__ import annotations
