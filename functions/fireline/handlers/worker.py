@@ -1,5 +1,5 @@
 """SQS (one queue per job class) -> the worker, a large batch's records side by side
-within the dispatcher's bounds (services.worker_dispatch), with partial batch failures.
+within the dispatcher's bounds (services.worker.dispatcher), with partial batch failures.
 
 A record that fails (another delivery is running it, no occurrence key, a worker error)
 is reported in batchItemFailures and comes back after its visibility timeout; the others
