@@ -138,5 +138,8 @@ def test_every_documented_example_runs_as_written(cloud: LocalCloud, shell: dict
                 shell["RUN"] = answer["run_id"]
         else:
             assert done.returncode == 0, (command, done.stdout, done.stderr)
-            if "--json" in command and '"run_id"' in done.stdout:
-                shell["RUN"] = json.loads(done.stdout)["run_id"]
+            # A run's start answers its run_id; other answers may carry the field too (an
+            # occurrence's, null where it is no workflow node's), in a list
+            answer = json.loads(done.stdout) if "--json" in command else None
+            if isinstance(answer, dict) and answer.get("run_id"):
+                shell["RUN"] = answer["run_id"]
