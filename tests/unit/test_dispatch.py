@@ -24,13 +24,14 @@ def every_minute() -> model.Schedule:
     )
 
 
-def test_a_skipped_fire_whose_row_waits_queued_is_settled_not_left_waiting() -> None:
-    # GIVEN a fire with a queued row (written, its message not sent: an interrupted
-    # trigger) that the misfire plan now skips
+def test_a_fire_a_worker_deferred_keeps_its_delivery_when_a_redone_plan_lists_it() -> None:
+    # GIVEN a fire that was sent on time and deferred by a worker (its tenant at its limit):
+    # a queued row, and its message back on the queue; a misfire plan redone after a failed
+    # advance now lists it as missed
     item = every_minute()
     store = memory.MemoryOccurrenceStore()
-    waiting = dispatch.row_for(item, T0 + MINUTE, T0)
-    assert store.put_new(waiting)
+    deferred = dispatch.row_for(item, T0 + MINUTE, T0 + MINUTE)
+    assert store.put_new(deferred)
     report = dispatch.DispatchReport()
     # WHEN the plan's skips are recorded
     dispatch.record_skips(
@@ -41,11 +42,10 @@ def test_a_skipped_fire_whose_row_waits_queued_is_settled_not_left_waiting() -> 
         occurrences=store,
         report=report,
     )
-    # THEN the waiting row is skipped with the plan's reason, not left queued forever
-    row = store.get(waiting.key)
-    assert row is not None and row.state is occurrence.State.SKIPPED
-    assert row.exit_reason == "skipped: misfire"
-    assert report.skipped == 1
+    # THEN the row still waits for its message, which runs it: the fire was not missed
+    row = store.get(deferred.key)
+    assert row is not None and row.state is occurrence.State.QUEUED
+    assert report.skipped == 0
 
 
 def test_a_fire_that_ran_and_waits_for_its_retry_is_not_skipped_as_missed() -> None:

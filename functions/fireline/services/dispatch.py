@@ -283,28 +283,14 @@ def _record_skip(
         return True
     report.duplicates += 1
     existing = occurrences.get(row.key)
-    if existing is None:
-        return False
-    if existing.state is occurrence.State.SKIPPED:
-        return True  # a redo of this plan after a crash
-    if existing.state is occurrence.State.QUEUED:
-        # A row waiting for a delivery that may never come (an interrupted trigger's)
-        # whose fire the plan now skips: settle it, or it would wait forever. The claim
-        # is conditional on the state, so a delivery racing this either runs it or finds
-        # it skipped. A failed row is not: its fire ran, and its retry's message is on
-        # the queue (a plan redone after a failed advance lists it as missed, but it was
-        # not), so it keeps its retry, as a fire that ran keeps its row.
-        moved = existing.moved(
-            occurrence.State.SKIPPED,
-            finished_at=now,
-            exit_reason=reason,
-            skipped_last=row.skipped_last,
-            skipped_count=row.skipped_count,
-        )
-        if occurrences.transition(moved, expected_state=existing.state):
-            report.skipped += 1
-            return True
-    return False
+    # A skipped row is this plan's, redone after a crash. Any other row is a fire some
+    # delivery holds, and that delivery decides it: a queued row is a fire a worker
+    # deferred (a tenant limit, overlap's buffer) or a redrive, whose message is on the
+    # queue; a failed one ran and waits for its retry; a running one runs. A plan redone
+    # after a failed advance lists such fires as missed, but they were sent in time, so
+    # they keep their delivery, as a fire that ran keeps its row. (Settling a queued row
+    # here skipped a deferred fire its message was about to run.)
+    return existing is not None and existing.state is occurrence.State.SKIPPED
 
 
 def send(queue: ports.WorkQueue, pending: Sequence[Outbound], report: DispatchReport) -> None:
