@@ -624,11 +624,21 @@ class Campaign(RuleBasedStateMachine):
         waiting_id = made.job.schedule_id
         share = quota.class_limit(pool)
         lanes = [Lane() for _ in range(pool)]
-        worker = self._worker("default", class_max_concurrency=CONFIGURED_CLASS, tenant_limit=25)
+        # One worker a lane, each its own container in the class's register, as deployed
+        # (wiring names every container): the share follows the pool really running.
+        workers = [
+            self._worker(
+                "default",
+                class_max_concurrency=CONFIGURED_CLASS,
+                tenant_limit=25,
+                pool_member=f"campaign-container-{index}",
+            )
+            for index in range(pool)
+        ]
         starved = 0.0
         try:
             for _ in range(FLOOD_EPISODE_SECONDS // FLOOD_STEP_SECONDS):
-                self._pool_step(worker, lanes)
+                self._pool_step(workers, lanes)
                 if self._started(WAITING, waiting_id):
                     break
                 flooding = sum(1 for lane in lanes if lane.running and lane.tenant == FLOODING)
@@ -646,7 +656,7 @@ class Campaign(RuleBasedStateMachine):
                 if lane.thread is not None:
                     self._ack("default", lane)
 
-    def _pool_step(self, worker: worker_service.Worker, lanes: list[Lane]) -> None:
+    def _pool_step(self, workers: list[worker_service.Worker], lanes: list[Lane]) -> None:
         """End the runs whose time is up; give each idle worker of the pool messages
         until it parks in a run (a few tries: deferrals and skips end at once)."""
         for index, lane in enumerate(lanes):
@@ -664,7 +674,8 @@ class Campaign(RuleBasedStateMachine):
                 message = received[0]
                 lane.receipt = message.receipt
                 lane.ends_at = self.clock.monotonic() + HOLD_SECONDS
-                lane.start(lambda body=message.body: self._handle(worker, body))  # type: ignore[misc]
+                worker = workers[index]
+                lane.start(lambda body=message.body, w=worker: self._handle(w, body))  # type: ignore[misc]
                 if not lane.running:
                     self._ack("default", lane)
                     lane = lanes[index] = Lane()
@@ -1012,6 +1023,14 @@ class Campaign(RuleBasedStateMachine):
                 continue
             if self._missed(last, fire, row, skipped_rows):
                 continue
+            held = item.skipped
+            if (
+                row is None
+                and held is not None
+                and held.version == last.version
+                and held.first <= fire <= held.last
+            ):
+                continue  # recorded by the range its advance holds on the item, rows to come
             if row is None and self._skip_record_lost(schedule_id, last, fire):
                 problems.append(f"{key} was skipped by a ticker's misfire plan and its record lost")
                 continue

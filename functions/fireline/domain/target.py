@@ -27,7 +27,7 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 MAX_HEADER_NAME = 128
 MAX_HEADER_VALUE = 2048
 # What a target's type may be, and a Python handler's name (as the API's model reads it).
-TYPES = ("python", "http", "lambda", "sqs", "workflow")
+TYPES = ("python", "http", "lambda", "sqs", "workflow", "stepfunctions", "eventbridge", "sns")
 HANDLER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
 # An HTTP target's own timeout (the API's bound).
 MAX_HTTP_TIMEOUT = 900
