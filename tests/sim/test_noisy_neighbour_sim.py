@@ -154,6 +154,17 @@ def b_start_delays(
     return [runner.started[k] - (10.0 + 2 * n) for n, k in enumerate(keys)]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "The worker's dispatcher runs as many Python jobs at once as the function has "
+        "vCPUs (one at 512 MB): one of A's runaway Python jobs holds every Python record "
+        "batched behind it, B's included, until its 60 s deadline, and then too little of "
+        "the invocation is left for B's 100 s deadline, so B's record is handed back, "
+        "to land behind another runaway. B's jobs do not start within the run. Passes "
+        "with ten Python jobs at once per invocation."
+    ),
+)
 def test_a_tenants_runaway_jobs_do_not_change_another_tenants_outcomes(
     world: sim_world.World,
 ) -> None:

@@ -7,6 +7,7 @@ deployed, and the settings read from the template. Deterministic (no measured CP
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -416,10 +417,18 @@ def test_the_real_templates_default_worker_is_what_its_event_source_declares() -
     template = aws.load_template()
     props = template["Resources"]["DefaultWorkerFunction"]["Properties"]
     event = props["Events"]["Jobs"]["Properties"]
+    parameters = template["Parameters"]
+
+    def declared(value: Any) -> Any:
+        # A literal, or the default of the parameter it refers to
+        return parameters[value["Ref"]]["Default"] if isinstance(value, dict) else value
+
     worker = deployment.from_template(template).worker("default")
-    assert worker.batch_size == event["BatchSize"]
-    assert worker.max_concurrency == event["ScalingConfig"]["MaximumConcurrency"]
-    assert worker.memory_mb == template["Parameters"]["WorkerMemorySize"]["Default"]
+    assert worker.batch_size == declared(event["BatchSize"])
+    assert worker.batching_window_seconds == declared(event["MaximumBatchingWindowInSeconds"])
+    assert worker.max_concurrency == declared(event["ScalingConfig"]["MaximumConcurrency"])
+    assert worker.memory_mb == declared(props["MemorySize"])
+    assert worker.in_flight == declared(props["Environment"]["Variables"]["WORKER_IN_FLIGHT"])
     assert (
         worker.visibility_timeout
         == (template["Resources"]["DefaultQueue"]["Properties"]["VisibilityTimeout"])
@@ -464,3 +473,108 @@ def test_the_handler_entry_is_removed_after_a_run(world: sim_world.World) -> Non
     import os
 
     assert "SIM_ONLY_SETTING" not in os.environ
+
+
+def entry_fleet(
+    world: sim_world.World, runner: Any, in_flight: int, **fields: Any
+) -> tuple[lambdas.WorkerFleet, sim_entry.HandlerEntry]:
+    """One invocation at a time of the deployed handler, with the template's worker
+    environment but ``in_flight`` remote jobs at once."""
+    env = dict(deployment.from_template(aws.load_template()).worker().environment)
+    env["WORKER_IN_FLIGHT"] = str(in_flight)
+    memory = fields.pop("memory_mb", 512)
+    entry = sim_entry.HandlerEntry(world.kernel, env, memory_mb=memory)
+    settings = {"max_concurrency": 1, "provisioned": True, "memory_mb": memory, **fields}
+    return fleet(world, runner, entry=entry, in_flight=in_flight, **settings), entry
+
+
+def test_the_deployed_handler_keeps_its_in_flight_bound_over_a_larger_batch(
+    world: sim_world.World,
+) -> None:
+    # GIVEN a batch of 20 one-second HTTP jobs and the deployed handler with 5 in flight
+    keys, runner = http_jobs(world, 20)
+    workers, entry = entry_fleet(world, runner, 5, batch_size=20, batching_window=1)
+    try:
+        workers.start()
+        world.kernel.run(world.seconds(DUE) + 30)
+    finally:
+        entry.remove()
+    # THEN one invocation ran them, never more than 5 at once, in four waves of a second,
+    # each record once and none reported failed
+    assert workers.invocations == 1 and workers.record_failures == 0
+    assert most_at_once(runner.started, runner.finished) == 5
+    assert workers.peaks == {"remote": 5}
+    starts = sorted(runner.started.values())
+    assert starts[-1] - starts[0] >= 3.0
+    assert sorted(runner.started) == sorted(keys) and set(runner.runs.values()) == {1}
+
+
+def test_records_whose_deadline_no_longer_fits_are_handed_back_and_run_later_once(
+    world: sim_world.World,
+) -> None:
+    # GIVEN a batch of 20 HTTP jobs taking 5 s each, 5 in flight, in a 120 s invocation:
+    # a default-class record needs its 100 s deadline and margins left to start, so only
+    # the first 13 s of the invocation start records (waves at 0, 5 and 10 s)
+    items = sim_world.one_off(20, DUE)
+    world.add(items)
+    keys = sim_world.enqueue(world, [(item, DUE) for item in items])
+    runner = sim_world.SimTargets(
+        world.kernel,
+        durations=sim_network.TargetDuration((5.0,), (1.0,), tail_p99=1.0),
+        **sim_world.runner_args(sim_world.Jobs(world.kernel)),
+    )
+    workers, entry = entry_fleet(world, runner, 5, batch_size=20, batching_window=1)
+    try:
+        workers.start()
+        world.kernel.run(world.seconds(DUE) + 120)
+    finally:
+        entry.remove()
+    # THEN the first invocation started 15 and handed the last 5 back as fresh messages
+    # (acknowledged, not failed), the next invocation ran those: every record once
+    assert workers.batch_sizes == [20, 5]
+    assert workers.record_failures == 0
+    resent = Counter(s.key for s in world.send_log.sent)
+    assert sum(resent.values()) == 5 and set(resent.values()) == {1}
+    assert sorted(runner.started) == sorted(keys) and set(runner.runs.values()) == {1}
+    handed_back = set(resent)
+    first = world.seconds(DUE)
+    assert all(runner.started[k] - first >= 15.0 for k in handed_back)
+    assert all(runner.started[k] - first < 13.0 for k in set(keys) - handed_back)
+    states = {world.memory_occurrences.get(k).state for k in keys}  # type: ignore[union-attr]
+    assert states == {occurrence.State.SUCCEEDED}
+
+
+def test_python_jobs_wait_for_the_functions_vcpu_and_remote_ones_never_wait_for_them(
+    world: sim_world.World,
+) -> None:
+    # GIVEN one batch of 3 Python jobs of 2 s each and 6 one-second HTTP jobs, on the
+    # deployed handler at 512 MB (under one vCPU)
+    python_items = sim_world.one_off(
+        3, DUE, target={"type": "python", "handler": "sim.work"}, prefix="py"
+    )
+    http_items = sim_world.one_off(6, DUE, prefix="http")
+    world.add([*python_items, *http_items])
+    keys = sim_world.enqueue(world, [(i, DUE) for i in [*python_items, *http_items]])
+    jobs = sim_world.Jobs(world.kernel, seconds=2.0)
+    runner = sim_world.SimTargets(
+        world.kernel,
+        durations=sim_network.TargetDuration((1.0,), (1.0,), tail_p99=1.0),
+        **sim_world.runner_args(jobs),
+    )
+    workers, entry = entry_fleet(world, runner, 256, batch_size=20, batching_window=1)
+    try:
+        workers.start()
+        world.kernel.run(world.seconds(DUE) + 30)
+    finally:
+        entry.remove()
+    # THEN the Python jobs ran one at a time, two seconds apart; the HTTP jobs all
+    # started together at once, none behind a Python job
+    assert workers.invocations == 1 and workers.record_failures == 0
+    assert workers.peaks == {"remote": 6, "compute": 1}
+    python_starts = sorted(jobs.started.values())
+    assert len(python_starts) == 3
+    assert all(b - a >= 2.0 for a, b in zip(python_starts, python_starts[1:], strict=False))
+    http_starts = sorted(runner.started.values())
+    assert len(http_starts) == 6 and http_starts[-1] - http_starts[0] < 0.5
+    assert http_starts[-1] < python_starts[1]
+    assert set(jobs.started) | set(runner.started) == set(keys)

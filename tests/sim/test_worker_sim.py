@@ -1,5 +1,8 @@
-"""The real worker in the latency model: a batch's records side by side, each with its own
-deadline, and a fire delivered early held until its time. Deterministic (no measured CPU).
+"""The real worker in the latency model: a batch's remote jobs side by side, each with its
+own deadline, and a fire delivered early held until its time. Deterministic (no measured
+CPU). The jobs are HTTP targets answered in virtual time: a remote job is what an
+invocation keeps many of in flight at once (a Python job is compute, run as many at once
+as the function has vCPUs: tests/sim/test_platform_sim.py).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def jobs_due(world: sim_world.World, count: int, due: datetime, **fields: object
                 timing=schedule.Timing(spec=spec),
                 spec_text=str(spec),
                 kind=model.Kind.JOB,
-                target={"type": "python", "handler": "sim.work"},
+                target=dict(sim_world.HTTP_TARGET),
                 misfire=policies.Misfire(policy=policies.MisfirePolicy.FIRE_ONCE),
                 state=model.ScheduleState.COMPLETED,
                 **fields,  # type: ignore[arg-type]
@@ -60,12 +63,23 @@ def jobs_due(world: sim_world.World, count: int, due: datetime, **fields: object
     return keys
 
 
-def fleet(world: sim_world.World, jobs: sim_world.Jobs, **fields: object) -> lambdas.WorkerFleet:
+def targets_taking(world: sim_world.World, seconds: float) -> sim_world.SimTargets:
+    """HTTP targets that answer after ``seconds`` each (no tail)."""
+    return sim_world.SimTargets(
+        world.kernel,
+        durations=sim_network.TargetDuration((seconds,), (1.0,), tail_p99=1.0),
+        **sim_world.runner_args(sim_world.Jobs(world.kernel)),
+    )
+
+
+def fleet(
+    world: sim_world.World, jobs: sim_world.SimTargets, **fields: object
+) -> lambdas.WorkerFleet:
     return lambdas.WorkerFleet(
         world.kernel,
         world.queue,
         sim_world.next_visible(world),
-        lambda: sim_world.worker_for(world, jobs),
+        lambda: sim_world.worker_for(world, sim_world.Jobs(world.kernel), runner=jobs),
         measure_cpu=False,
         provisioned=True,
         **fields,  # type: ignore[arg-type]
@@ -79,7 +93,7 @@ def test_records_of_a_batch_run_side_by_side_each_within_its_own_deadline(
     # with a 30 s timeout (one after another they would need 70 s)
     due = START + timedelta(seconds=30)
     keys = jobs_due(world, 10, due, deadline_seconds=10)
-    jobs = sim_world.Jobs(world.kernel, seconds=7.0)
+    jobs = targets_taking(world, 7.0)
     workers = fleet(world, jobs, max_concurrency=1, timeout_seconds=30)
     workers.start()
     # WHEN the batch is delivered
@@ -99,7 +113,7 @@ def test_a_fire_delivered_before_its_time_starts_at_its_time(world: sim_world.Wo
     due = START + timedelta(seconds=60)
     world.kernel.run(0.3)  # the "ticker" sends at 11:59:00.3: visible at 11:59:59.3
     keys = jobs_due(world, 20, due)
-    jobs = sim_world.Jobs(world.kernel, seconds=1.0)
+    jobs = targets_taking(world, 1.0)
     workers = fleet(world, jobs, max_concurrency=2, memory_mb=1769)
     workers.start(at=world.kernel.now())
     # WHEN the workers receive them as soon as they are visible

@@ -23,6 +23,7 @@ from typing import Any
 
 from fireline import ports
 from fireline.services import ticker as ticker_service
+from fireline.services import worker_dispatch
 from fireline.sim import entry as sim_entry
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import network as sim_network
@@ -170,8 +171,10 @@ class WorkerFleet:
     limit (a record that would cross it starts the poller's next batch). Each batch is one
     invocation, if the account has room for it (else the poller backs off and the batch
     goes back), in a warm environment or a new one that pays its cold start; it runs the
-    real worker's ``handle_batch`` as the handler calls it, with ``in_flight`` records
-    (None: all of them) on the invocation's simulated threads at once."""
+    deployed handler (``entry``), or the real worker's ``handle_batch`` as the handler
+    calls it: either way through the real dispatcher, with ``in_flight`` remote records
+    (None: all of them) and as many Python ones as the memory buys vCPUs under way at
+    once, on the invocation's simulated threads."""
 
     kernel: sim_kernel.Kernel
     queue: ports.WorkQueue
@@ -201,6 +204,8 @@ class WorkerFleet:
     busy: int = 0
     scaling: sim_platform.Scaling | None = None
     durations: list[float] = field(default_factory=list)  # each invocation's wall seconds
+    # Most records of one invocation under way at once, by dispatch lane.
+    peaks: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size <= MAX_BATCH_RECORDS:
@@ -209,6 +214,15 @@ class WorkerFleet:
             # As Lambda refuses the mapping: a batch over ten needs a window.
             raise ValueError("batching_window: at least 1 s for a batch_size over 10")
         self.function = self.function or f"worker-{self.job_class}"
+        if (
+            self.entry is not None
+            and self.in_flight is not None
+            and self.entry.limits.in_flight != self.in_flight
+        ):
+            raise ValueError(
+                f"in_flight: the handler's environment says {self.entry.limits.in_flight}, "
+                f"not {self.in_flight}"
+            )
         if self.scaling is None:
             maximum = self.max_concurrency
             if not self.provisioned:
@@ -219,6 +233,7 @@ class WorkerFleet:
 
     def start(self, at: float = 0.0) -> None:
         if self.entry is not None:
+            self.entry.peaks = self.peaks
             self.entry.install(self.make_worker)
         for poller in range(self.max_concurrency):
             self.kernel.spawn(self._poller(poller), at=at, name=f"esm-{self.job_class}-{poller}")
@@ -362,13 +377,29 @@ class WorkerFleet:
                     outcomes.append(RuntimeError("reported failed") if failed else None)
                 return
             worker = self.make_worker()
-            pool = len(received) if self.in_flight is None else min(self.in_flight, len(received))
+            # The real dispatcher, as the handler builds it, on this invocation's
+            # simulated threads.
+            limits = worker_dispatch.Limits(
+                in_flight=min(
+                    worker_dispatch.MAX_IN_FLIGHT, self.in_flight or max(1, len(received))
+                ),
+                compute=worker_dispatch.compute_slots(
+                    self.memory_mb, sim_entry.vcpus(self.memory_mb)
+                ),
+            )
+
+            def remaining() -> int:
+                return int((deadline - k.now()) * 1000)
+
             outcomes.extend(
                 worker.handle_batch(
                     [m.body for m in received],
-                    remaining_ms=lambda: int((deadline - k.now()) * 1000),
-                    parallel=sim_network.SimPool(k, max(1, pool)),
+                    remaining_ms=remaining,
+                    parallel=sim_network.SimPool(k, 2),
                     receive_counts=[m.receive_count for m in received],
+                    dispatcher=worker_dispatch.Dispatcher(
+                        limits, remaining, pools=sim_entry.SimPools(k, limits, self.peaks)
+                    ),
                 )
             )
 
