@@ -18,6 +18,7 @@ FIRELINE_BENCH_SCALE (``make bench-quick``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -100,6 +101,27 @@ def settings_of(deployed: deployment.Deployment) -> dict[str, Any]:
     }
 
 
+def fleet_of(w: deployment.WorkerSettings, scale: float = 1.0) -> dict[str, Any]:
+    """The default class's invocations at once, as its event source allows them: its
+    MaximumConcurrency, or in provisioned mode MaximumPollers' worth of invokes (10 a
+    poller) with MinimumPollers ready. ``scale`` below 1 (a reduced run) shrinks the
+    fleet with the load, so each invocation carries the share of a burst it carries at
+    full size (the mapping's ramp rates and the account's limit are not scaled)."""
+    if w.minimum_pollers is not None:
+        pollers = w.maximum_pollers or w.minimum_pollers
+        most = min(
+            sim_platform.PROVISIONED_MAX_INVOKES,
+            pollers * sim_platform.PROVISIONED_INVOKES_PER_POLLER,
+        )
+    else:
+        most = w.max_concurrency or sim_platform.ESM_MAX_INVOKES
+    minimum = w.minimum_pollers
+    if scale < 1:
+        most = max(2, math.ceil(most * scale))
+        minimum = None if minimum is None else max(1, math.ceil(minimum * scale))
+    return {"max_invokes": most, "minimum_pollers": minimum, "scaled_by": min(1.0, scale)}
+
+
 def hourly_burst(count: int, target: dict[str, Any], tenants: int) -> list[model.Schedule]:
     timing = schedule.Timing(spec=schedule.parse_spec("cron(0 0 * * * *)"))
     return [
@@ -133,6 +155,7 @@ class Run:
         python_jobs: bool = False,
         seed: int = 1,
         measure_cpu: bool = True,
+        fleet_scale: float = 1.0,
     ) -> None:
         start = DUE - timedelta(seconds=LEAD_SECONDS)
         self.world = world = sim_world.World(
@@ -177,6 +200,7 @@ class Run:
             account=self.account,
         )
         w = deployed.worker()
+        self.fleet = fleet_of(w, fleet_scale)
         self.python_jobs = python_jobs
         self.jobs = sim_world.Jobs(world.kernel, seconds=jobs_seconds, cpu=python_jobs)
         python = lambdas.forking(costs["fork_cpu_seconds"], world.kernel)
@@ -200,7 +224,7 @@ class Run:
                 tenant_limit=deployed.tenant_limit,
                 class_max_concurrency=w.class_max_concurrency,
             ),
-            max_concurrency=w.max_concurrency or w.maximum_pollers or sim_platform.ESM_MAX_INVOKES,
+            max_concurrency=self.fleet["max_invokes"],
             batch_size=w.batch_size,
             batching_window=w.batching_window_seconds,
             timeout_seconds=w.timeout_seconds,
@@ -208,7 +232,7 @@ class Run:
             memory_mb=w.memory_mb,
             measure_cpu=measure_cpu,
             provisioned=w.minimum_pollers is not None,
-            minimum_pollers=w.minimum_pollers,
+            minimum_pollers=self.fleet["minimum_pollers"],
             in_flight=w.in_flight,
             account=self.account,
             containers=sim_platform.Containers(init_cpu_seconds=costs["import_cpu_seconds"]),
@@ -281,6 +305,13 @@ class Run:
             if self.workers.scaling
             else None,
             "throttled_writes": sum(world.network.throttled.values()),
+            "fleet": self.fleet,
+            "records_in_flight_per_invocation_peak": dict(self.workers.peaks),
+            # Every message of the run's fires sent more than once: records a worker
+            # handed back unstarted, deferrals, retries.
+            "messages_sent_again": sum(
+                n - 1 for n in Counter(s.key for s in world.send_log.sent).values() if n > 1
+            ),
             "simulated_seconds": LEAD_SECONDS + AFTER_SECONDS,
             "wall_seconds": round(wall, 1),
             "scale": SCALE,
@@ -301,6 +332,7 @@ def burst_run(
         steady=scaled(STEADY_SCHEDULES),
         tenants=scaled(TENANTS),
         target=sim_world.HTTP_TARGET,
+        fleet_scale=SCALE,
         **kwargs,
     )
     try:
@@ -368,6 +400,7 @@ def test_python_handler_jobs_started_a_second_at_the_defaults(
         tenants=scaled(TENANTS),
         target={"type": "python", "handler": "sim.work"},
         python_jobs=True,
+        fleet_scale=SCALE,
     )
     try:
         wall = run.go()
