@@ -238,9 +238,7 @@ class Run:
             containers=sim_platform.Containers(init_cpu_seconds=costs["import_cpu_seconds"]),
             # The deployed handler itself, with the function's environment as the
             # template sets it: its batch intake, dispatch and in-flight bound.
-            entry=sim_entry.HandlerEntry(
-                world.kernel, dict(w.environment), memory_mb=w.memory_mb
-            ),
+            entry=sim_entry.HandlerEntry(world.kernel, dict(w.environment), memory_mb=w.memory_mb),
         )
 
     def go(self) -> float:

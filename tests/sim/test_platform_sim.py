@@ -6,6 +6,7 @@ deployed, and the settings read from the template. Deterministic (no measured CP
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -573,7 +574,7 @@ def test_python_jobs_wait_for_the_functions_vcpu_and_remote_ones_never_wait_for_
     assert workers.peaks == {"remote": 6, "compute": 1}
     python_starts = sorted(jobs.started.values())
     assert len(python_starts) == 3
-    assert all(b - a >= 2.0 for a, b in zip(python_starts, python_starts[1:], strict=False))
+    assert all(b - a >= 2.0 for a, b in itertools.pairwise(python_starts))
     http_starts = sorted(runner.started.values())
     assert len(http_starts) == 6 and http_starts[-1] - http_starts[0] < 0.5
     assert http_starts[-1] < python_starts[1]

@@ -4,7 +4,7 @@ fireline.handlers.worker.handler is called as Lambda calls it: an SQS event of t
 records and a context, its partial batch response read back. While installed, its worker
 is the simulation's and its thread pools are simulated threads, so whatever the handler
 does with a batch runs in virtual time: its intake, and its dispatch by the real
-services.worker_dispatch.Dispatcher (lanes, in-flight bound, the check that a record's
+services.worker.dispatcher.Dispatcher (lanes, in-flight bound, the check that a record's
 deadline still fits the invocation, the hand-back of records left unstarted), with the
 bounds the function's environment sets (:func:`limits_for`).
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from fireline import ports
 from fireline.domain import errors
-from fireline.services import worker_dispatch
+from fireline.services.worker import dispatcher as worker_dispatch
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import network as sim_network
 
@@ -91,9 +91,7 @@ class _SimExecutor:
         self.name = name
         # Threads alive at once, at most, by lane name: shared by a run's executors.
         self.peaks = peaks if peaks is not None else {}
-        self._pending: collections.deque[tuple[_SimFuture, Callable[[], Any]]] = (
-            collections.deque()
-        )
+        self._pending: collections.deque[tuple[_SimFuture, Callable[[], Any]]] = collections.deque()
         self._threads: list[sim_kernel.SimThread] = []
 
     def live(self) -> list[sim_kernel.SimThread]:
@@ -107,7 +105,9 @@ class _SimExecutor:
             process = self.kernel.current().process
             n = len(self._threads)
             self._threads.append(
-                self.kernel.spawn(self._work, process=process, name=f"{process.name}-{self.name}{n}")
+                self.kernel.spawn(
+                    self._work, process=process, name=f"{process.name}-{self.name}{n}"
+                )
             )
             self.peaks[self.name] = max(self.peaks.get(self.name, 0), len(self._threads))
         return future

@@ -23,7 +23,7 @@ from typing import Any
 
 from fireline import ports
 from fireline.services import ticker as ticker_service
-from fireline.services import worker_dispatch
+from fireline.services.worker import dispatcher as worker_dispatch
 from fireline.sim import entry as sim_entry
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import network as sim_network

@@ -7,7 +7,7 @@ run is deferred, never run over a limit, never dropped."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from aws_lambda_powertools import Logger
 
@@ -20,6 +20,10 @@ logger = Logger(service="fireline", child=True)
 
 # Why a run waits for a tenant slot (the reason its deferral logs).
 AT_LIMIT = "tenant limit"
+# A run slot is taken a moment before its fire's claim (a few calls apart; throttled
+# calls and their retries, seconds). A holder older than this and still not running is
+# not about to be: it died before its claim, or its claim lapsed.
+RUN_CLAIM_WINDOW_SECONDS = 15
 AT_CLASS_SHARE = "tenant share of the class"
 AT_INVOCATION_SHARE = "tenant share of the class's running invocations"
 
@@ -64,11 +68,21 @@ class SlotKeeping(state.WorkerState):
             return None, False  # a delivery of this fire holds it: the claim decides
         until_ms = now_ms + int(held_for.total_seconds() * 1000)
         # A holder whose row is terminal ran and ended (its give-back failed, or a
-        # redelivery ran it without taking the slot): it blocks nobody. Its slot is taken
-        # over conditional on that holder, so of two fires that saw it, one runs. A holder
-        # whose row is anything else may be about to run (the slot is taken before the
-        # claim): it counts as running until it ends or its slot expires.
-        replacing = running if running is not None and self._finished(running) else None
+        # redelivery ran it without taking the slot): it blocks nobody. So does a holder
+        # that took the slot longer ago than a take and its claim can be apart and is not
+        # running (its invocation died before the claim, or its attempt was recorded
+        # failed when its claim lapsed; its redelivery or retry waits its turn). Its slot
+        # is taken over conditional on that holder, so of two fires that saw it, one
+        # runs. A holder taken moments ago may be about to run (the slot is taken before
+        # the claim): it counts as running until it ends or its slot expires.
+        slot = next((s for s in held if s.number == quota.RUN_SLOT), None)
+        replacing = (
+            running
+            if running is not None
+            and slot is not None
+            and self._run_holder_gone(running, slot.expires_at_ms, held_for, now_ms)
+            else None
+        )
         # Two fires racing for a free run slot: the conditional take lets one run.
         if (running is None or replacing is not None) and self.slots.take(
             scope,
@@ -237,6 +251,29 @@ class SlotKeeping(state.WorkerState):
             ):
                 return slot.number
         return None
+
+    def _run_holder_gone(
+        self, holder: str, expires_at_ms: int, held_for: timedelta, now_ms: int
+    ) -> bool:
+        """Is the fire holding a schedule's run slot not running, for good or for now?
+        Terminal (read as :meth:`_finished`), or, once the slot is older than
+        RUN_CLAIM_WINDOW_SECONDS (its take less the time a run holds it: a fire of the same
+        schedule holds it as long), a row that is not running: read consistently, since
+        a claim made a moment ago must be seen."""
+        if self._finished(holder):
+            return True
+        taken_ms = expires_at_ms - int(held_for.total_seconds() * 1000)
+        if now_ms - taken_ms < RUN_CLAIM_WINDOW_SECONDS * 1000:
+            return False
+        try:
+            row = self.occurrences.get(holder)
+        except errors.ValidationError:
+            return False  # not an occurrence key: left to its expiry
+        now = datetime.fromtimestamp(now_ms / 1000, UTC)
+        claimed = row is not None and row.state is occurrence.State.RUNNING
+        return not claimed or (
+            row is not None and row.in_progress_until is not None and row.in_progress_until < now
+        )
 
     def _finished(self, holder: str) -> bool:
         """Is the run holding a slot over for good? Read eventually consistently: a stale
