@@ -99,6 +99,7 @@ from fireline.domain import (
 )
 from fireline.services import schedules, targets, ticker, workflows
 from fireline.services import worker as worker_service
+from fireline.services.worker import slots as worker_slots
 from helpers.flows import signing_key
 
 START = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -1210,9 +1211,35 @@ class _OverlapWatched:
             return
         others = self._inner.history(row.tenant_id, row.schedule_id, limit=100).items
         if not any(o.state is occurrence.State.RUNNING and o.key != row.key for o in others):
+            if self._just_taken(row):
+                return  # its holder took the run slot a moment ago: it may be about to run
             self._machine.violations.append(
                 f"{row.key} skipped as overlap while nothing of its schedule ran"
             )
+
+    def _just_taken(self, row: occurrence.Occurrence) -> bool:
+        """Is the run slot held by another fire that took it within the worker's claim
+        window? The slot is taken a moment before the claim, so such a holder counts as
+        running (the product's rule: services/worker/slots.py); past the window, a holder
+        that is not running is taken over, and a fire skipped for it is a violation."""
+        scope = quota.overlap_scope(row.tenant_id, row.schedule_id)
+        held, _ = self._machine.slots.held(scope)
+        item = self._machine.m_schedules.get(row.tenant_id, row.schedule_id)
+        if item is None:
+            return False
+        held_for_ms = (
+            model.deadline_for(item.job_class, item.deadline_seconds)
+            + worker_service.SLOT_MARGIN_SECONDS
+        ) * 1000
+        now_ms = int(self._machine.clock.now().timestamp() * 1000)
+        window_ms = worker_slots.RUN_CLAIM_WINDOW_SECONDS * 1000
+        return any(
+            s.number == quota.RUN_SLOT
+            and s.holder != row.key
+            and s.expires_at_ms > now_ms
+            and now_ms - (s.expires_at_ms - held_for_ms) < window_ms
+            for s in held
+        )
 
 
 class _Frozen:

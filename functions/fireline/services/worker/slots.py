@@ -23,7 +23,7 @@ AT_LIMIT = "tenant limit"
 # A run slot is taken a moment before its fire's claim (a few calls apart; throttled
 # calls and their retries, seconds). A holder older than this and still not running is
 # not about to be: it died before its claim, or its claim lapsed.
-RUN_CLAIM_WINDOW_SECONDS = 15
+RUN_CLAIM_WINDOW_SECONDS = 5
 AT_CLASS_SHARE = "tenant share of the class"
 AT_INVOCATION_SHARE = "tenant share of the class's running invocations"
 
