@@ -150,8 +150,8 @@ def test_a_failed_run_whose_tenant_slot_give_back_is_throttled_still_gives_its_r
 
 
 def test_a_run_slot_held_by_a_fire_about_to_run_still_skips_the_next(system: System) -> None:
-    # GIVEN a forbid schedule whose run slot is held by a fire whose row is queued (taken
-    # before the claim, as every run takes it)
+    # GIVEN a forbid schedule whose run slot was taken a moment ago by a fire whose row is
+    # queued (taken before the claim, as every run takes it): within the claim window
     schedule_id = forbid_schedule(system)
     tk, worker, seen = system.ticker(use_lease=False), system.worker(), set[str]()
     first = next_fire(system, tk, seen)
@@ -165,20 +165,55 @@ def test_a_run_slot_held_by_a_fire_about_to_run_still_skips_the_next(system: Sys
             created_at=system.clock.now(),
         )
     )
+    second = next_fire(system, tk, seen)
+    due = occurrence.parse_key(second["occurrence_key"]).fire_time
+    system.clock.advance(max(0.0, (due - system.clock.now()).total_seconds()))
     now_ms = int(system.clock.now().timestamp() * 1000)
     assert system.slots.take(
         quota.overlap_scope("tenant-a", schedule_id),
         quota.RUN_SLOT,
         first["occurrence_key"],
-        now_ms=now_ms,
-        expires_at_ms=now_ms + 160_000,
+        now_ms=now_ms - 1000,
+        expires_at_ms=now_ms - 1000 + 160_000,  # the default class's deadline and margin
     )
-    # WHEN the next fire arrives
-    system.clock.advance(1)
-    second = next_fire(system, tk, seen)
-    # THEN it is skipped: a holder that has not ended may be running
+    # WHEN the next fire is handled, a second after that take
+    # THEN it is skipped: a holder that took the slot that recently may be about to run
     assert worker.handle(second, remaining_ms=remaining) is Result.SKIPPED
     assert run_slot_holder(system, schedule_id) == first["occurrence_key"]
+
+
+def test_a_run_slot_held_past_the_claim_window_by_a_fire_not_running_is_taken_over(
+    system: System,
+) -> None:
+    # GIVEN a forbid schedule whose run slot was taken 10 s ago by a fire whose row is
+    # still queued: its invocation died between the take and the claim
+    schedule_id = forbid_schedule(system)
+    tk, worker, seen = system.ticker(use_lease=False), system.worker(), set[str]()
+    first = next_fire(system, tk, seen)
+    system.occurrences.put_new(
+        occurrence.new(
+            tenant_id="tenant-a",
+            schedule_id=schedule_id,
+            version=1,
+            fire_time=occurrence.parse_key(first["occurrence_key"]).fire_time,
+            job_class="default",
+            created_at=system.clock.now(),
+        )
+    )
+    second = next_fire(system, tk, seen)
+    due = occurrence.parse_key(second["occurrence_key"]).fire_time
+    system.clock.advance(max(0.0, (due - system.clock.now()).total_seconds()))
+    now_ms = int(system.clock.now().timestamp() * 1000)
+    assert system.slots.take(
+        quota.overlap_scope("tenant-a", schedule_id),
+        quota.RUN_SLOT,
+        first["occurrence_key"],
+        now_ms=now_ms - 10_000,
+        expires_at_ms=now_ms - 10_000 + 160_000,
+    )
+    # WHEN the next fire is handled
+    # THEN it runs: nothing of its schedule is running, and it holds the slot now
+    assert worker.handle(second, remaining_ms=remaining) is Result.SUCCEEDED
 
 
 def test_a_retry_whose_failed_attempt_kept_its_tenant_slot_runs_at_its_backoff(
