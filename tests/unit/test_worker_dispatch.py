@@ -178,6 +178,34 @@ def test_a_job_whose_turn_comes_near_the_invocations_end_is_not_started() -> Non
     assert all(isinstance(r, NotStarted) for r in results[2:])
 
 
+def test_a_python_job_that_waited_past_its_bound_for_a_vcpu_goes_back_unstarted() -> None:
+    # GIVEN one vCPU, a 60 s Python job first (a runaway held to its deadline), then two
+    # short Python jobs of another tenant, and a remote job, with a wait bound of 5 s
+    left = [900_000]
+    ran: list[str] = []
+
+    def job(name: str, seconds: float) -> str:
+        ran.append(name)
+        left[0] -= int(seconds * 1000)
+        return name
+
+    limits = Limits(in_flight=4, compute=1, compute_wait_seconds=5)
+    # WHEN the batch runs
+    results = Dispatcher(limits, lambda: left[0]).run(
+        [
+            Job(lambda: job("runaway", 60), lane=Lane.COMPUTE, order=0.0),
+            Job(lambda: job("short-1", 1), lane=Lane.COMPUTE, order=1.0),
+            Job(lambda: job("short-2", 1), lane=Lane.COMPUTE, order=2.0),
+            Job(lambda: "remote", order=3.0),
+        ]
+    )
+    # THEN the Python jobs behind the runaway are handed back for another invocation's
+    # vCPU instead of waiting out its deadline; the remote job ran regardless
+    assert results[0] == "runaway" and results[3] == "remote"
+    assert all(isinstance(r, NotStarted) for r in results[1:3])
+    assert "short-1" not in ran and "short-2" not in ran
+
+
 def test_a_jobs_exception_is_its_own_outcome() -> None:
     def boom() -> None:
         raise RuntimeError("target broke")

@@ -71,6 +71,11 @@ class Limits:
     compute: int = 1
     # Stop starting records when less than this much of the invocation is left.
     reserve_seconds: float = 12.0
+    # The longest a Python job waits in its batch for a vCPU. Past it, it goes back to the
+    # queue for another invocation: with one vCPU, a job behind a long one (a runaway
+    # another tenant wrote, held to its deadline) would otherwise wait all that time, and
+    # one tenant's long jobs would decide when every other's start.
+    compute_wait_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.in_flight <= MAX_IN_FLIGHT:
@@ -82,6 +87,8 @@ class Limits:
             raise errors.ValidationError(f"must be at least 1, not {self.compute}", field="compute")
         if self.reserve_seconds < 0:
             raise errors.ValidationError("must not be negative", field="reserve_seconds")
+        if self.compute_wait_seconds < 0:
+            raise errors.ValidationError("must not be negative", field="compute_wait_seconds")
 
 
 def compute_slots(memory_mb: int, cpus: int | None) -> int:
@@ -142,11 +149,13 @@ class Dispatcher:
         self._remaining_ms = remaining_ms
         self._kept = pools
         self._name = name
+        self._started_ms = 0  # the invocation's remaining time when run() began
 
     def run(self, jobs: Sequence[Job[R]]) -> list[R | Exception]:
         """Each job's result, or the exception it raised (NotStarted: never started), in
         the order given."""
         results: list[Any] = [None] * len(jobs)
+        self._started_ms = self._remaining_ms()
         by_lane: dict[Lane, list[int]] = {}
         for index in sorted(range(len(jobs)), key=lambda i: (jobs[i].order, i)):
             by_lane.setdefault(jobs[index].lane, []).append(index)
@@ -187,8 +196,12 @@ class Dispatcher:
         # Decided when the record's turn comes, not when the batch arrives: a record that
         # waited behind slow ones sees how much of the invocation is really left.
         needs = max(self.limits.reserve_seconds, job.needs_seconds)
-        if self._remaining_ms() < needs * 1000:
+        remaining = self._remaining_ms()
+        if remaining < needs * 1000:
             raise NotStarted(f"less than the {needs:.0f} s it needs was left of the invocation")
+        waited = (self._started_ms - remaining) / 1000
+        if job.lane is Lane.COMPUTE and waited > self.limits.compute_wait_seconds:
+            raise NotStarted(f"waited {waited:.0f} s for a vCPU: another invocation may have one")
         return job.call()
 
 
