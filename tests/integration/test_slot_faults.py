@@ -16,7 +16,7 @@ import pytest
 from fireline.domain import errors, occurrence, policies, quota, retry
 from fireline.services import targets
 from fireline.services.schedules import JobDraft, ScheduleDraft
-from fireline.services.worker import Result
+from fireline.services.worker import Result, Worker
 from helpers.faults import FaultPlan
 from helpers.system import System
 
@@ -149,9 +149,12 @@ def test_a_failed_run_whose_tenant_slot_give_back_is_throttled_still_gives_its_r
     assert run_slot_holder(system, schedule_id) is None
 
 
-def test_a_run_slot_held_by_a_fire_about_to_run_still_skips_the_next(system: System) -> None:
-    # GIVEN a forbid schedule whose run slot was taken a moment ago by a fire whose row is
-    # queued (taken before the claim, as every run takes it): within the claim window
+def held_by_a_queued_fire(
+    system: System, taken_seconds_ago: float
+) -> tuple[Worker, dict[str, Any], str, str]:
+    """A forbid schedule whose run slot its first fire took ``taken_seconds_ago`` before
+    its second fire's time, the first fire's row queued (taken before its claim, as every
+    run takes it): the worker, the second fire's message, the first's key, the schedule."""
     schedule_id = forbid_schedule(system)
     tk, worker, seen = system.ticker(use_lease=False), system.worker(), set[str]()
     first = next_fire(system, tk, seen)
@@ -168,52 +171,36 @@ def test_a_run_slot_held_by_a_fire_about_to_run_still_skips_the_next(system: Sys
     second = next_fire(system, tk, seen)
     due = occurrence.parse_key(second["occurrence_key"]).fire_time
     system.clock.advance(max(0.0, (due - system.clock.now()).total_seconds()))
-    now_ms = int(system.clock.now().timestamp() * 1000)
+    taken_ms = int(system.clock.now().timestamp() * 1000) - int(taken_seconds_ago * 1000)
     assert system.slots.take(
         quota.overlap_scope("tenant-a", schedule_id),
         quota.RUN_SLOT,
         first["occurrence_key"],
-        now_ms=now_ms - 1000,
-        expires_at_ms=now_ms - 1000 + 160_000,  # the default class's deadline and margin
+        now_ms=taken_ms,
+        expires_at_ms=taken_ms + 160_000,  # the default class's deadline and margin
     )
-    # WHEN the next fire is handled, a second after that take
+    return worker, second, first["occurrence_key"], schedule_id
+
+
+def test_a_run_slot_held_by_a_fire_about_to_run_still_skips_the_next(system: System) -> None:
+    # GIVEN a forbid schedule whose run slot a fire with a queued row took a second ago
+    worker, second, first_key, schedule_id = held_by_a_queued_fire(system, 1)
+    # WHEN the next fire is handled
     # THEN it is skipped: a holder that took the slot that recently may be about to run
     assert worker.handle(second, remaining_ms=remaining) is Result.SKIPPED
-    assert run_slot_holder(system, schedule_id) == first["occurrence_key"]
+    assert run_slot_holder(system, schedule_id) == first_key
 
 
 def test_a_run_slot_held_past_the_claim_window_by_a_fire_not_running_is_taken_over(
     system: System,
 ) -> None:
-    # GIVEN a forbid schedule whose run slot was taken 10 s ago by a fire whose row is
-    # still queued: its invocation died between the take and the claim
-    schedule_id = forbid_schedule(system)
-    tk, worker, seen = system.ticker(use_lease=False), system.worker(), set[str]()
-    first = next_fire(system, tk, seen)
-    system.occurrences.put_new(
-        occurrence.new(
-            tenant_id="tenant-a",
-            schedule_id=schedule_id,
-            version=1,
-            fire_time=occurrence.parse_key(first["occurrence_key"]).fire_time,
-            job_class="default",
-            created_at=system.clock.now(),
-        )
-    )
-    second = next_fire(system, tk, seen)
-    due = occurrence.parse_key(second["occurrence_key"]).fire_time
-    system.clock.advance(max(0.0, (due - system.clock.now()).total_seconds()))
-    now_ms = int(system.clock.now().timestamp() * 1000)
-    assert system.slots.take(
-        quota.overlap_scope("tenant-a", schedule_id),
-        quota.RUN_SLOT,
-        first["occurrence_key"],
-        now_ms=now_ms - 10_000,
-        expires_at_ms=now_ms - 10_000 + 160_000,
-    )
+    # GIVEN a forbid schedule whose run slot a fire with a queued row took 10 s ago: its
+    # invocation died between the take and the claim
+    worker, second, _, schedule_id = held_by_a_queued_fire(system, 10)
     # WHEN the next fire is handled
-    # THEN it runs: nothing of its schedule is running, and it holds the slot now
+    # THEN it runs, having taken the slot over: nothing of its schedule was running
     assert worker.handle(second, remaining_ms=remaining) is Result.SUCCEEDED
+    assert run_slot_holder(system, schedule_id) in (second["occurrence_key"], None)
 
 
 def test_a_retry_whose_failed_attempt_kept_its_tenant_slot_runs_at_its_backoff(
