@@ -4,33 +4,22 @@ use it. Each test leaves a screenshot of its page in .test-output/console/."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fireline.local import examples
 from fireline.local.cloud import LocalCloud, LocalOptions
+from helpers import browser
+from helpers.browser import CHROMIUM, SHOTS, WAIT_MS
 from helpers.local_cloud import KEY, OTHER_KEY, TEST_KEYS, call, wait_for
 
-CHROMIUM = Path(os.environ.get("FIRELINE_CHROMIUM", "/usr/bin/chromium"))
-SHOTS = Path(__file__).resolve().parents[2] / ".test-output" / "console"
 OPERATOR_KEY = "test-operator-key-0001"
-# Generous for a loaded machine; every wait ends as soon as its condition holds.
-WAIT_MS = 30_000
 
-if not CHROMIUM.exists():
-    # CI installs it (make test does, as root): there a missing browser is a failure.
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install chromium")
-    pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium", allow_module_level=True)
-
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = browser.playwright()
 expect = sync_api.expect
-expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="module")

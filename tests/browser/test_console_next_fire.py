@@ -3,30 +3,19 @@ Chromium against a local cloud of its own, as tests/browser/test_console.py driv
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fireline.local.cloud import LocalCloud, LocalOptions
+from helpers import browser
+from helpers.browser import CHROMIUM, SHOTS, WAIT_MS
 from helpers.local_cloud import KEY, TEST_KEYS, call, wait_for
 
-CHROMIUM = Path(os.environ.get("FIRELINE_CHROMIUM", "/usr/bin/chromium"))
-SHOTS = Path(__file__).resolve().parents[2] / ".test-output" / "console"
-WAIT_MS = 30_000
-
-if not CHROMIUM.exists():
-    # CI installs it (make test does, as root): there a missing browser is a failure.
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{CHROMIUM} is missing: apt-get install chromium")
-    pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium", allow_module_level=True)
-
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = browser.playwright()
 expect = sync_api.expect
-expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="module")
