@@ -7,6 +7,7 @@ which processes remain), never how long anything took."""
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -26,6 +27,27 @@ from helpers.supervisors import RecordingSupervisor
 
 def context(progress: list[dict[str, Any]] | None = None, **payload: Any) -> targets.JobContext:
     return job_context(payload, progress)
+
+
+class ClockFromFirstProgress:
+    """Stands in for the supervisor's clock: still until the job's first progress update
+    has arrived in ``seen``, then running. A short deadline then counts from the moment
+    the job is in place (sleeping, spinning), however long a busy machine took to get it
+    there, and the job's report of its process id is always read."""
+
+    def __init__(self, seen: list[dict[str, Any]]) -> None:
+        self.seen = seen
+        self.started: float | None = None
+
+    def monotonic(self) -> float:
+        now = time.monotonic()
+        if not self.seen:
+            return 0.0
+        if self.started is None:
+            self.started = now
+        return now - self.started
+
+    sleep = staticmethod(time.sleep)
 
 
 def test_the_result_comes_back_from_the_child() -> None:
@@ -142,13 +164,15 @@ def test_a_child_killed_by_a_signal_is_a_failure_naming_it() -> None:
         isolation.run_in_child_process(killed, context(), 30)
 
 
-def test_a_sleeping_job_past_its_deadline_is_stopped() -> None:
+def test_a_sleeping_job_past_its_deadline_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a job that tells its process id, then sleeps far past its deadline
     seen: list[dict[str, Any]] = []
 
     def sleeper(ctx: targets.JobContext) -> None:
         ctx.progress({"pid": os.getpid()})
         time.sleep(3600)
+
+    monkeypatch.setattr(isolation, "time", ClockFromFirstProgress(seen))
 
     # WHEN it runs with a deadline of half a second
     with pytest.raises(targets.DeadlineExceeded, match="stopped"):
@@ -158,7 +182,9 @@ def test_a_sleeping_job_past_its_deadline_is_stopped() -> None:
     assert seen and not alive(seen[0]["pid"])
 
 
-def test_a_spinning_job_that_ignores_termination_is_stopped() -> None:
+def test_a_spinning_job_that_ignores_termination_is_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     seen: list[dict[str, Any]] = []
 
     def spinner(ctx: targets.JobContext) -> None:
@@ -167,12 +193,13 @@ def test_a_spinning_job_that_ignores_termination_is_stopped() -> None:
         while True:
             pass
 
+    monkeypatch.setattr(isolation, "time", ClockFromFirstProgress(seen))
     with pytest.raises(targets.DeadlineExceeded):
         isolation.run_in_child_process(spinner, context(seen), 0.5)
     assert seen and not alive(seen[0]["pid"])
 
 
-def test_processes_a_job_started_are_stopped_with_it() -> None:
+def test_processes_a_job_started_are_stopped_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a job that starts a long-lived process of its own and then hangs
     seen: list[dict[str, Any]] = []
 
@@ -181,12 +208,46 @@ def test_processes_a_job_started_are_stopped_with_it() -> None:
         ctx.progress({"pid": grandchild.pid})
         time.sleep(3600)
 
+    monkeypatch.setattr(isolation, "time", ClockFromFirstProgress(seen))
+
     # WHEN its deadline passes
     with pytest.raises(targets.DeadlineExceeded):
         isolation.run_in_child_process(starter, context(seen), 1.0)
 
     # THEN the process it started is gone too (it was in the job's process group)
     assert seen and all_gone([seen[0]["pid"]])
+
+
+def _frame(kind: str, value: Any) -> bytes:
+    body = pickle.dumps((kind, value))
+    return isolation._HEADER.pack(len(body)) + body
+
+
+@pytest.mark.parametrize("answered", [False, True])
+def test_what_the_job_wrote_by_its_deadline_is_read_before_it_is_stopped(answered: bool) -> None:
+    # GIVEN a job whose process still runs and which has written progress (and, in one
+    # case, its answer) that its supervisor has not read yet: the supervisor was busy
+    job = subprocess.Popen(["sleep", "3600"])
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, _frame("progress", {"step": 1}))
+    if answered:
+        os.write(write_fd, _frame("value", "done"))
+    seen: list[dict[str, Any]] = []
+    try:
+        # WHEN the supervisor looks only once the deadline has passed
+        if answered:
+            # THEN the answer written in time is the outcome
+            assert isolation._supervise(job.pid, read_fd, context(seen), 0) == "done"
+        else:
+            # THEN the job is past its deadline, and its progress was delivered first
+            with pytest.raises(targets.DeadlineExceeded):
+                isolation._supervise(job.pid, read_fd, context(seen), 0)
+        assert seen == [{"step": 1}]
+    finally:
+        job.kill()
+        job.wait()
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 def test_the_target_runner_names_the_handler_that_ran_past_its_deadline() -> None:

@@ -45,6 +45,8 @@ _CHILD_BROKEN = 70
 _EXIT_GRACE_SECONDS = 1.0
 # How often a waiting parent looks whether its child has ended without closing the pipe.
 _EXIT_CHECK_SECONDS = 0.25
+# At the deadline, how many chunks already in the pipe are still read (1 MiB).
+_DRAIN_CHUNKS = 16
 
 
 def run_in_child_process(
@@ -96,6 +98,18 @@ def _supervise(pid: int, fd: int, context: targets.JobContext, timeout: float) -
     while True:
         left = ends - time.monotonic()
         if left <= 0 and not exited:
+            # What the child wrote by its deadline still counts (a busy parent may not
+            # have read it yet): its progress is delivered, and an answer is the outcome.
+            # Bounded, as a child still writing could keep the pipe full.
+            for _ in range(_DRAIN_CHUNKS):
+                if not poller.poll(0):
+                    break
+                chunk = os.read(fd, _READ_CHUNK)
+                answer = _deliver(frames.feed(chunk), context) if chunk else None
+                if answer is not None:
+                    return _answered(*answer)
+                if not chunk:
+                    break
             raise targets.DeadlineExceeded(f"ran past {timeout:.0f} s and was stopped")
         # The pipe's end may outlive the child (a process it started, or a job forked by
         # another thread in the moment this pipe was open, holds a copy of its write end),
@@ -106,17 +120,30 @@ def _supervise(pid: int, fd: int, context: targets.JobContext, timeout: float) -
             chunk = os.read(fd, _READ_CHUNK)
             if not chunk:
                 raise targets.TargetFailed(_ended_without_answer(pid, ends))
-            for kind, value in frames.feed(chunk):
-                if kind == "progress":
-                    context.progress(value)
-                elif kind == "value":
-                    return value
-                else:
-                    raise value
+            answer = _deliver(frames.feed(chunk), context)
+            if answer is not None:
+                return _answered(*answer)
         elif exited:
             raise targets.TargetFailed(_ended_without_answer(pid, ends))
         else:
             exited = _has_exited(pid)
+
+
+def _deliver(decoded: list[tuple[str, Any]], context: targets.JobContext) -> tuple[str, Any] | None:
+    """Pass progress frames to ``context``; the child's answer once it has arrived."""
+    for kind, value in decoded:
+        if kind == "progress":
+            context.progress(value)
+        else:
+            return kind, value
+    return None
+
+
+def _answered(kind: str, value: Any) -> Any:
+    """The child's answer as the call's outcome: its value returned, its error raised."""
+    if kind == "value":
+        return value
+    raise value
 
 
 def _has_exited(pid: int) -> bool:
