@@ -8,6 +8,7 @@ emulator); the same resources serve the contract tests and the local cloud's.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -119,3 +120,22 @@ def executions(client: Clients, machine_arn: str) -> list[dict[str, Any]]:
         }
         for e in listed
     ]
+
+
+# How long the emulator's execution thread may take to see a stop (polled, not slept).
+STOPPED_WITHIN_SECONDS = 20.0
+
+
+def stop_execution(client: Clients, execution_arn: str) -> None:
+    """Stop an execution and wait until it reads as ABORTED. The emulator runs each
+    execution in a thread that takes the stop when it next looks, so until then the
+    execution still reads RUNNING (and a start of its name would meet a running one)."""
+    sfn = client("stepfunctions")
+    sfn.stop_execution(executionArn=execution_arn)
+    waited_until = time.monotonic() + STOPPED_WITHIN_SECONDS
+    while sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING":
+        if time.monotonic() > waited_until:
+            raise AssertionError(
+                f"{execution_arn} still runs {STOPPED_WITHIN_SECONDS} s after its stop"
+            )
+        time.sleep(0.02)

@@ -116,7 +116,7 @@ def test_a_retry_after_the_execution_ended_succeeds_without_a_second_run(
     target = {"type": "stepfunctions", "state_machine_arn": machine, "role_arn": TENANT_ROLE}
     _, row = run_job(system, target)
     (first,) = tenant_resources.executions(tenant, machine)
-    tenant("stepfunctions").stop_execution(executionArn=first["executionArn"])
+    tenant_resources.stop_execution(tenant, first["executionArn"])
     # WHEN the fire is delivered again (Step Functions answers ExecutionAlreadyExists)
     again = system.runner().run(target, context_of(row, attempt=1), timeout=5)
     # THEN the attempt succeeds naming the first execution, and none other was started
