@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from fireline.local import deploy
 from fireline.local.cloud import LocalCloud, LocalOptions
 from helpers.local_cloud import (
     KEY,
@@ -327,3 +329,73 @@ def group_members(group: int) -> list[int]:
         if int(fields[2]) == group and fields[0] != "Z":
             found.append(int(stat.parent.name))
     return found
+
+
+def test_fireline_local_on_a_taken_port_says_so_before_deploying_anything(tmp_path: Path) -> None:
+    # GIVEN a port another process listens on (a local cloud already running)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        # WHEN `fireline local` is asked for that port
+        root = Path(__file__).resolve().parents[2]
+        done = subprocess.run(
+            [sys.executable, "-m", "fireline.cli.main", "local", "--port", str(port), "--plain",
+             "--no-examples", "--log-file", str(tmp_path / "local.log")],
+            cwd=root, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    # THEN it exits 2 naming the port and the way out, with no traceback, and deployed
+    # nothing (no function ever logged)
+    printed = done.stdout + done.stderr
+    assert done.returncode == 2, printed
+    assert f"port {port} on 127.0.0.1 is in use" in printed, printed
+    assert "--port" in printed and "Traceback" not in printed, printed
+    assert "deployed in" not in printed, printed
+    assert not (tmp_path / "local.log").exists() or not (tmp_path / "local.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("Resources: [1, 2]\n", "Resources is not a mapping of resources"),
+        ("Resources:\n  Queue: {}\n", "Resources.Queue names no Type"),
+        ("Resources: {a: [\n", "not a template"),
+        (
+            "Transform: AWS::Serverless-2016-10-31\nResources:\n  F:\n"
+            "    Type: AWS::Serverless::Function\n    Properties: {Runtime: 3}\n",
+            "Resource with id [F] is invalid",
+        ),
+    ],
+)
+def test_fireline_local_with_a_broken_template_names_what_is_wrong(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    template = tmp_path / "mine.yaml"
+    template.write_text(text)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "fireline.cli.main", "local", "--port", "0", "--plain",
+         "--no-examples", "--template", str(template), "--log-file", str(tmp_path / "l.log")],
+        cwd=root, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    printed = done.stdout + done.stderr
+    assert done.returncode == 2, printed
+    assert "mine.yaml" in printed and says in printed, printed
+    assert "Traceback" not in printed, printed
+
+
+def test_a_start_that_fails_stops_what_it_had_started(tmp_path: Path) -> None:
+    # GIVEN a template the deploy refuses (it names no resource at all)
+    template = tmp_path / "broken.yaml"
+    template.write_text("AWSTemplateFormatVersion: '2010-09-09'\nResources: nope\n")
+    options = LocalOptions(api_port=0, template_path=template, log_path=tmp_path / "local.log")
+    cloud = LocalCloud(options)
+    # WHEN its start fails, THEN the error names the template and what is wrong with it
+    with pytest.raises(deploy.DeployFailed, match=r"broken\.yaml: Resources is not a mapping"):
+        cloud.start()
+    # AND the API's port and the emulator were let go: both ports take a new listener
+    api_port = cloud._listening.server_address[1]
+    with socket.create_server(("127.0.0.1", api_port)):
+        pass
+    assert cloud._server is not None
+    emulator_port = cloud._server.get_host_and_port()[1]
+    with socket.create_server(("127.0.0.1", emulator_port)):
+        pass

@@ -20,7 +20,6 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from fireline.local import runtime
 from fireline.local.cloud import DEFAULT_KEYS, LocalCloud, LocalOptions
 from helpers import docs
 from helpers.local_cloud import TEST_KEYS, a_schedule_fires_and_its_job_succeeds, call
@@ -51,26 +51,27 @@ def quick_start() -> str:
 BLOCKS = docs.fenced(quick_start(), "sh")
 
 
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
     options = LocalOptions(
-        api_port=8080 if port_free(8080) else 0,
+        api_port=8080,
         # make run's keys, which the README names, and the smoke test's own
         api_keys={**DEFAULT_KEYS, **TEST_KEYS},
         log_path=tmp_path_factory.mktemp("quick-start") / "local.log",
     )
-    with LocalCloud(options) as started:
+    # The port is taken before anything deploys: a taken one fails at once, and then any
+    # free port serves (the blocks are pointed at whichever it is).
+    started = LocalCloud(options)
+    try:
+        started.start()
+    except runtime.ApiPortInUse:
+        options.api_port = 0
+        started = LocalCloud(options).start()
+    try:
         a_schedule_fires_and_its_job_succeeds(started, timeout=180)
         yield started
+    finally:
+        started.stop()
 
 
 def run_block(cloud: LocalCloud, block: str) -> subprocess.CompletedProcess[str]:

@@ -94,7 +94,9 @@ class LocalCloud:
         self.mappings: dict[str, runtime.SqsMapping] = {}
         self.rules: list[runtime.ScheduleRule] = []
         self._server: Any = None
-        self._http: Any = None
+        self._http: Any = None  # the API's server, once it answers
+        self._listening: Any = None  # the API's port, bound before the deploy
+        self._started = False
         # What the embedded emulator holds while it runs (its item calls made atomic).
         self._emulating = contextlib.ExitStack()
         self.endpoint_url = ""
@@ -104,6 +106,17 @@ class LocalCloud:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> LocalCloud:
+        """Start the emulator, deploy the stack and run its functions and API. The API's
+        port is taken first, so a taken one fails before a minute of deploying; a start
+        that fails stops what it had started (its emulator, threads and processes)."""
+        self._listening = runtime.listen(self.options.host, self.options.api_port)
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> LocalCloud:
         o = self.options
         if o.endpoint_url:
             self.endpoint_url = o.endpoint_url.rstrip("/")
@@ -153,6 +166,7 @@ class LocalCloud:
         self._register_keys()
         self._start_event_sources()
         self._start_api()
+        self._started = True
         return self
 
     def stop(self) -> None:
@@ -162,7 +176,8 @@ class LocalCloud:
             mapping.stop()
         if self._http is not None:
             self._http.shutdown()
-            self._http.server_close()
+        if self._listening is not None:
+            self._listening.server_close()
         # Every function is asked to stop first, so their grace periods run side by side.
         for host in self.hosts.values():
             host.request_stop()
@@ -172,8 +187,9 @@ class LocalCloud:
         collector = getattr(self, "_collector", None)  # none when the deploy failed
         if collector is not None:
             collector.close()
-        # Exported last, once nothing runs any more, so no outcome lands after the export.
-        if self.options.state_dir is not None and self.deployed is not None:
+        # Exported last, once nothing runs any more, so no outcome lands after the export;
+        # never from a start that failed (a half-restored state would replace the saved one).
+        if self.options.state_dir is not None and self._started:
             state.save(self, self.options.state_dir)
         if self._server is not None:
             self._server.stop()
@@ -333,7 +349,7 @@ class LocalCloud:
             cache_seconds=cache_seconds,
             usage_plan=plan,
         )
-        self._http = gateway.serve(self.options.host, self.options.api_port)
+        self._http = gateway.serve_on(self._listening)
         host, port = self._http.server_address[:2]
         self.api_url = f"http://{host}:{port}"
         self.gateway = gateway

@@ -108,7 +108,7 @@ def options_from(args: argparse.Namespace) -> LocalOptions:
 def run(args: argparse.Namespace) -> int:
     from rich.live import Live
 
-    from fireline.local import examples
+    from fireline.local import deploy, examples, runtime
     from fireline.local.cloud import LocalCloud
 
     console = status_console()
@@ -118,7 +118,19 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"[bold]Fireline local cloud[/bold]: deploying {shown} ...")
     cloud = LocalCloud(options)
     started = time.monotonic()
-    cloud.start()
+    try:
+        cloud.start()
+    except runtime.ApiPortInUse as exc:
+        console.print(
+            f"[bold red]error[/bold red]: the API's {exc.strerror} (another local cloud?). "
+            "Stop it, or choose another port: make run ARGS='--port 8081' "
+            "(--port 0: any free port)",
+            soft_wrap=True,
+        )
+        return 2
+    except deploy.DeployFailed as exc:
+        console.print(f"[bold red]error[/bold red]: {exc}", soft_wrap=True)
+        return 2
     key = next(iter(options.api_keys))
     console.print(
         f"deployed in {time.monotonic() - started:.1f} s into {cloud.endpoint_url}; "

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import yaml  # type: ignore[import-untyped]
+from samtranslator.model.exceptions import InvalidDocumentException
 from samtranslator.parser.parser import Parser
 from samtranslator.translator.translator import Translator
 from samtranslator.yaml_helper import yaml_parse
@@ -44,6 +46,21 @@ SKIPPED = ("AWS::CloudWatch::Alarm", "AWS::CDK::Metadata")
 # account and region. The version is one any current CDK accepts.
 BOOTSTRAP_VERSION_PARAMETER = "/cdk-bootstrap/hnb659fds/version"
 BOOTSTRAP_VERSION = "30"
+
+
+class DeployFailed(Exception):
+    """The template cannot be read as one, or its stack did not deploy."""
+
+
+def _resources(template: Any, template_path: Path) -> dict[str, Any]:
+    """The template's Resources, once it is a mapping naming each resource's Type."""
+    resources = template.get("Resources") if isinstance(template, dict) else None
+    if not isinstance(resources, dict) or not resources:
+        raise DeployFailed(f"{template_path}: Resources is not a mapping of resources")
+    for logical, resource in resources.items():
+        if not isinstance(resource, dict) or not isinstance(resource.get("Type"), str):
+            raise DeployFailed(f"{template_path}: Resources.{logical} names no Type")
+    return resources
 
 
 class _OfflinePolicies:
@@ -251,14 +268,26 @@ def deploy(
 ) -> Deployed:
     s3 = session.client("s3")
     cloudformation = session.client("cloudformation")
-    if is_cloud_assembly_template(template_path):
+    try:
+        text = template_path.read_text()
+    except OSError as exc:
+        raise DeployFailed(f"{template_path}: {exc.strerror}") from exc
+    synthesized_by_cdk = is_cloud_assembly_template(template_path)
+    try:
+        template = json.loads(text) if synthesized_by_cdk else yaml_parse(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise DeployFailed(f"{template_path}: not a template ({exc})") from exc
+    _resources(template, template_path)
+    if synthesized_by_cdk:
         publish_assets(template_path, session)
-        synthesized: dict[str, Any] = json.loads(template_path.read_text())
-        translated = synthesized
+        translated: dict[str, Any] = template
     else:
-        template = yaml_parse(template_path.read_text())
         packaged = package(template, s3, template_path.parent)
-        translated = translate(packaged, parameter_values=parameters)
+        try:
+            translated = translate(packaged, parameter_values=parameters)
+        except InvalidDocumentException as exc:
+            causes = "; ".join(cause.message for cause in exc.causes)
+            raise DeployFailed(f"{template_path}: {causes}") from exc
     played = {
         logical: resource
         for logical, resource in translated["Resources"].items()
@@ -293,7 +322,7 @@ def deploy(
             reasons = [
                 e.get("ResourceStatusReason", "") for e in events if "FAILED" in e["ResourceStatus"]
             ]
-            raise RuntimeError(f"stack {stack_name} is {status}: {reasons[:3]}")
+            raise DeployFailed(f"stack {stack_name} is {status}: {reasons[:3]}")
         time.sleep(0.2)
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
     resources: dict[str, tuple[str, str]] = {}

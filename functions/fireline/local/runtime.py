@@ -25,6 +25,7 @@ Lambda, EventBridge, SQS event source mappings and API Gateway would:
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import http.server
 import importlib
@@ -42,7 +43,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
 # --- a function's process ----------------------------------------------------------------
@@ -811,35 +812,12 @@ class ApiGateway:
         )
 
     def serve(self, host: str, port: int) -> http.server.ThreadingHTTPServer:
-        gateway = self
+        """Listen on ``host:port`` (0: any free port) and answer there."""
+        return self.serve_on(listen(host, port))
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _any(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                status, headers, payload = gateway.handle(
-                    self.command, self.path, dict(self.headers), body
-                )
-                self.send_response(status)
-                for k, v in headers.items():
-                    if k.lower() not in ("content-length", "connection"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(payload)
-
-            def __getattr__(self, name: str) -> Any:
-                # Every method reaches the gateway (which refuses those the API has not)
-                # instead of the HTTP server's own 501 page in HTML.
-                if name.startswith("do_"):
-                    return self._any
-                raise AttributeError(name)
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        server = _GatewayServer((host, port), Handler)
+    def serve_on(self, server: _GatewayServer) -> _GatewayServer:
+        """Answer on a server :func:`listen` bound."""
+        server.gateway = self
         threading.Thread(target=server.serve_forever, daemon=True, name="api-gateway").start()
         return server
 
@@ -874,11 +852,55 @@ def api_error(
     return status, headers, json.dumps(body).encode()
 
 
+class ApiPortInUse(OSError):
+    """The API's port is taken by another process (a local cloud already running)."""
+
+
+def listen(host: str, port: int) -> _GatewayServer:
+    """A server bound to ``host:port`` (0: any free port) that answers once a gateway
+    serves on it. Bound before anything is deployed, so a taken port fails at once."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            server = cast(_GatewayServer, self.server)
+            status, headers, payload = server.gateway.handle(
+                self.command, self.path, dict(self.headers), body
+            )
+            self.send_response(status)
+            for k, v in headers.items():
+                if k.lower() not in ("content-length", "connection"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+
+        def __getattr__(self, name: str) -> Any:
+            # Every method reaches the gateway (which refuses those the API has not)
+            # instead of the HTTP server's own 501 page in HTML.
+            if name.startswith("do_"):
+                return self._any
+            raise AttributeError(name)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    try:
+        return _GatewayServer((host, port), Handler)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ApiPortInUse(exc.errno, f"port {port} on {host} is in use") from exc
+        raise
+
+
 class _GatewayServer(http.server.ThreadingHTTPServer):
     """A client that hangs up before its answer is written is its own business: no
     traceback on the terminal for it."""
 
     daemon_threads = True
+    gateway: ApiGateway
     # Clients may open many connections at once (a burst past a rate limit): the
     # default backlog of 5 would reset the rest before the gateway could answer them.
     request_queue_size = 128
