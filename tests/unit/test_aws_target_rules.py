@@ -40,6 +40,11 @@ def fn(name: str, account: str = ACCOUNT, **extra: Any) -> dict[str, Any]:
         # no role, no allowlist entry
         ("beta", sqs("acme-reports"), "target.role_arn"),
         ("acme", sqs("other"), "target.role_arn"),
+        # a function or queue of the deployment's account that the allowlist does not
+        # name, even called as the tenant's own role (its policy may trust the tenant's
+        # account for another reason)
+        ("acme", fn("billing", role_arn=TENANT_ROLE), "target.function_arn"),
+        ("acme", sqs("billing-jobs", role_arn=TENANT_ROLE), "target.queue_url"),
         # Fireline's own: by the stack's name prefix or named by the environment, with a
         # role or without
         ("acme", fn("fireline-WorkflowFunction-ABC", role_arn=TENANT_ROLE), "target.function_arn"),

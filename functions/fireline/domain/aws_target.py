@@ -11,9 +11,10 @@ tenant; what the tenant's role cannot do, the job cannot do.
 Single-account deployments may do without a role: the operator lists, per tenant, the ARN
 patterns a tenant's targets may name (and grants the workers those ARNs in the template).
 Anything else is denied. Fireline's own functions, queues and state machine are never
-targets, with a role or without, and neither is a state machine, bus or topic of Fireline's
-account unless the operator allows it (a bus there has rules, a topic subscribers, that are
-no tenant's): refused at registration and again at every attempt.
+targets, with a role or without, and neither is any other resource of Fireline's account
+unless the operator allows it (a function or queue there may trust the tenant's account
+for another reason; a bus there has rules, a topic subscribers, that are no tenant's):
+refused at registration and again at every attempt.
 """
 
 from __future__ import annotations
@@ -73,9 +74,10 @@ _ARNS = {
     "eventbridge": EVENT_BUS_ARN,
     "sns": TOPIC_ARN,
 }
-# The kinds that refuse a resource of the deployment's own account outright (unless the
-# operator's allowlist names it): an event bus or a topic there has subscribers and rules
-# that are not the tenant's to reach, whatever role the call is made as.
+# The kinds that refuse a resource of the deployment's own account even without a role
+# (unless the operator's allowlist names it): an event bus or a topic there has
+# subscribers and rules that are no tenant's. A function or queue there without a role is
+# refused as a target no allowlist covers.
 ACCOUNT_BOUND = frozenset({"stepfunctions", "eventbridge", "sns"})
 # EventBridge's own rules for an entry's Source and DetailType.
 MAX_SOURCE = 256
@@ -190,8 +192,8 @@ def check(
     target: Mapping[str, Any], *, tenant_id: str, policy: AwsTargetPolicy, field: str = "target"
 ) -> None:
     """Refuse, at registration, an AWS target no attempt may call (typed error naming the
-    field): one of Fireline's own resources, a state machine, bus or topic of Fireline's
-    account the operator did not allow, a malformed role, or no role where the operator's
+    field): one of Fireline's own resources, a resource of Fireline's account the operator
+    did not allow, a malformed role, or no role where the operator's
     allowlist does not cover the resource."""
     kind = str(target.get("type"))
     if kind not in RESOURCE_FIELDS:
@@ -207,13 +209,14 @@ def check(
     role = target.get("role_arn")
     # A role of the deployment's account is the operator's to allow (own_account_role,
     # below): one the allowlist names for the tenant may reach what that role reaches.
-    own_role = (
-        isinstance(role, str)
-        and ROLE_ARN.fullmatch(role) is not None
-        and role.split(":")[4] == policy.account
-    )
+    a_role = isinstance(role, str) and ROLE_ARN.fullmatch(role) is not None
+    own_role = a_role and str(role).split(":")[4] == policy.account
+    # A resource of the deployment's account is the operator's, whatever role the call
+    # is made as: a function or queue there may trust the tenant's account for another
+    # reason, and a bus or topic there has rules and subscribers that are no tenant's.
+    # Only the operator's allowlist (or a role of that account it allows) reaches it.
     if (
-        kind in ACCOUNT_BOUND
+        (a_role or kind in ACCOUNT_BOUND)
         and policy.in_own_account(resource)
         and not policy.allows(tenant_id, resource)
         and not own_role
