@@ -296,7 +296,7 @@ def build_app(
                 models.FireOut(
                     fire_time=f.fire_time, queued=f.queued, sent_at=f.sent_at, excluded=f.excluded
                 )
-                for f in sorted(fires, key=lambda f: f.fire_time)
+                for f in fires
             ],
         )
 

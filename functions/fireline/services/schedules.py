@@ -546,7 +546,8 @@ class ScheduleService:
         for t, created in queued.items():
             shown[t] = PreviewFire(t, True, created or current.sent_time(t))
         fires = [shown[t] for t in sorted(shown)[:count]]
-        return fires + _taken_away(current.timing, fires, start, count)
+        taken = _taken_away(current.timing, fires, start, count)
+        return sorted([*fires, *taken], key=lambda f: f.fire_time)
 
     def history(
         self,
