@@ -36,6 +36,7 @@ BODY_MODELS: dict[str, type[Any]] = {
     "HeartbeatIn": models.HeartbeatIn,
     "WorkflowIn": models.WorkflowIn,
     "RunIn": models.RunIn,
+    "SkipIn": models.SkipIn,
 }
 
 

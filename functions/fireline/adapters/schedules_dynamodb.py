@@ -37,7 +37,7 @@ from fireline.adapters.dynamodb import (
     _query_page,
     _translated,
 )
-from fireline.domain import errors, model, policies, quota, retry, schedule
+from fireline.domain import errors, exclusions, model, policies, quota, retry, schedule
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -64,6 +64,11 @@ def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
         "dst_repeat": timing.dst.repeat.value,
         "start_ms": _ms(timing.start) if timing.start else None,
         "end_ms": _ms(timing.end) if timing.end else None,
+        # Absent when empty, so a schedule without exclusions pays no byte for them.
+        "exclude": json.dumps(timing.exclude.as_json(), separators=(",", ":"))
+        if timing.exclude
+        else None,
+        "skips_ms": sorted(_ms(s) for s in timing.skips) or None,
         "description": item.description,
         "job_class": item.job_class,
         # Nested documents as JSON text: DynamoDB numbers would come back as Decimal and
@@ -110,6 +115,10 @@ def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
         ),
         start=_opt_from_ms(record.get("start_ms")),
         end=_opt_from_ms(record.get("end_ms")),
+        exclude=exclusions.parse(json.loads(record["exclude"]))
+        if record.get("exclude")
+        else exclusions.NONE,
+        skips=frozenset(_from_ms(int(ms)) for ms in record.get("skips_ms") or ()),
     )
     deadline = record.get("deadline_seconds")
     return model.Schedule(

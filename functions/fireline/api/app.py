@@ -37,6 +37,7 @@ from fireline import console
 from fireline.api import document, models
 from fireline.domain import api_keys, dag, errors
 from fireline.services import overview as overview_service
+from fireline.services import skips
 from fireline.services import workflows as workflow_service
 from fireline.services.schedules import (
     JOB_STATES,
@@ -290,12 +291,37 @@ def build_app(
             schedule_id=schedule_id,
             description=item.description,
             timezone=item.timing.timezone,
-            fire_times=[f.fire_time for f in fires],
+            fire_times=[f.fire_time for f in fires if f.excluded is None],
             fires=[
-                models.FireOut(fire_time=f.fire_time, queued=f.queued, sent_at=f.sent_at)
+                models.FireOut(
+                    fire_time=f.fire_time, queued=f.queued, sent_at=f.sent_at, excluded=f.excluded
+                )
                 for f in fires
             ],
         )
+
+    @app.post("/schedules/<schedule_id>/skip", summary="Skip one upcoming fire (a new version)")
+    def skip_fire(
+        schedule_id: ID,
+        body: Annotated[models.SkipIn, Body(openapi_examples=document.SKIP_EXAMPLES)],
+    ) -> models.ScheduleOut:
+        item = skips.skip(service, tenant(), schedule_id, body.fire_time)
+        return models.ScheduleOut.of(item, service.clock.now())
+
+    @app.delete(
+        "/schedules/<schedule_id>/skip",
+        summary="Take back the skip of one upcoming fire (a new version)",
+    )
+    def unskip_fire(
+        schedule_id: ID,
+        fire_time: Annotated[
+            str, Query(description="the skipped fire time (ISO 8601)", json_schema_extra=INSTANT)
+        ],
+    ) -> models.ScheduleOut:
+        when = models.instant(fire_time, "fire_time")
+        assert when is not None
+        item = skips.unskip(service, tenant(), schedule_id, when)
+        return models.ScheduleOut.of(item, service.clock.now())
 
     @app.get("/schedules/<schedule_id>/occurrences", summary="Occurrence history, newest first")
     def schedule_history(

@@ -96,6 +96,15 @@ SCHEDULE_EXAMPLES = {
             "overlap": "forbid",
         },
     ),
+    "with exclusions": Example(
+        summary="Every weekday at 09:00 New York time, except two holidays and a freeze",
+        value={
+            "spec": "cron(0 9 * * MON-FRI)",
+            "timezone": "America/New_York",
+            "target": _ECHO,
+            "exclude": ["2026-12-25", "2027-01-01", {"from": "2026-11-23", "to": "2026-11-27"}],
+        },
+    ),
 }
 JOB_EXAMPLES = {
     "delay": Example(
@@ -133,6 +142,12 @@ JOB_BATCH_EXAMPLES = {
 HEARTBEAT_EXAMPLES = {
     "progress": Example(
         summary="Alive, 40 of 100 done", value={"progress": {"done": 40, "total": 100}}
+    )
+}
+SKIP_EXAMPLES = {
+    "one fire": Example(
+        summary="Skip the fire of 25 December at 09:00 New York time",
+        value={"fire_time": "2026-12-25T14:00:00Z"},
     )
 }
 WORKFLOW_EXAMPLES = {

@@ -39,6 +39,7 @@ from fireline.domain import (
     aws_target,
     dag,
     errors,
+    exclusions,
     model,
     occurrence,
     policies,
@@ -360,6 +361,20 @@ class JobSpecIn(Strict):
         return self.target.model_dump(mode="json")
 
 
+class ExcludeRangeIn(Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    first: str = Field(alias="from", max_length=10, examples=["2026-12-28"])
+    last: str = Field(alias="to", max_length=10, examples=["2026-12-31"])
+
+
+ExcludeEntry = Annotated[str | ExcludeRangeIn, Field(union_mode="left_to_right")]
+
+
+class SkipIn(Strict):
+    fire_time: Instant = Field(description="one of the schedule's upcoming fire times")
+
+
 class ScheduleIn(JobSpecIn):
     spec: str = Field(
         min_length=1,
@@ -375,6 +390,14 @@ class ScheduleIn(JobSpecIn):
     misfire: MisfireIn = Field(default_factory=MisfireIn)
     overlap: Literal["allow", "forbid", "buffer_one"] = "allow"
     jitter_seconds: WholeNumber = Field(default=0, ge=0, le=900)
+    exclude: list[ExcludeEntry] = Field(
+        default_factory=list,
+        max_length=exclusions.MAX_ENTRIES,
+        description="days of the schedule's zone it does not fire on: dates (2026-12-25), "
+        "ranges ({from, to}, both included) and day patterns (five cron fields whose minute "
+        "and hour are *: '* * 1 1 *' is every 1 January)",
+        examples=[["2026-12-25", {"from": "2026-12-28", "to": "2026-12-31"}, "* * 1 1 *"]],
+    )
 
     def to_draft(self) -> service.ScheduleDraft:
         return service.ScheduleDraft(
@@ -393,6 +416,9 @@ class ScheduleIn(JobSpecIn):
             overlap=policies.OverlapPolicy(self.overlap),
             jitter_seconds=self.jitter_seconds,
             deadline_seconds=self.deadline_seconds,
+            exclude=exclusions.parse(
+                [e if isinstance(e, str) else e.model_dump(by_alias=True) for e in self.exclude]
+            ),
         )
 
 
@@ -656,6 +682,13 @@ class ScheduleOut(BaseModel):
     )
     created_at: datetime | None
     updated_at: datetime | None
+    exclude: list[str | dict[str, str]] = Field(
+        default_factory=list, description="the days it does not fire on, as given"
+    )
+    skipped_fires: list[datetime] = Field(
+        default_factory=list,
+        description="upcoming fires skipped one by one (POST /schedules/{id}/skip)",
+    )
 
     @classmethod
     def of(cls, item: model.Schedule, now: datetime | None = None) -> ScheduleOut:
@@ -694,6 +727,8 @@ class ScheduleOut(BaseModel):
             next_fire=item.next_fire if now is None else item.upcoming(now),
             created_at=item.created_at,
             updated_at=item.updated_at,
+            exclude=t.exclude.as_json(),
+            skipped_fires=sorted(s for s in t.skips if now is None or s > now),
         )
 
 
@@ -829,6 +864,11 @@ class FireOut(BaseModel):
         description="when a queued fire's message was sent, when known (null: not sent, or"
         " sent by an earlier pass of the ticker)",
     )
+    excluded: Literal["skipped", "excluded"] | None = Field(
+        default=None,
+        description="a fire of the spec that does not run: 'skipped' one by one (DELETE "
+        "/schedules/{id}/skip takes it back) or 'excluded' by the exclude list",
+    )
 
 
 class PreviewOut(BaseModel):
@@ -836,7 +876,10 @@ class PreviewOut(BaseModel):
     description: str
     timezone: str
     fire_times: list[datetime]
-    fires: list[FireOut] = Field(description="the same fire times, the queued ones marked")
+    fires: list[FireOut] = Field(
+        description="the same fire times, the queued ones marked, and among them the fires "
+        "of the spec the schedule skips or excludes (marked; they do not run)"
+    )
 
 
 class WorkflowOut(BaseModel):

@@ -36,10 +36,12 @@ DEFINITION = (
     "overlap",
     "jitter_seconds",
     "deadline_seconds",
+    "exclude",
 )
 FIELDS = {
     **spec.FIELDS,
     "timezone": "--timezone",
+    "exclude": "--exclude",
     "dst.gap": "--dst-gap",
     "dst.repeat": "--dst-repeat",
     "start": "--start",
@@ -131,6 +133,16 @@ def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None
 
     common.leaf(group, "delete", _delete, "delete a schedule", subject="schedule")
 
+    for name, run, what in (
+        ("skip", _skip, "skip one upcoming fire (a new version)"),
+        ("unskip", _unskip, "take back the skip of one upcoming fire (a new version)"),
+    ):
+        skipping = common.leaf(group, name, run, what, subject="schedule")
+        skipping.add_argument(
+            "--at", type=common.instant, metavar="ISO", required=True, help="the fire time"
+        )
+        common.name_fields(skipping, {"fire_time": "--at"})
+
     preview = common.leaf(
         group, "preview", _preview, "show the next fire times", subject="schedule"
     )
@@ -171,6 +183,15 @@ def _add_definition_options(parser: argparse.ArgumentParser, *, target_required:
         "--dst-repeat", choices=REPEATS, help="a local time that comes twice: which to fire"
     )
     when.add_argument(
+        "--exclude",
+        action="append",
+        type=_exclusion,
+        metavar="DAY",
+        help="a day it does not fire on, in its zone: 2026-12-25, 2026-12-21..2026-12-31 or a "
+        "pattern '* * 1 1 *' (repeat for more; on update, the list replaces the stored one, "
+        f"'{NONE}' clears it)",
+    )
+    when.add_argument(
         "--jitter", type=common.seconds, metavar="SECONDS", help="spread each fire (0-900)"
     )
     missed = parser.add_argument_group("missed fires and overlap")
@@ -187,6 +208,12 @@ def _add_definition_options(parser: argparse.ArgumentParser, *, target_required:
     missed.add_argument("--overlap", choices=OVERLAPS, help="a fire while the last one runs")
     spec.add_options(parser, target_required=target_required)
     common.name_fields(parser, FIELDS)
+
+
+def _exclusion(value: str) -> str | dict[str, str]:
+    """One --exclude: a date range written FROM..TO is the API's {from, to}."""
+    first, dots, last = value.partition("..")
+    return {"from": first.strip(), "to": last.strip()} if dots else value
 
 
 def _instant_or_none(value: str) -> str:
@@ -206,6 +233,8 @@ def _definition(args: argparse.Namespace, current: dict[str, Any] | None) -> dic
     ):
         if value is not None:
             body[key] = None if value == NONE else value
+    if args.exclude is not None:
+        body["exclude"] = [e for e in args.exclude if e != NONE]
     _nested(body, "dst", {"gap": args.dst_gap, "repeat": args.dst_repeat})
     _nested(
         body,
@@ -274,6 +303,16 @@ def _delete(args: argparse.Namespace) -> int:
     return common.show(args, body, lambda out: out.print(f"deleted schedule {args.id}"))
 
 
+def _skip(args: argparse.Namespace) -> int:
+    body = common.call(args, "POST", _path(args, "skip"), {"fire_time": args.at})
+    return common.show(args, body, lambda out: _detail(out, body))
+
+
+def _unskip(args: argparse.Namespace) -> int:
+    body = common.call(args, "DELETE", _path(args, "skip"), query={"fire_time": args.at})
+    return common.show(args, body, lambda out: _detail(out, body))
+
+
 def _preview(args: argparse.Namespace) -> int:
     query = {"count": args.count, "after": args.after}
     body = common.call(args, "GET", _path(args, "preview"), query=query)
@@ -328,5 +367,7 @@ def _fires(out: Console, body: Any) -> None:
         queued = ""
         if fire.get("queued"):
             queued = f"sent {common.cell(fire['sent_at'])}" if fire.get("sent_at") else "yes"
+        if fire.get("excluded"):
+            queued = f"{fire['excluded']}: does not run"
         found.add_row(common.cell(fire["fire_time"]), queued)
     out.print(found)

@@ -84,6 +84,10 @@ class CompiledCron:
                 continue
             return datetime(y, mo, d, h, mi, secs[s_at])  # noqa: DTZ001 - a wall time
 
+    def days_of(self, year: int, month: int) -> tuple[int, ...]:
+        """The days of one month the day fields match."""
+        return self._days(year, month)
+
     def _days(self, year: int, month: int) -> tuple[int, ...]:
         if self.day_rule is None:
             return _all_days(year, month)

@@ -266,7 +266,11 @@ class Schedule:
         """The earliest fire after ``now`` that has not run: ``next_fire`` is the next
         one the ticker has still to send, and the fires before it were sent ahead (up to
         its horizon), so the earliest of those still to come is the next one to run. One
-        overdue and not sent yet (the ticker behind) is ``next_fire`` itself."""
+        overdue and not sent yet (the ticker behind) is ``next_fire`` itself. (A next fire
+        the exclusions take away, where the ticker left a long excluded run to record the
+        rest of, is not one: the first fire after it is.)"""
+        if self.next_fire is not None and self.timing.excluded(self.next_fire):
+            return schedule.next_fire(self.timing, max(now, self.next_fire))
         if self.next_fire is None or self.next_fire <= now:
             return self.next_fire
         sooner = schedule.next_fire(self.timing, now)

@@ -33,8 +33,8 @@ import functools
 import re
 import zoneinfo
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, time, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -42,7 +42,7 @@ from cron_descriptor import Options, get_description
 from croniter import croniter
 from croniter.croniter import CroniterError
 
-from fireline.domain import cron, errors
+from fireline.domain import cron, errors, exclusions
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -428,9 +428,15 @@ class Timing:
     dst: DstPolicy = field(default_factory=DstPolicy)
     start: datetime | None = None  # first instant a fire may happen (and a rate's anchor)
     end: datetime | None = None  # last instant a fire may happen
+    # Days of the zone's calendar it does not fire on (see fireline.domain.exclusions), and
+    # single fires skipped one by one (UTC instants): neither is a fire of the schedule.
+    exclude: exclusions.Exclusions = exclusions.NONE
+    skips: frozenset[datetime] = frozenset()
 
     def __post_init__(self) -> None:
         zone(self.timezone)
+        if any(s.tzinfo is None for s in self.skips):
+            raise errors.ValidationError("needs a UTC offset", field="fire_time")
         for name in ("start", "end"):
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:
@@ -442,9 +448,63 @@ class Timing:
     def tz(self) -> ZoneInfo:
         return zone(self.timezone)
 
+    @property
+    def excludes_any(self) -> bool:
+        return bool(self.exclude) or bool(self.skips)
+
+    @property
+    def unexcluded(self) -> Timing:
+        """The same spec without its exclusions and skips: the fires they take away are
+        this timing's fires that are not the schedule's."""
+        if not self.excludes_any:
+            return self
+        return replace(self, exclude=exclusions.NONE, skips=frozenset())
+
+    def excluded(self, fire_time: datetime) -> bool:
+        """Is this fire of the spec taken away, by a skip or an excluded day?"""
+        if fire_time in self.skips:
+            return True
+        return bool(self.exclude) and self.exclude.covers(fire_time.astimezone(self.tz).date())
+
 
 def next_fire(timing: Timing, after: datetime) -> datetime | None:
     """The first fire time strictly after ``after``, or None when there is no more."""
+    found = _next_of_spec(timing, after)
+    if not timing.excludes_any:
+        return found
+    while found is not None and timing.excluded(found):
+        after = found
+        day = found.astimezone(timing.tz).date()
+        if timing.exclude.covers(day):
+            # A whole day excluded: go on from the start of the next open day, not fire by
+            # fire (a per-second schedule has 86,400 fires in a day).
+            open_day = timing.exclude.next_open_day(day)
+            if open_day is None:
+                return None
+            start = datetime.combine(open_day, time(0), tzinfo=timing.tz).astimezone(UTC)
+            after = max(found, start - timedelta(microseconds=1))
+        found = _next_of_spec(timing, after)
+    return found
+
+
+def excluded_fires(
+    timing: Timing, after: datetime, *, until: datetime, limit: int
+) -> list[datetime]:
+    """The spec's fires in (after, until] that the exclusions and skips take away, in
+    order, at most ``limit`` of them."""
+    if not timing.excludes_any:
+        return []
+    found: list[datetime] = []
+    for fire_time in fires(timing.unexcluded, after, until=until):
+        if len(found) == limit:
+            break
+        if timing.excluded(fire_time):
+            found.append(fire_time)
+    return found
+
+
+def _next_of_spec(timing: Timing, after: datetime) -> datetime | None:
+    """The spec's first fire strictly after ``after`` in the window, exclusions aside."""
     _require_aware(after)
     after = after.astimezone(UTC)
     if timing.start is not None and after < timing.start:

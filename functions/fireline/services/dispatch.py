@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from fireline import ports
-from fireline.domain import errors, model, occurrence, policies, schedule
+from fireline.domain import errors, exclusions, model, occurrence, policies, schedule
 
 MESSAGE_VERSION = 1
 # How long after its clock reading a batch is taken to reach SQS: the delay counts from
@@ -186,6 +186,37 @@ def record_skips(
         _record_skip(item, skip.fire_time, skip.reason, now, occurrences, report)
     if summary is not None:
         _record_summary(item, summary, now, occurrences, report)
+
+
+# A run of excluded fires this long or shorter gets a row per fire; a longer one (an
+# excluded day of a frequent schedule), one summary row.
+EXCLUDED_ROWS_PER_RUN = 10
+
+
+def record_excluded(
+    item: model.Schedule,
+    runs: Sequence[policies.SkippedSummary],
+    *,
+    now: datetime,
+    occurrences: ports.OccurrenceStore,
+    report: DispatchReport,
+) -> None:
+    """Rows for the fires an advance moved past because the schedule's exclusions or
+    skips take them away: latest first, so the range's first fire's row is written last
+    (what ``record_range`` relies on after a crash)."""
+    for run in reversed(runs):
+        if run.count > EXCLUDED_ROWS_PER_RUN:
+            _record_summary(item, run, now, occurrences, report, reason=exclusions.REASON)
+            continue
+        for fire_time in reversed(
+            [
+                run.first,
+                *schedule.excluded_fires(
+                    item.timing, run.first, until=run.last, limit=run.count - 1
+                ),
+            ]
+        ):
+            _record_skip(item, fire_time, exclusions.REASON, now, occurrences, report)
 
 
 def record_range(

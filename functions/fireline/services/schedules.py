@@ -19,12 +19,13 @@ import secrets
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from fireline import ports
 from fireline.domain import (
     aws_target,
     errors,
+    exclusions,
     model,
     natural,
     occurrence,
@@ -108,6 +109,9 @@ class ScheduleDraft:
     overlap: policies.OverlapPolicy = policies.OverlapPolicy.ALLOW
     jitter_seconds: int = 0
     deadline_seconds: int | None = None
+    # Days it does not fire on (see fireline.domain.exclusions). Skipped single fires are
+    # not part of a draft: POST /schedules/{id}/skip sets them, and an update keeps them.
+    exclude: exclusions.Exclusions = exclusions.NONE
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,9 @@ class PreviewFire:
     # When its message was sent, if known: a row's creation, or the schedule's last advance
     # for the fires that advance sent ahead (an earlier advance's time is not kept).
     sent_at: datetime | None = None
+    # Why it does not run, for a fire its spec has that the schedule takes away: "skipped"
+    # (one fire skipped; DELETE .../skip takes it back) or "excluded" (its exclude list).
+    excluded: Literal["skipped", "excluded"] | None = None
 
 
 @dataclass(frozen=True)
@@ -342,11 +349,31 @@ class ScheduleService:
                 break
         return ports.Page(found, cursor)
 
-    def update(self, tenant_id: str, schedule_id: str, draft: ScheduleDraft) -> model.Schedule:
-        """Replace the definition; a new version, so pending fires of the old one are void."""
+    def update(
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        draft: ScheduleDraft,
+        *,
+        skips: frozenset[datetime] | None = None,
+        expected_version: int | None = None,
+    ) -> model.Schedule:
+        """Replace the definition; a new version, so pending fires of the old one are void.
+        The fires skipped one by one stay skipped (those still to come), unless ``skips``
+        replaces them; ``expected_version``: refused if the schedule moved past it."""
         current = self.get(tenant_id, schedule_id)
+        if expected_version is not None and current.version != expected_version:
+            raise errors.ConflictError(f"schedule {schedule_id} changed meanwhile: try again")
         now = self._now()
-        item = self._build(tenant_id, schedule_id, draft, now, version=current.version + 1)
+        kept = current.timing.skips if skips is None else skips
+        item = self._build(
+            tenant_id,
+            schedule_id,
+            draft,
+            now,
+            version=current.version + 1,
+            skips=frozenset(s for s in kept if s > now),
+        )
         if current.state is model.ScheduleState.PAUSED:
             item = replace(item, state=current.state, next_fire=None, paused_at=now)
         # Skipped fires the schedule holds until their rows are written stay held: the
@@ -518,7 +545,9 @@ class ScheduleService:
             # else: handed on and due: shown below only while its row says it waits
         for t, created in queued.items():
             shown[t] = PreviewFire(t, True, created or current.sent_time(t))
-        return [shown[t] for t in sorted(shown)[:count]]
+        fires = [shown[t] for t in sorted(shown)[:count]]
+        taken = _taken_away(current.timing, fires, start, count)
+        return sorted([*fires, *taken], key=lambda f: f.fire_time)
 
     def history(
         self,
@@ -1018,14 +1047,26 @@ class ScheduleService:
             )
 
     def _build(
-        self, tenant_id: str, schedule_id: str, draft: ScheduleDraft, now: datetime, version: int
+        self,
+        tenant_id: str,
+        schedule_id: str,
+        draft: ScheduleDraft,
+        now: datetime,
+        version: int,
+        skips: frozenset[datetime] = frozenset(),
     ) -> model.Schedule:
         self._check_target(tenant_id, draft.target)
         model.check_deadline(draft.job_class, draft.deadline_seconds)
         try:
             spec, timezone = _spec_and_zone(draft, now)
             timing = schedule.Timing(
-                spec=spec, timezone=timezone, dst=draft.dst, start=draft.start, end=draft.end
+                spec=spec,
+                timezone=timezone,
+                dst=draft.dst,
+                start=draft.start,
+                end=draft.end,
+                exclude=draft.exclude,
+                skips=skips,
             )
             after = now
             if isinstance(spec, schedule.AtSpec):
@@ -1038,6 +1079,11 @@ class ScheduleService:
                 if once is not None:
                     model.check_not_past(once, now, field="spec")
                     after = min(once, now) - timedelta(microseconds=1)
+            never = timing.excludes_any and schedule.next_fire(timing, after) is None
+            if never and schedule.next_fire(timing.unexcluded, after) is not None:
+                raise errors.ScheduleNeverFires(
+                    "excludes every fire the spec has left", field="exclude"
+                )
             first = schedule.first_fire(timing, after)
         except OverflowError as exc:
             # A time past what a datetime holds, from a spec the parsers let through: bad
@@ -1061,6 +1107,22 @@ class ScheduleService:
             next_fire=first,
             updated_at=now,
         )
+
+
+def _taken_away(
+    timing: schedule.Timing, fires: Sequence[PreviewFire], after: datetime, count: int
+) -> builtins.list[PreviewFire]:
+    """The spec's fires among a preview's (up to its last, ``count`` at most) that the
+    schedule's skips and exclude list take away, marked why, for the preview to show."""
+    if not timing.excludes_any:
+        return []
+    # Fewer fires than asked: the schedule ends, or its exclusions leave it none for years.
+    last = fires[-1].fire_time if len(fires) == count else timing.end
+    until = last or after + timedelta(days=exclusions.MAX_EXCLUDED_RUN_DAYS)
+    return [
+        PreviewFire(t, False, excluded="skipped" if t in timing.skips else "excluded")
+        for t in schedule.excluded_fires(timing, after, until=until, limit=count)
+    ]
 
 
 def _spec_and_zone(draft: ScheduleDraft, now: datetime) -> tuple[schedule.Spec, str]:

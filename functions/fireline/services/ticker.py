@@ -42,14 +42,14 @@ import contextlib
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import errors, lease, model, policies, schedule
+from fireline.domain import errors, exclusions, lease, model, policies, schedule
 from fireline.services import dispatch
 
 logger = Logger(service="fireline", child=True)
@@ -180,6 +180,9 @@ class _Plan:
     next_fire: datetime | None
     # The skips and the summary as one range: held on the schedule by the advance.
     skipped: policies.SkippedRange | None = None
+    # Fires the schedule's exclusions and skips took away, each run between two sent
+    # fires as one entry (a run of one is a fire's own row); their range is ``skipped``.
+    excluded: tuple[policies.SkippedSummary, ...] = ()
 
 
 @dataclass
@@ -614,6 +617,16 @@ class Ticker:
                 report=report,
             )
         )
+        _retried(
+            functools.partial(
+                dispatch.record_excluded,
+                item,
+                plan.excluded,
+                now=now,
+                occurrences=self.occurrences,
+                report=report,
+            )
+        )
         # The rows are in: the range need not be held any longer. (Unanswered, it stays,
         # and the next pickup finds its rows there at the cost of a conditional put.)
         _retried(
@@ -800,7 +813,67 @@ class Ticker:
         )
         # Every missed or skipped fire precedes the upcoming ones, so the fire after the
         # last upcoming one is where the schedule continues.
-        return _Plan([*fires, *upcoming], skips, summary, following, skipped)
+        planned = _Plan([*fires, *upcoming], skips, summary, following, skipped)
+        if not item.timing.excludes_any:
+            return planned
+        if skipped is None:
+            return _with_excluded(item, planned)
+        # The schedule holds one range, this catch-up's: the fires past it wait for the
+        # next pickup, which records the excluded ones among them. (Those inside the
+        # catch-up are not fires of the schedule, and it counts none of them.)
+        if not upcoming or not schedule.excluded_fires(
+            item.timing, max(considered), until=following or upcoming[-1], limit=1
+        ):
+            return planned
+        return replace(planned, fires=fires, next_fire=upcoming[0])
+
+
+# The most excluded fires one pickup records: about 10 ms of enumerating a per-second
+# schedule's fires. An excluded day of one (86,400 fires) is recorded a chunk a pickup,
+# each chunk one summary row, the schedule's next fire left on the chunk's end.
+EXCLUDED_PER_PICKUP = 1_000
+
+
+def _with_excluded(item: model.Schedule, plan: _Plan) -> _Plan:
+    """The plan with the excluded fires it moves past: their range held by the advance,
+    their runs between sent fires to record after it."""
+    assert item.next_fire is not None
+    if plan.next_fire is not None:
+        until = plan.next_fire - timedelta(microseconds=1)
+    else:
+        until = max(plan.fires, default=item.next_fire)
+    excluded = schedule.excluded_fires(
+        item.timing,
+        item.next_fire - timedelta(microseconds=1),
+        until=until,
+        limit=EXCLUDED_PER_PICKUP + 1,
+    )
+    if not excluded:
+        return plan
+    fires, following = plan.fires, plan.next_fire
+    if len(excluded) > EXCLUDED_PER_PICKUP:
+        excluded = excluded[:EXCLUDED_PER_PICKUP]
+        fires = [f for f in fires if f < excluded[-1]]
+        following = schedule.next_fire(item.timing.unexcluded, excluded[-1])
+    runs: list[list[datetime]] = [[]]
+    sent = iter(fires)
+    upcoming_sent = next(sent, None)
+    for fire_time in excluded:
+        while upcoming_sent is not None and upcoming_sent < fire_time:
+            if runs[-1]:
+                runs.append([])  # a sent fire ends the run
+            upcoming_sent = next(sent, None)
+        runs[-1].append(fire_time)
+    held = policies.SkippedRange(
+        item.version, excluded[0], excluded[-1], len(excluded), reason=exclusions.REASON
+    )
+    return replace(
+        plan,
+        fires=fires,
+        next_fire=following,
+        skipped=held,
+        excluded=tuple(policies.SkippedSummary(len(r), r[0], r[-1]) for r in runs if r),
+    )
 
 
 _MS = timedelta(milliseconds=1)

@@ -634,17 +634,30 @@ async function schedulePage(page, id) {
     let previous = null;
     replace(preview,
       s.state === "paused" ? h("p", { class: "muted" }, "Paused: these are the fires it makes once resumed.") : null,
-      table([`In ${p.timezone}`, "UTC", "Offset", "Queued"], p.fires.map((f) => {
+      table([`In ${p.timezone}`, "UTC", "Offset", "Queued", "Runs"], p.fires.map((f) => {
         const offset = offsetIn(f.fire_time, p.timezone);
         const changed = previous !== null && offset !== previous;
         const mark = changed ? h("span", { class: "dst" }, `DST ${previous} → ${offset}`) : null;
-        const row = h("tr", { class: changed ? "dst-row" : null },
+        const row = h("tr", { class: changed ? "dst-row" : null, "data-excluded": f.excluded || null },
           h("td", {}, localIn(f.fire_time, p.timezone), mark),
           h("td", {}, when(f.fire_time)), h("td", { class: "mono" }, offset),
-          h("td", {}, f.queued ? (f.sent_at ? `sent ${when(f.sent_at)}` : "yes") : ""));
+          h("td", {}, f.queued ? (f.sent_at ? `sent ${when(f.sent_at)}` : "yes") : ""),
+          h("td", {}, f.excluded ? badge(f.excluded) : "yes", skipButton(f)));
         previous = offset;
         return row;
       }), "No fire to come."));
+  }
+  // One upcoming fire skipped, or its skip taken back: each a new version of the schedule.
+  function skipButton(f) {
+    if (!writable() || s.state !== "active" || f.excluded === "excluded" || new Date(f.fire_time) <= new Date()) return null;
+    const skipped = f.excluded === "skipped";
+    const run = () => api(skipped ? "DELETE" : "POST",
+      skipped ? `/schedules/${s.id}/skip?fire_time=${encodeURIComponent(f.fire_time)}` : `/schedules/${s.id}/skip`,
+      skipped ? undefined : { fire_time: f.fire_time });
+    return h("button", { type: "button", class: "skip", onclick: async () => {
+      const done = await act(`${skipped ? "Unskipped" : "Skipped"} ${when(f.fire_time)}`, run);
+      if (done) { s = done; drawHead(); drawPreview().catch(report); }
+    } }, skipped ? "Unskip" : "Skip");
   }
   async function drawLedger() {
     const page1 = await api("GET", `/schedules/${id}/occurrences?limit=100${stateFilter ? `&state=${stateFilter}` : ""}`);
