@@ -30,6 +30,10 @@ class Lane:
         self.ends_at = 0.0  # monotonic
         self.receipt = ""
         self.handled = False
+        # Set by the lane's thread as its run ends, before it says so: whether a lane
+        # runs is never read from the thread's own liveness, which lags its run's end
+        # by however long the thread takes to exit (and would make runs unrepeatable).
+        self.finished = False
 
     def start(self, run: Callable[[], bool]) -> None:
         def body() -> None:
@@ -39,6 +43,7 @@ class Lane:
             except BaseException:  # a killed invocation: its message is not acknowledged
                 self.handled = False
             finally:
+                self.finished = True
                 self.parked.set()
 
         self.thread = threading.Thread(target=body, name="campaign-lane", daemon=True)
@@ -48,7 +53,7 @@ class Lane:
 
     @property
     def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        return self.thread is not None and not self.finished
 
     def end(self) -> bool:
         """Let the parked run finish; whether its record succeeded."""
