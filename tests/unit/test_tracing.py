@@ -61,9 +61,9 @@ def test_the_sampling_decision_is_the_same_at_every_hop_and_near_its_rate() -> N
     # WHEN each is decided at the default rate, twice (two hops)
     first = [tracing.is_sampled(i, tracing.DEFAULT_SAMPLE_RATE) for i in ids]
     second = [tracing.is_sampled(i, tracing.DEFAULT_SAMPLE_RATE) for i in ids]
-    # THEN both hops agree on every fire, and about 1 in 200 is recorded
+    # THEN both hops agree on every fire, and about 1 in 1,000 is recorded
     assert first == second
-    assert 70 <= sum(first) <= 130
+    assert 8 <= sum(first) <= 35
     # AND rate 0 records none, rate 1 all
     assert not any(tracing.is_sampled(i, 0.0) for i in ids)
     assert all(tracing.is_sampled(i, 1.0) for i in ids)

@@ -30,8 +30,9 @@ from typing import Any
 MESSAGE_FIELD = "trace"
 #: The W3C Trace Context header (and a target's payload field) with the same context.
 TRACEPARENT = "traceparent"
-#: The default share of fires recorded: 1 in 200 (see docs/tracing.md for its cost).
-DEFAULT_SAMPLE_RATE = 0.005
+#: The default share of fires recorded: 1 in 1,000 (the template's TraceSampleRate; see
+#: docs/tracing.md for its cost).
+DEFAULT_SAMPLE_RATE = 0.001
 #: The segment that starts a fire's trace: the API's send of a job, the ticker's fire.
 FIRE_SPAN = "fire"
 
