@@ -59,6 +59,7 @@ def test_one_fires_trace_runs_from_its_api_create_to_its_targets_request(
     assert sampled is True
     body = json.loads(delivery["body"])
     assert body["traceparent"] == headers["traceparent"]
+
     # AND that one id finds the fire's whole trace in the local log: the API's send of
     # the job (the trace's root), then the worker's attempt beneath it, whose target
     # call is the parent the request names

@@ -434,9 +434,7 @@ def test_tracing_is_priced_per_trace_recorded_and_retrieved_from_the_price_file(
     traces = model.DEFAULT_FIRE_TRACE_RATE + 0.1 * model.LAMBDA_TRACE_RATE
     assert usage.traces_recorded == pytest.approx(0.006)
     assert lines["xray.recorded"] == pytest.approx(traces * prices.XRAY_TRACE_RECORDED.usd * 1e6)
-    assert lines["xray.retrieved"] == pytest.approx(
-        traces * prices.XRAY_TRACE_RETRIEVED.usd * 1e6
-    )
+    assert lines["xray.retrieved"] == pytest.approx(traces * prices.XRAY_TRACE_RETRIEVED.usd * 1e6)
     # AND the two stay under $0.05 per million fires
     assert lines["xray.recorded"] + lines["xray.retrieved"] < 0.05
     # AND a usage without tracing has no X-Ray line at all
