@@ -409,6 +409,14 @@ class Metrics(Protocol):
     def add_metric(self, name: str, unit: str, value: float) -> None: ...
 
 
+class SegmentEmitter(Protocol):
+    """Where a sampled fire's trace segments go: X-Ray's daemon in Lambda, the log on the
+    local cloud, a list in tests. Best effort: a segment lost is a gap in a trace, never a
+    job's failure."""
+
+    def emit(self, document: dict[str, Any]) -> None: ...
+
+
 class LongJobRunner(Protocol):
     """The supervisor of long jobs (Step Functions): heartbeats, deadline, retries."""
 

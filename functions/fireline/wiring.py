@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 from botocore.config import Config
 
@@ -35,10 +35,12 @@ from fireline.adapters import (
     stepfunctions,
     sweep_dynamodb,
     workflows_dynamodb,
+    xray,
 )
 from fireline.adapters import clock as clock_adapter
 from fireline.api import app as api_app
 from fireline.domain import aws_target, egress, errors, model, quota, workflow
+from fireline.domain import tracing as trace_rules
 from fireline.services import (
     isolation,
     keys,
@@ -52,6 +54,7 @@ from fireline.services import (
 )
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import sweep as sweep_service
+from fireline.services import tracing as tracing_service
 from fireline.services import worker as worker_service
 from fireline.services.worker import dispatcher as worker_dispatch
 
@@ -234,6 +237,47 @@ def logger() -> Logger:
 @functools.cache
 def metrics() -> Metrics:
     return Metrics(namespace="Fireline", service="fireline")
+
+
+@functools.cache
+def tracer() -> Tracer:
+    """Powertools' X-Ray tracer of the handlers. Off outside Lambda (and wherever
+    POWERTOOLS_TRACE_DISABLED is set), so tests and the local cloud need no daemon. No
+    patching of boto3: the worker's records run on threads, which X-Ray's thread-local
+    context does not follow; a fire's own trace is recorded by :func:`tracing`."""
+    return Tracer(service="fireline", auto_patch=False)
+
+
+@functools.cache
+def tracing() -> tracing_service.Tracing:
+    """Where a fire's trace segments go (TRACE_SEGMENTS): ``xray``, X-Ray's daemon (as
+    deployed); ``log``, a log line each (the local cloud); unset, nowhere. A share of the
+    fires is recorded (TRACE_SAMPLE_RATE, 0 to 1); every target gets the context."""
+    where = os.environ.get("TRACE_SEGMENTS", "")
+    raw = os.environ.get("TRACE_SAMPLE_RATE", "")
+    try:
+        rate = float(raw) if raw else trace_rules.DEFAULT_SAMPLE_RATE
+    except ValueError as exc:
+        raise errors.ValidationError(f"{raw!r} is not a number", field="TRACE_SAMPLE_RATE") from exc
+    if not 0.0 <= rate <= 1.0:
+        raise errors.ValidationError("must be 0 to 1", field="TRACE_SAMPLE_RATE")
+    emitters: dict[str, Any] = {
+        "": lambda: None,
+        "xray": lambda: xray.UdpSegmentEmitter(
+            os.environ.get("AWS_XRAY_DAEMON_ADDRESS", xray.DEFAULT_DAEMON_ADDRESS)
+        ),
+        "log": xray.LogSegmentEmitter,
+    }
+    if where not in emitters:
+        raise errors.ValidationError(f"{where!r} is not xray or log", field="TRACE_SEGMENTS")
+    service = os.environ.get("AWS_LAMBDA_FUNCTION_NAME", "fireline")
+    return tracing_service.Tracing(emitters[where](), rate=rate, service=service)
+
+
+def traced_queue(name: str) -> tracing_service.TracedQueue:
+    """The work queue of a fire's sender (the API, the ticker): each fire it sends
+    starts its trace with a segment named ``name``."""
+    return tracing_service.TracedQueue(work_queue(), tracing(), clock(), name=name)
 
 
 @functools.cache
@@ -497,6 +541,7 @@ def worker() -> worker_service.Worker:
         metrics=metrics(),
         long_jobs=long_jobs() if s.job_class == "long" else None,
         nodes=node_jobs() if s.workflows_table else None,
+        tracing=tracing(),
     )
 
 
@@ -505,7 +550,7 @@ def schedule_service() -> schedules.ScheduleService:
     return schedules.ScheduleService(
         schedules=schedule_store(),
         occurrences=occurrence_store(),
-        queue=work_queue(),
+        queue=traced_queue("fireline-api"),
         clock=clock(),
         handlers=registry(),
         long_jobs=long_jobs() if settings().long_job_state_machine_arn else None,
@@ -618,7 +663,7 @@ def ticker_for(
     return ticker.Ticker(
         schedules=schedule_store(),
         occurrences=occurrence_store(),
-        queue=work_queue(),
+        queue=traced_queue("fireline-ticker"),
         leases=lease_store(),
         clock=clock(),
         owner=owner,
@@ -653,7 +698,8 @@ def sweep() -> sweep_service.Sweep:
 def reset() -> None:
     """Forget every cached setting, client and service."""
     for cached in (
-        settings, dynamodb_client, sqs_client, logger, metrics, clock, schedule_store,
+        settings, dynamodb_client, sqs_client, logger, metrics, tracer, tracing, clock,
+        schedule_store,
         occurrence_store, lease_store, work_queue, api_key_store, signing_key_store,
         signing_keys, idempotency_store,
         schedule_service, api, slot_store, quota_store, target_lambda_client, _target_session,

@@ -86,7 +86,9 @@ class Measured:
     def of(cls, log: meter.Meter, jobs: int, **extra: Any) -> Measured:
         assert jobs > 0, "the path ran no job"
         calls = {op: n / jobs for op, n in sorted(log.calls.items())}
-        return cls(jobs, model.Usage.of(log, jobs, **extra), calls)
+        # With tracing as deployed: the fire's own trace at the default rate and Lambda's
+        # of the invocations it takes.
+        return cls(jobs, model.Usage.of(log, jobs, **extra).traced(), calls)
 
     def figures(self) -> dict[str, Any]:
         u = self.usage

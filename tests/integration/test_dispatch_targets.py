@@ -19,7 +19,7 @@ import pytest
 from botocore.stub import Stubber
 
 from fireline import wiring
-from fireline.domain import aws_target, occurrence, retry
+from fireline.domain import aws_target, occurrence, retry, tracing
 from fireline.services import targets
 from fireline.services.schedules import JobDraft
 from fireline.services.worker import Result
@@ -59,6 +59,7 @@ def tenant(service: str) -> Any:
 
 def context_of(row: Any, attempt: int = 1) -> targets.JobContext:
     key = occurrence.parse_key(row.key)
+    trace = tracing.for_fire("tenant-a", row.key, key.fire_time)
     return targets.JobContext(
         occurrence_key=row.key,
         tenant_id="tenant-a",
@@ -66,6 +67,10 @@ def context_of(row: Any, attempt: int = 1) -> targets.JobContext:
         fire_time=key.fire_time,
         attempt=attempt,
         payload={},
+        # The fire's trace and its sampling, as the worker gives them (the same at every
+        # attempt: a dispatch target's input must not change).
+        trace=trace,
+        sampled=tracing.is_sampled(trace.trace_id, tracing.DEFAULT_SAMPLE_RATE),
     )
 
 

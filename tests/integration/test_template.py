@@ -81,6 +81,8 @@ ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME": "fireline",
     "POWERTOOLS_METRICS_NAMESPACE": "Fireline",
     "LOG_LEVEL": "INFO",
+    "TRACE_SEGMENTS": "xray",
+    "TRACE_SAMPLE_RATE": {"Ref": "TraceSampleRate"},
 }
 
 # job class -> (queue, dead-letter queue, visibility timeout = 6 x the class's worker timeout)
@@ -433,6 +435,7 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "TenantWorkflowQuota",
         "TenantWorkflowVersionQuota",
         "TenantUploadsPerDayQuota",
+        "TraceSampleRate",
     }
     # HTTP targets: https to public addresses only unless the operator widens it.
     assert parameters["HttpTargetAllowHttp"]["Default"] == ""
@@ -1733,3 +1736,24 @@ def test_api_gateway_refuses_with_the_local_gateways_bodies_in_the_apis_error_sh
         "ACCESS_DENIED": (403, json.loads(runtime.FORBIDDEN_BODY)),
         "INVALID_API_KEY": (403, json.loads(runtime.FORBIDDEN_BODY)),
     }
+
+
+@pytest.mark.parametrize(
+    "function", ["ApiFunction", "TickerFunction", "DefaultWorkerFunction", "WorkflowFunction"]
+)
+def test_traced_functions_may_send_segments_and_record_a_share_of_fires(
+    translated: dict[str, Any], sam_template: dict[str, Any], function: str
+) -> None:
+    # GIVEN the translated function, its role and the template's sampling parameter
+    props = translated["Resources"][function]["Properties"]
+    role = translated["Resources"][props["Role"]["Fn::GetAtt"][0]]
+    rate = sam_template["Parameters"]["TraceSampleRate"]
+    # THEN X-Ray records its invocations and it may write segments (its fires' own too)
+    assert props["TracingConfig"] == {"Mode": "Active"}
+    managed = [str(arn) for arn in role["Properties"]["ManagedPolicyArns"]]
+    assert [arn for arn in managed if arn.endswith("policy/AWSXrayWriteOnlyAccess")] != []
+    # AND its fires' segments go to the daemon, at a default share of 1 in 1,000
+    variables = props["Environment"]["Variables"]
+    assert variables["TRACE_SEGMENTS"] == "xray"
+    assert variables["TRACE_SAMPLE_RATE"] == {"Ref": "TraceSampleRate"}
+    assert (rate["Default"], rate["MinValue"], rate["MaxValue"]) == (0.001, 0, 1)

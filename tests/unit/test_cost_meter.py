@@ -422,3 +422,20 @@ def test_a_sender_that_chooses_its_phase_is_billed_the_wait_at_that_phase() -> N
     assert wait(sent - timedelta(milliseconds=250)) == pytest.approx(0.4)
     assert wait(sent + timedelta(milliseconds=40)) == pytest.approx(0.11)
     assert wait(sent + timedelta(milliseconds=60)) == pytest.approx(1.09)
+
+
+def test_tracing_is_priced_per_trace_recorded_and_retrieved_from_the_price_file() -> None:
+    # GIVEN a fire that takes a tenth of a worker invocation, at the default fire rate
+    usage = model.Usage(billed={}, invocations={"worker": 0.1}).traced()
+    # WHEN it is priced per million fires
+    lines = model.per_million(usage)["usd_by_service"]
+    # THEN it records its own trace 1 time in 1,000 and Lambda's of its invocation share
+    # (5% of 0.1), each retrieved once, at X-Ray's prices
+    traces = model.DEFAULT_FIRE_TRACE_RATE + 0.1 * model.LAMBDA_TRACE_RATE
+    assert usage.traces_recorded == pytest.approx(0.006)
+    assert lines["xray.recorded"] == pytest.approx(traces * prices.XRAY_TRACE_RECORDED.usd * 1e6)
+    assert lines["xray.retrieved"] == pytest.approx(traces * prices.XRAY_TRACE_RETRIEVED.usd * 1e6)
+    # AND the two stay under $0.05 per million fires
+    assert lines["xray.recorded"] + lines["xray.retrieved"] < 0.05
+    # AND a usage without tracing has no X-Ray line at all
+    assert "xray.recorded" not in model.per_million(model.Usage(billed={}))["usd_by_service"]

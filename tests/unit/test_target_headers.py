@@ -36,6 +36,7 @@ LONG_VALUE = "v" * (target_rules.MAX_HEADER_VALUE + 1)
         ({"Idempotency-Key": "mine"}, "set by Fireline"),
         ({"x-fireline-signature": "forged"}, "set by Fireline"),
         ({"Host": "internal"}, "set by Fireline"),
+        ({"Traceparent": "00-" + "0" * 32 + "-" + "0" * 16 + "-01"}, "set by Fireline"),
     ],
 )
 def test_a_header_that_cannot_be_sent_as_given_is_refused_naming_the_field(

@@ -963,6 +963,22 @@ class RecordingMetrics:
         return sum(self.values(name))
 
 
+class MemorySegments:
+    """Keeps every trace segment emitted (the SegmentEmitter port), for tests."""
+
+    def __init__(self) -> None:
+        self.documents: builtins.list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def emit(self, document: dict[str, Any]) -> None:
+        with self._lock:
+            self.documents.append(document)
+
+    def of_trace(self, trace_id: str) -> builtins.list[dict[str, Any]]:
+        with self._lock:
+            return [d for d in self.documents if d.get("trace_id") == trace_id]
+
+
 class MemoryIdempotencyStore(BasePersistenceLayer):
     """Powertools idempotency records in a dict, with the DynamoDB layer's put condition:
     a record can be taken when absent, expired, or in progress past its in-progress expiry."""

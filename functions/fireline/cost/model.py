@@ -46,12 +46,14 @@ per fire, and the same with Powertools idempotency in its own table (2 writes a 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from fireline.cost import prices
+from fireline.domain import tracing
 from fireline.services import dispatch
 
 SECONDS_PER_AWS_CALL = 0.005
@@ -73,6 +75,14 @@ PLATFORM_LINES = (
     "Sampled: true\t\n"
 )
 PLATFORM_LOG_BYTES = len(PLATFORM_LINES.encode())
+#: The template's TraceSampleRate: the share of fires whose own trace is recorded.
+DEFAULT_FIRE_TRACE_RATE = tracing.DEFAULT_SAMPLE_RATE
+#: Lambda's sampling of an invocation with Tracing: Active, past its first a second (that
+#: reservoir is a fixed cost, not a fire's: at most one trace a second a function).
+LAMBDA_TRACE_RATE = 0.05
+#: Each recorded trace taken to be retrieved once (an operator opening it): an upper
+#: bound for most, which nobody reads.
+RETRIEVALS_PER_TRACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,9 @@ class Usage:
     log_bytes: float = 0.0  # the product's own lines
     state_transitions: float = 0.0
     scheduler_invocations: float = 0.0
+    # X-Ray traces recorded and retrieved per job (see :meth:`traced`).
+    traces_recorded: float = 0.0
+    traces_retrieved: float = 0.0
 
     @classmethod
     def of(cls, meter: Any, jobs: int, **extra: Any) -> Usage:
@@ -166,6 +179,20 @@ class Usage:
             log_bytes=self.log_bytes + other.log_bytes * scale,
             state_transitions=self.state_transitions + other.state_transitions * scale,
             scheduler_invocations=self.scheduler_invocations + other.scheduler_invocations * scale,
+            traces_recorded=self.traces_recorded + other.traces_recorded * scale,
+            traces_retrieved=self.traces_retrieved + other.traces_retrieved * scale,
+        )
+
+    def traced(self, fire_rate: float = DEFAULT_FIRE_TRACE_RATE) -> Usage:
+        """This job's usage with its X-Ray traces: its fire's own at ``fire_rate`` (the
+        template's TraceSampleRate), plus the traces Lambda records of the invocations it
+        takes (Tracing: Active) at :data:`LAMBDA_TRACE_RATE` each, every one retrieved
+        once (:data:`RETRIEVALS_PER_TRACE`)."""
+        recorded = fire_rate + sum(self.invocations.values()) * LAMBDA_TRACE_RATE
+        return dataclasses.replace(
+            self,
+            traces_recorded=recorded,
+            traces_retrieved=recorded * RETRIEVALS_PER_TRACE,
         )
 
     def lambda_gb_seconds(self) -> dict[str, float]:
@@ -246,6 +273,8 @@ def dollars(usage: Usage) -> dict[str, float]:
         "lambda.duration": gb_seconds(usage.lambda_gb_seconds()),
         "lambda.wait": gb_seconds(usage.wait_gb_seconds()),
         "logs": usage.all_log_bytes() * p.CLOUDWATCH_LOGS_INGESTION.usd,
+        "xray.recorded": usage.traces_recorded * p.XRAY_TRACE_RECORDED.usd,
+        "xray.retrieved": usage.traces_retrieved * p.XRAY_TRACE_RETRIEVED.usd,
     }
     return {line: usd for line, usd in lines.items() if usd}
 

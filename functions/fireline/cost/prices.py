@@ -125,6 +125,19 @@ SECRETS_MANAGER_API_CALL = Price(
     "2026-12-02",
     "https://aws.amazon.com/secrets-manager/pricing/",
 )
+# X-Ray bills each trace once, however many segments (functions) it holds.
+XRAY_TRACE_RECORDED = Price(
+    5.00 / MILLION,
+    "trace recorded (the first 100,000 a month free)",
+    "2026-12-03",
+    "https://aws.amazon.com/xray/pricing/",
+)
+XRAY_TRACE_RETRIEVED = Price(
+    0.50 / MILLION,
+    "trace retrieved or scanned (the first 1,000,000 a month free)",
+    "2026-12-03",
+    "https://aws.amazon.com/xray/pricing/",
+)
 # STS AssumeRole is free; a tenant's role is assumed once an hour per worker anyway.
 STS_REQUEST = Price(0.0, "request", "2026-12-02", "https://aws.amazon.com/iam/pricing/")
 

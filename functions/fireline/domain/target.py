@@ -32,11 +32,13 @@ HANDLER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,127}")
 # An HTTP target's own timeout (the API's bound).
 MAX_HTTP_TIMEOUT = 900
 # Headers every call carries: set by Fireline (the idempotency key, the signature, the
-# body's type) or by the HTTP client itself; a target may not replace them.
+# body's type, the fire's trace context) or by the HTTP client itself; a target may not
+# replace them.
 RESERVED_HEADERS = frozenset(
     {
         "idempotency-key",
         "x-fireline-signature",
+        "traceparent",
         "content-type",
         "user-agent",
         "host",

@@ -13,8 +13,10 @@ from fireline.domain import errors
 
 logger = wiring.logger()
 metrics = wiring.metrics()
+tracer = wiring.tracer()
 
 
+@tracer.capture_lambda_handler
 @metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -25,6 +27,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         ticker.after_tick = metrics.flush_metrics
         report = ticker.run(context.get_remaining_time_in_millis)
     totals = report.totals
+    # Each fire's tenant, schedule and key are on its own trace's first segment (a
+    # minute's invocation sends thousands): here, the group and what it sent.
+    tracer.put_annotation("group", str(group_of(event)))
+    tracer.put_annotation("sent", str(totals.dispatched.sent))
     return {
         "acquired": report.acquired,
         "stopped": report.stopped,

@@ -17,12 +17,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fireline import wiring
 from fireline.adapters import threads
+from fireline.handlers import traces
 from fireline.services.worker import dispatcher as worker_dispatch
 
 logger = wiring.logger()
 metrics = wiring.metrics()
+tracer = wiring.tracer()
 
 
+@tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -51,6 +54,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             receive_counts=receive_counts,
             dispatcher=dispatcher,
         )
+    traces.per_record(tracer, bodies)
     for record, outcome in zip(records, outcomes, strict=True):
         if isinstance(outcome, Exception):
             logger.warning(

@@ -20,12 +20,15 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from fireline import wiring
+from fireline.handlers import traces
 
 logger = wiring.logger()
 metrics = wiring.metrics()
+tracer = wiring.tracer()
 processor = BatchProcessor(event_type=EventType.SQS)
 
 
+@tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 @logger.inject_lambda_context
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -36,7 +39,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return {"reconciled": reconciled}
 
     def record_handler(record: SQSRecord) -> None:
-        controller.handle(json.loads(record.body))
+        body = json.loads(record.body)
+        traces.per_record(tracer, [body])
+        controller.handle(body)
         metrics.add_metric("WorkflowEvents", "Count", 1)
 
     response = process_partial_response(

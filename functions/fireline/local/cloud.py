@@ -227,6 +227,11 @@ class LocalCloud:
                 "AWS_LAMBDA_FUNCTION_TIMEOUT": str(config.get("Timeout", 3)),
                 "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(config.get("MemorySize", 128)),
                 "LONG_JOB_HEARTBEAT_SECONDS": str(self.options.long_job_heartbeat_seconds),
+                # No X-Ray daemon here: Powertools' tracer stays off, and every fire's
+                # trace segments are lines of the log (nothing is billed on a laptop).
+                "POWERTOOLS_TRACE_DISABLED": "true",
+                "TRACE_SEGMENTS": "log",
+                "TRACE_SAMPLE_RATE": "1",
                 **self.options.extra_environment,
             }
             spec = runtime.FunctionSpec(

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from fireline import ports
-from fireline.domain import errors, exclusions, model, occurrence, policies, schedule
+from fireline.domain import errors, exclusions, model, occurrence, policies, schedule, tracing
 
 MESSAGE_VERSION = 1
 # How long after its clock reading a batch is taken to reach SQS: the delay counts from
@@ -81,6 +81,9 @@ def _message(
         "version": version,
         "fire_time": occurrence.format_fire_time(fire_time),
         "job_class": job_class,
+        # The fire's trace, derived from the fire as its key is: whoever sends it (the API,
+        # the ticker, a retry, a redrive) sends the same one (see fireline.domain.tracing).
+        tracing.MESSAGE_FIELD: tracing.header(tracing.for_fire(tenant_id, key, fire_time)),
     }
 
 

@@ -24,9 +24,10 @@ from typing import Any, Protocol
 
 import botocore.exceptions
 
-from fireline.domain import aws_target, errors, model, signing
+from fireline.domain import aws_target, errors, model, signing, tracing
 from fireline.domain import target as target_rules
 from fireline.services import roles, webhook
+from fireline.services import tracing as tracing_service
 
 SIGNATURE_HEADER = signing.SIGNATURE_HEADER
 # What an outcome stores of a target's result: well inside a DynamoDB item's 400 KB and
@@ -94,6 +95,25 @@ class JobContext:
     # A long job's handler may report how far it got (stored, visible in GET, and a
     # heartbeat); elsewhere it goes nowhere.
     report_progress: Callable[[dict[str, Any]], None] | None = None
+    # The fire's trace (below its fire segment) and whether it is recorded; None: no
+    # trace context is sent (a caller that has none).
+    trace: tracing.TraceContext | None = None
+    sampled: bool = False
+
+    def traceparent(self) -> str | None:
+        """What this attempt's target receives as W3C ``traceparent``: the fire's trace,
+        below the worker's segment of the target's call (``target-<attempt>``)."""
+        if self.trace is None:
+            return None
+        below = self.trace.child(tracing_service.target_span(self.attempt))
+        return tracing.traceparent(below, self.sampled)
+
+    def fire_traceparent(self) -> str | None:
+        """The same trace below the fire's own segment: the same at every attempt, for
+        the dispatch targets, whose input must not change between attempts."""
+        if self.trace is None:
+            return None
+        return tracing.traceparent(self.trace, self.sampled)
 
     def progress(self, update: dict[str, Any]) -> None:
         if self.report_progress is not None:
@@ -107,6 +127,7 @@ class JobContext:
             "fire_time": self.fire_time.isoformat().replace("+00:00", "Z"),
             "attempt": self.attempt,
             "payload": self.payload,
+            **({tracing.TRACEPARENT: self.traceparent()} if self.trace is not None else {}),
         }
 
 
@@ -217,7 +238,18 @@ def delivered_message(context: JobContext) -> dict[str, Any]:
     same, and a receiver de-duplicating on the occurrence key sees one body per fire."""
     message = context.as_message()
     del message["attempt"]
+    if context.trace is not None:
+        message[tracing.TRACEPARENT] = context.fire_traceparent()
     return message
+
+
+def _attributes(occurrence_key: str, traceparent: str | None) -> dict[str, Any]:
+    """An SQS or SNS target's message attributes: the occurrence key, and the trace
+    context where there is one (as the body has it too)."""
+    attributes = {IDEMPOTENCY_ATTRIBUTE: {"DataType": "String", "StringValue": occurrence_key}}
+    if traceparent is not None:
+        attributes[tracing.TRACEPARENT] = {"DataType": "String", "StringValue": traceparent}
+    return attributes
 
 
 def run_id_for(tenant_id: str, source: str) -> str:
@@ -392,6 +424,11 @@ class TargetRunner:
             SIGNATURE_HEADER: signature,
             "User-Agent": "fireline",
         }
+        traceparent = context.traceparent()
+        if traceparent is not None:
+            # The same value is in the body, which the signature covers: a receiver that
+            # must trust the context reads it there.
+            headers[tracing.TRACEPARENT] = traceparent
         limit = min(timeout, float(target.get("timeout_seconds", timeout)))
         # What a tenant reads of a failure (the exit reason) is a status or a category,
         # never an address or a socket error: see fireline.services.webhook.
@@ -468,12 +505,7 @@ class TargetRunner:
         kwargs: dict[str, Any] = {
             "QueueUrl": url,
             "MessageBody": json.dumps(context.as_message()),
-            "MessageAttributes": {
-                IDEMPOTENCY_ATTRIBUTE: {
-                    "DataType": "String",
-                    "StringValue": context.occurrence_key,
-                }
-            },
+            "MessageAttributes": _attributes(context.occurrence_key, context.traceparent()),
         }
         if url.endswith(".fifo"):
             # A FIFO queue drops a repeat of the same key within 5 minutes by itself.
@@ -561,12 +593,7 @@ class TargetRunner:
         kwargs: dict[str, Any] = {
             "TopicArn": topic,
             "Message": json.dumps(delivered_message(context), sort_keys=True),
-            "MessageAttributes": {
-                IDEMPOTENCY_ATTRIBUTE: {
-                    "DataType": "String",
-                    "StringValue": context.occurrence_key,
-                }
-            },
+            "MessageAttributes": _attributes(context.occurrence_key, context.fire_traceparent()),
         }
         if topic.endswith(".fifo"):
             kwargs["MessageGroupId"] = message_group_id(context.schedule_id)

@@ -20,6 +20,7 @@ from fireline import ports
 from fireline.domain import errors, model, occurrence, quota, workflow
 from fireline.services import claims, dispatch, pool, targets, workflows
 from fireline.services import long_jobs as long_jobs_service
+from fireline.services import tracing as tracing_service
 from fireline.services.worker import dispatcher as worker_dispatch
 from fireline.services.worker import steps
 from fireline.services.worker.config import (
@@ -60,6 +61,7 @@ class Worker(steps.Steps):
         rng: random.Random | None = None,
         long_jobs: long_jobs_service.LongJobs | None = None,
         nodes: workflows.NodeJobs | None = None,
+        tracing: tracing_service.Tracing | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -72,6 +74,7 @@ class Worker(steps.Steps):
         self.rng = rng or random.Random()
         self.long_jobs = long_jobs
         self.nodes = nodes
+        self.tracing = tracing or tracing_service.OFF
         # The register of limit overrides as last read, and until when (the clock's
         # monotonic seconds) it is used; None: unknown (no register yet, or a failed read).
         self._overrides: Mapping[str, int] | None = None

@@ -11,9 +11,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 
-from fireline.domain import errors, model, occurrence, workflow
+from fireline.domain import errors, model, occurrence, tracing, workflow
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import targets
+from fireline.services import tracing as tracing_service
 from fireline.services.worker import deadlines, slots, wanted
 from fireline.services.worker.config import STOP_MARGIN_SECONDS
 from fireline.services.worker.outcomes import PAST_CAP, Busy, Result
@@ -31,14 +32,17 @@ class Running(deadlines.TimeFit, wanted.StillWanted, slots.SlotKeeping):
         remaining_ms: Callable[[], int],
         *,
         fresh: bool,
+        trace: tracing.TraceContext | None = None,
     ) -> dict[str, Any]:
-        """Claim and run under Powertools idempotency (see services.worker.idempotency)."""
+        """Claim and run under Powertools idempotency (see services.worker.idempotency).
+        ``trace``: the fire's trace context as its message carried it."""
         self._idempotency.bind(remaining_ms, intent=row)
         try:
             # The record's key is all Powertools needs of the message (no payload
-            # validation), and it deep-copies what it is given on every call.
+            # validation), and it deep-copies what it is given on every call; the other
+            # arguments (the trace among them) pass through as they are.
             return self._guarded_run(  # type: ignore[no-any-return]
-                item, deadline, remaining_ms, fresh, message={"occurrence_key": row.key}
+                item, deadline, remaining_ms, fresh, trace, message={"occurrence_key": row.key}
             )
         except IdempotencyAlreadyInProgressError as exc:
             raise Busy(str(exc)) from exc
@@ -49,13 +53,16 @@ class Running(deadlines.TimeFit, wanted.StillWanted, slots.SlotKeeping):
         deadline: int,
         remaining_ms: Callable[[], int],
         fresh: bool,
+        trace: tracing.TraceContext | None,
         *,
         message: dict[str, Any],
     ) -> dict[str, Any]:
         """What Powertools runs once the claim (the record's put) has succeeded."""
         claimed = self._idempotency.claimed
         assert claimed is not None  # the claim (the record's put) just succeeded
-        outcome = self._execute(item, claimed, deadline, remaining_ms, fresh=fresh)
+        if trace is None:  # a message sent before the context was carried: the same one
+            trace = tracing.for_fire(claimed.tenant_id, claimed.key, claimed.fire_time)
+        outcome = self._execute(item, claimed, deadline, remaining_ms, fresh=fresh, trace=trace)
         return self._idempotency.returned(outcome)
 
     def _execute(
@@ -66,6 +73,7 @@ class Running(deadlines.TimeFit, wanted.StillWanted, slots.SlotKeeping):
         remaining_ms: Callable[[], int],
         *,
         fresh: bool,
+        trace: tracing.TraceContext,
     ) -> dict[str, Any]:
         """Run the target; the outcome as the idempotency record's result."""
         if claimed.attempts > item.retry.max_attempts:
@@ -98,24 +106,66 @@ class Running(deadlines.TimeFit, wanted.StillWanted, slots.SlotKeeping):
             fire_time=claimed.fire_time,
             attempt=claimed.attempts,
             payload=item.payload,
+            trace=trace,
+            sampled=self.tracing.sampled(trace),
         )
         timeout = min(float(deadline), remaining_ms() / 1000 - STOP_MARGIN_SECONDS)
         started = self.clock.monotonic()
+        started_at = self.clock.now().timestamp() if self.tracing.emitter else 0.0
         try:
             output = self.runner.run(item.target, context, timeout=timeout)
         except targets.DeadlineExceeded as exc:
-            return self._failed(item, claimed, "deadline", str(exc))
+            result = self._failed(item, claimed, "deadline", str(exc))
         except targets.TargetFailed as exc:
-            return self._failed(item, claimed, f"error: {exc}", str(exc))
+            result = self._failed(item, claimed, f"error: {exc}", str(exc))
         except errors.ValidationError as exc:  # a target that cannot run at all
-            return self._failed(item, claimed, f"error: {exc}", str(exc), final=True)
-        return {
-            "state": occurrence.State.SUCCEEDED.value,
-            "exit_reason": "succeeded",
-            "attempt": claimed.attempts,
-            "seconds": round(self.clock.monotonic() - started, 3),
-            "output": targets.jsonable(output),
-        }
+            result = self._failed(item, claimed, f"error: {exc}", str(exc), final=True)
+        else:
+            result = {
+                "state": occurrence.State.SUCCEEDED.value,
+                "exit_reason": "succeeded",
+                "attempt": claimed.attempts,
+                "seconds": round(self.clock.monotonic() - started, 3),
+                "output": targets.jsonable(output),
+            }
+        self._trace_attempt(item, claimed, trace, started_at, result)
+        return result
+
+    def _trace_attempt(
+        self,
+        item: model.Schedule,
+        claimed: occurrence.Occurrence,
+        trace: tracing.TraceContext,
+        started_at: float,
+        result: dict[str, Any],
+    ) -> None:
+        """The attempt's segment, below the fire's, with the target's call beneath it
+        (whose id the target received as its traceparent's parent)."""
+        if self.tracing.emitter is None:
+            return  # nothing records: no segment is built
+        end = self.clock.now().timestamp()
+        attempt = claimed.attempts
+        call = tracing.Span(
+            name=str(item.target.get("type")),
+            span=tracing_service.target_span(attempt),
+            start=started_at,
+            end=end,
+        )
+        about = tracing_service.fire_annotations(
+            claimed.tenant_id, claimed.schedule_id, claimed.key
+        )
+        self.tracing.record(
+            trace,
+            tracing.Span(
+                name="fireline-worker",
+                span=tracing_service.attempt_span(attempt),
+                start=started_at,
+                end=end,
+                annotations={**about, "attempt": attempt, "state": str(result["state"])},
+                error=result["state"] != occurrence.State.SUCCEEDED.value,
+                children=(call,),
+            ),
+        )
 
     def _started(self, claimed: occurrence.Occurrence, now: datetime) -> None:
         """StartLag: how late a fire's first attempt starts (this claim's time less the fire

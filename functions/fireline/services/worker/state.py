@@ -14,6 +14,7 @@ from typing import Any
 from fireline import ports
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import pool, targets, workflows
+from fireline.services import tracing as tracing_service
 from fireline.services.worker.config import WorkerConfig
 from fireline.services.worker.idempotency import OccurrenceIdempotency
 
@@ -63,6 +64,7 @@ class WorkerState:
     rng: random.Random
     long_jobs: long_jobs_service.LongJobs | None
     nodes: workflows.NodeJobs | None
+    tracing: tracing_service.Tracing
     # The register of limit overrides as last read, and until when (the clock's
     # monotonic seconds) it is used; None: unknown (no register yet, or a failed read).
     _overrides: Mapping[str, int] | None

@@ -12,6 +12,7 @@ from typing import Any
 from fireline.domain import model, occurrence, quota
 from fireline.services import claims
 from fireline.services import long_jobs as long_jobs_service
+from fireline.services import tracing as tracing_service
 from fireline.services.worker import run
 from fireline.services.worker.config import SLOT_MARGIN_SECONDS
 from fireline.services.worker.outcomes import Busy, Result
@@ -128,7 +129,10 @@ class Steps(run.Running):
             return self._start_long(item, row, slot, deadline, now, took_run, fresh=not stored)
         outcome: dict[str, Any] | None = None
         try:
-            outcome = self._run_once(item, row, deadline, remaining_ms, fresh=not stored)
+            trace = tracing_service.of_message(body)
+            outcome = self._run_once(
+                item, row, deadline, remaining_ms, fresh=not stored, trace=trace
+            )
         finally:
             # A run that ended otherwise (a failure to retry, dead, an error) gives its
             # tenant slots back; a finished one leaves them to be handed on (see
