@@ -173,6 +173,43 @@ def test_an_http_target_gets_traceparent_in_its_header_and_its_signed_body(
     assert parsed.signatures == (expected,)
 
 
+def test_a_stored_traceparent_header_gives_way_to_the_fires_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a target stored with a header of the trace context's name (registration
+    # refuses one now; a target stored earlier may have it)
+    sent: list[dict[str, str]] = []
+
+    def post(network: Any, url: str, body: bytes, headers: Any, **_: Any) -> webhook.Answer:
+        sent.append(dict(headers))
+        return webhook.Answer(status=204, body=b"", location=None)
+
+    monkeypatch.setattr(webhook, "post", post)
+    key = "s1#1#2026-05-01T12:00:00Z"
+    context = targets.JobContext(
+        occurrence_key=key,
+        tenant_id="tenant-a",
+        schedule_id="s1",
+        fire_time=NOW,
+        attempt=1,
+        payload={},
+        trace=tracing.for_fire("tenant-a", key, NOW),
+        sampled=False,
+    )
+    target = {
+        "type": "http",
+        "url": "https://hooks.example.com/x",
+        "headers": {"TraceParent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01", "X-Team": "a"},
+    }
+    # WHEN it is called, THEN the call goes out with the fire's context only, and the
+    # tenant's other headers
+    MemorySystem().runner().run(target, context, timeout=5)
+    (headers,) = sent
+    assert [k for k in headers if k.lower() == tracing.TRACEPARENT] == [tracing.TRACEPARENT]
+    assert headers[tracing.TRACEPARENT] == context.traceparent()
+    assert headers["X-Team"] == "a"
+
+
 def test_dispatch_targets_get_the_same_context_at_every_attempt() -> None:
     # GIVEN one fire's context at its first and its third attempt
     trace = tracing.for_fire("tenant-a", "s1#1#2026-05-01T12:00:00Z", NOW)

@@ -400,8 +400,15 @@ class TargetRunner:
             raise TargetFailed(f"{type(exc).__name__}: {exc}") from exc
 
     def _http(self, target: dict[str, Any], context: JobContext, timeout: float) -> Any:
+        # A header stored under the trace context's name (registered before the fire's
+        # own was sent there) gives way to the fire's: it is dropped, the call goes on.
+        stored = {
+            str(k): str(v)
+            for k, v in (target.get("headers") or {}).items()
+            if str(k).lower() != tracing.TRACEPARENT
+        }
         try:  # one stored before registration checked it: never sent at all
-            target_rules.check_headers(target.get("headers") or {})
+            target_rules.check_headers(stored)
         except errors.ValidationError as exc:
             raise TargetFailed(f"a header cannot be sent: {exc.message}") from exc
         try:
@@ -418,7 +425,7 @@ class TargetRunner:
         # replayed to another URL (another tenant's receiver) or later does not verify.
         signature = signing.header(key, int(time.time()), "POST", url, body)
         headers = {
-            **{str(k): str(v) for k, v in target.get("headers", {}).items()},
+            **stored,
             "Content-Type": "application/json",
             "Idempotency-Key": context.occurrence_key,
             SIGNATURE_HEADER: signature,
