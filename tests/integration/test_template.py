@@ -1757,3 +1757,26 @@ def test_traced_functions_may_send_segments_and_record_a_share_of_fires(
     assert variables["TRACE_SEGMENTS"] == "xray"
     assert variables["TRACE_SAMPLE_RATE"] == {"Ref": "TraceSampleRate"}
     assert (rate["Default"], rate["MinValue"], rate["MaxValue"]) == (0.001, 0, 1)
+
+
+def test_the_api_stage_is_sampled_at_the_fires_rate_not_xrays_default(
+    translated: dict[str, Any],
+) -> None:
+    # GIVEN the translated template's X-Ray sampling rules
+    rules = [
+        r["Properties"]["SamplingRule"]
+        for r in translated["Resources"].values()
+        if r["Type"] == "AWS::XRay::SamplingRule"
+    ]
+    # THEN one rule takes this API's stage, ahead of X-Ray's default (priority 10,000):
+    # no reservoir, the fires' own share, so a job created one request each is traced at
+    # the rate its fire is
+    (rule,) = rules
+    assert rule["ServiceType"] == "AWS::ApiGateway::Stage"
+    assert "/restapis/${FirelineApi}/stages/${StageName}" in rule["ResourceARN"]["Fn::Sub"]
+    assert rule["FixedRate"] == {"Ref": "TraceSampleRate"}
+    assert (rule["ReservoirSize"], rule["Priority"]) == (0, 100)
+    assert all(rule[k] == "*" for k in ("ServiceName", "Host", "HTTPMethod", "URLPath"))
+    # AND the stage it names records traces
+    stages = [r for r in translated["Resources"].values() if r["Type"] == "AWS::ApiGateway::Stage"]
+    assert [s["Properties"]["TracingEnabled"] for s in stages] == [True]

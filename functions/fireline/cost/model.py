@@ -80,6 +80,9 @@ DEFAULT_FIRE_TRACE_RATE = tracing.DEFAULT_SAMPLE_RATE
 #: Lambda's sampling of an invocation with Tracing: Active, past its first a second (that
 #: reservoir is a fixed cost, not a fire's: at most one trace a second a function).
 LAMBDA_TRACE_RATE = 0.05
+#: Functions invoked behind API Gateway: the template's sampling rule for the API stage
+#: decides at the fire's rate, and Lambda follows the decision the request carries.
+SAMPLED_UPSTREAM = frozenset({"api"})
 #: Each recorded trace taken to be retrieved once (an operator opening it): an upper
 #: bound for most, which nobody reads.
 RETRIEVALS_PER_TRACE = 1.0
@@ -186,9 +189,13 @@ class Usage:
     def traced(self, fire_rate: float = DEFAULT_FIRE_TRACE_RATE) -> Usage:
         """This job's usage with its X-Ray traces: its fire's own at ``fire_rate`` (the
         template's TraceSampleRate), plus the traces Lambda records of the invocations it
-        takes (Tracing: Active) at :data:`LAMBDA_TRACE_RATE` each, every one retrieved
-        once (:data:`RETRIEVALS_PER_TRACE`)."""
-        recorded = fire_rate + sum(self.invocations.values()) * LAMBDA_TRACE_RATE
+        takes (Tracing: Active) at :data:`LAMBDA_TRACE_RATE` each, or at ``fire_rate``
+        for those API Gateway invokes (:data:`SAMPLED_UPSTREAM`), every one retrieved once
+        (:data:`RETRIEVALS_PER_TRACE`)."""
+        recorded = fire_rate + sum(
+            count * (fire_rate if name in SAMPLED_UPSTREAM else LAMBDA_TRACE_RATE)
+            for name, count in self.invocations.items()
+        )
         return dataclasses.replace(
             self,
             traces_recorded=recorded,

@@ -40,7 +40,8 @@ ARTIFACTS_BUCKET = "fireline-local-artifacts"
 # Resource types the local cloud plays itself (or that the emulator cannot create).
 PLAYED_LOCALLY = ("AWS::ApiGateway::",)
 # CDK::Metadata only reports the CDK version to AWS; CloudFormation creates nothing for it.
-SKIPPED = ("AWS::CloudWatch::Alarm", "AWS::CDK::Metadata")
+# What the local cloud has no use for (it has no X-Ray: its traces go to its log).
+SKIPPED = ("AWS::CloudWatch::Alarm", "AWS::CDK::Metadata", "AWS::XRay::SamplingRule")
 # What `cdk bootstrap` leaves for a stack synthesized with the default synthesizer: its
 # template checks this SSM parameter, and its assets go to a bucket named after the
 # account and region. The version is one any current CDK accepts.
