@@ -35,6 +35,10 @@ WINDOW = 10
 ORIGIN = "backfill"
 
 
+class TooManyFires(errors.ValidationError):
+    """The range holds more fires than one backfill may write: backfill it in parts."""
+
+
 class Overlap(enum.StrEnum):
     """How a backfill's own runs overlap each other."""
 
@@ -90,7 +94,7 @@ def fire_times(
             break
         found.append(fire)
     if len(found) > MAX_FIRES:
-        raise errors.TooLarge(
+        raise TooManyFires(
             f"the range holds more than {MAX_FIRES} fires; backfill it in parts", field="to"
         )
     return found
@@ -127,8 +131,12 @@ class Backfill:
 
     @property
     def left(self) -> int:
-        """Created fires not released yet (and not cancelled)."""
-        return max(0, self.created - self.released - self.cancelled)
+        """Created fires not released yet. None once it has ended: a row settled before
+        its release (an update of the schedule skips its old version's rows) is not
+        released, and nothing is left for it."""
+        if not self.active:
+            return 0
+        return max(0, self.created - self.released)
 
     @property
     def active(self) -> bool:
