@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.models import Example
@@ -20,25 +20,39 @@ from fireline.domain import backfill
 from fireline.services.backfills import Backfills
 
 ID = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+INSTANT = {"format": "date-time"}
 
 
 class BackfillIn(BaseModel):
+    """Read as text and parsed by the API, so a bad instant or policy is a 400 naming its
+    field (as a bad spec or time zone is), not a mismatch with the document."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    start: models.Instant = Field(
-        alias="from", description="the first fire time included (ISO 8601 with an offset)"
+    start: str = Field(
+        alias="from",
+        description="the first fire time included (ISO 8601 with a UTC offset)",
+        json_schema_extra=INSTANT,
     )
-    end: models.Instant = Field(
+    end: str = Field(
         alias="to",
         description="the end, excluded; not after now. At most "
         f"{backfill.MAX_FIRES} fires between the two",
+        json_schema_extra=INSTANT,
     )
-    overlap: Literal["allow", "buffer_all"] | None = Field(
+    overlap: str | None = Field(
         default=None,
         description=f"allow: up to {backfill.WINDOW} of its fires run side by side; "
         "buffer_all: one at a time, oldest first. Default: allow for a schedule whose overlap "
         "is allow, else buffer_all",
+        json_schema_extra={"enum": [o.value for o in backfill.Overlap]},
     )
+
+    def instants(self) -> tuple[datetime, datetime]:
+        start = models.instant(self.start, "from")
+        end = models.instant(self.end, "to")
+        assert start is not None and end is not None
+        return start, end
 
 
 class BackfillOut(BaseModel):
@@ -103,9 +117,8 @@ def register(app: APIGatewayRestResolver, backfills: Backfills, tenant: Callable
     def start_backfill(
         schedule_id: ID, body: Annotated[BackfillIn, Body(openapi_examples=EXAMPLES)]
     ) -> Response[str]:
-        started = backfills.start(
-            tenant(), schedule_id, start=body.start, end=body.end, overlap=body.overlap
-        )
+        start, end = body.instants()
+        started = backfills.start(tenant(), schedule_id, start=start, end=end, overlap=body.overlap)
         return Response(
             status_code=202,
             content_type=content_types.APPLICATION_JSON,

@@ -124,8 +124,8 @@ class Backfills:
                 "action": "backfill.start",
                 "key": schedule_id,
                 "backfill_id": record.backfill_id,
-                "created": counted.created,
-                "existed": counted.existed,
+                "rows_created": counted.created,
+                "rows_existed": counted.existed,
             },
         )
         return self._pass(counted) if counted.active else counted
