@@ -149,9 +149,14 @@ class Backfills:
         found = self.get(tenant_id, schedule_id, backfill_id)
         return self._finish_cancel(found) if found.state is backfill.State.CANCELLING else found
 
-    def pace(self, tenant_id: str, schedule_id: str, backfill_id: str) -> backfill.Backfill:
-        """One pass over one backfill (a worker's nudge after a fire of it settled)."""
-        return self._pass(self.get(tenant_id, schedule_id, backfill_id))
+    def pace(
+        self, tenant_id: str, schedule_id: str, backfill_id: str, *, settled: str | None = None
+    ) -> backfill.Backfill:
+        """One pass over one backfill. ``settled``: the key of a fire of it that the
+        caller (a worker) just settled; the pass takes its word for that one and reads
+        back none of the rows in flight, so a worker's pass costs no read of them (the
+        periodic pass reads them all: a worker that died before its pass is covered)."""
+        return self._pass(self.get(tenant_id, schedule_id, backfill_id), settled)
 
     def pace_active(self) -> int:
         """A pass over every backfill still in progress: the periodic safety net, which
@@ -184,25 +189,28 @@ class Backfills:
 
     # --- the pass ------------------------------------------------------------------------
 
-    def _pass(self, found: backfill.Backfill) -> backfill.Backfill:
+    def _pass(self, found: backfill.Backfill, settled: str | None = None) -> backfill.Backfill:
         for _ in range(PASS_ATTEMPTS):
             if found.state is backfill.State.CANCELLING:
                 return self._finish_cancel(found)
             if not found.active:
                 return found
-            moved = self._release(found)
+            moved = self._release(found, settled)
             if moved is None or self.store.replace(moved, expected_revision=found.revision):
                 return moved or found
             # Another pass moved it first: its view is the newer one.
             found = self.get(found.tenant_id, found.schedule_id, found.backfill_id)
         return found
 
-    def _release(self, found: backfill.Backfill) -> backfill.Backfill | None:
+    def _release(self, found: backfill.Backfill, settled: str | None) -> backfill.Backfill | None:
         """The record after sending what the window has room for; None when nothing
         changed (no fire settled, none to send)."""
-        rows = self.occurrences.get_many(list(found.in_flight)) if found.in_flight else {}
-        # A row gone (its retention ended) has no run to wait for.
-        waiting = [k for k in found.in_flight if k in rows and rows[k].state not in SETTLED]
+        if settled is not None:
+            waiting = [k for k in found.in_flight if k != settled]
+        else:
+            rows = self.occurrences.get_many(list(found.in_flight)) if found.in_flight else {}
+            # A row gone (its retention ended) has no run to wait for.
+            waiting = [k for k in found.in_flight if k in rows and rows[k].state not in SETTLED]
         settled = len(found.in_flight) - len(waiting)
         room = found.window - len(waiting)
         nxt, exhausted = self._next_rows(found, room) if room > 0 else ([], False)
@@ -239,8 +247,15 @@ class Backfills:
         taken: list[occurrence.Occurrence] = []
         cursor: str | None = None
         while True:
+            # A page of about what there is room for, and one row more (the last one
+            # released is read again, as the range starts on its second): the rows after
+            # it are mostly this backfill's own, so one short page is the usual read.
             page = self.occurrences.open_rows(
-                found.tenant_id, found.schedule_id, since=since, limit=PAGE, cursor=cursor
+                found.tenant_id,
+                found.schedule_id,
+                since=since,
+                limit=min(PAGE, room + 1),
+                cursor=cursor,
             )
             for row in page.items:
                 if row.fire_time >= found.end:

@@ -144,7 +144,12 @@ class Outcomes(state.WorkerState):
         if self.backfills is None or not isinstance(backfill_id, str):
             return
         try:
-            self.backfills.pace(body["tenant_id"], body["schedule_id"], backfill_id)
+            self.backfills.pace(
+                body["tenant_id"],
+                body["schedule_id"],
+                backfill_id,
+                settled=body["occurrence_key"],
+            )
         except errors.FirelineError as exc:
             logger.warning(
                 "backfill pass deferred",

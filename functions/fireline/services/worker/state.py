@@ -53,7 +53,9 @@ class BackfillPacer(Protocol):
     """What the worker asks of backfills: a pass after one of its fires settled, so the
     next fire is released at once rather than at the periodic pass."""
 
-    def pace(self, tenant_id: str, schedule_id: str, backfill_id: str) -> object: ...
+    def pace(
+        self, tenant_id: str, schedule_id: str, backfill_id: str, *, settled: str | None = None
+    ) -> object: ...
 
 
 class WorkerState:
