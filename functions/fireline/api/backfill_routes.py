@@ -14,13 +14,14 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.openapi.models import Example
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 from fireline.api import document, models
 from fireline.domain import backfill
 from fireline.services.backfills import Backfills
 
 ID = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
-INSTANT = {"format": "date-time"}
+INSTANT: JsonDict = {"format": "date-time"}
 
 
 class BackfillIn(BaseModel):

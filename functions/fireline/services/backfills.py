@@ -211,7 +211,7 @@ class Backfills:
             rows = self.occurrences.get_many(list(found.in_flight)) if found.in_flight else {}
             # A row gone (its retention ended) has no run to wait for.
             waiting = [k for k in found.in_flight if k in rows and rows[k].state not in SETTLED]
-        settled = len(found.in_flight) - len(waiting)
+        ended = len(found.in_flight) - len(waiting)
         room = found.window - len(waiting)
         nxt, exhausted = self._next_rows(found, room) if room > 0 else ([], False)
         if nxt:
@@ -227,11 +227,11 @@ class Backfills:
             ]
             dispatch.send(self.queue, messages, dispatch.DispatchReport())
         finished = exhausted and not waiting and not nxt
-        if not nxt and not settled and not finished:
+        if not nxt and not ended and not finished:
             return None
         return found.moved(
             in_flight=tuple(waiting + [r.key for r in nxt]),
-            run=found.run + settled,
+            run=found.run + ended,
             released=found.released + len(nxt),
             released_until=nxt[-1].fire_time if nxt else found.released_until,
             state=backfill.State.DONE if finished else found.state,
