@@ -358,17 +358,22 @@ def test_bad_input_is_a_400_naming_its_field_and_writes_nothing(
 
 
 def test_a_deleted_or_unknown_schedule_is_a_404(system: System) -> None:
-    # GIVEN a schedule that was deleted
+    # GIVEN a schedule that was deleted, and a one-off job
     item = hourly(system)
     system.call("DELETE", f"/schedules/{item.schedule_id}")
     body = {"from": "2026-05-01T09:00:00Z", "to": "2026-05-01T10:00:00Z"}
-    # WHEN it, or one that never was, is backfilled, or an unknown backfill is read
+    # WHEN it, one that never was or the job is backfilled, or an unknown backfill read
     deleted, _ = system.call("POST", f"/schedules/{item.schedule_id}/backfill", body)
     unknown, _ = system.call("POST", "/schedules/nope/backfill", body)
+    status, job = system.call(
+        "POST", "/jobs", {"delay_seconds": 0, "target": {"type": "python", "handler": "noop"}}
+    )
+    assert status == 201, job
+    of_a_job, _ = system.call("POST", f"/schedules/{job['id']}/backfill", body)
     missing, _ = system.call("GET", f"/schedules/{item.schedule_id}/backfill/bf_nope")
-    # THEN each is a 404 and nothing was sent
-    assert (deleted, unknown, missing) == (404, 404, 404)
-    assert visible(system) == 0
+    # THEN each is a 404 (a one-off job is no schedule) and nothing was written for them
+    assert (deleted, unknown, of_a_job, missing) == (404, 404, 404, 404)
+    assert rows(system, item) == []
 
 
 def test_another_tenants_backfill_is_not_found(system: System) -> None:

@@ -80,7 +80,11 @@ class Backfills:
     ) -> backfill.Backfill:
         """Write the fires of ``[start, end)`` and release the first window. Validation
         first (400s, nothing written), then the record, then the rows."""
-        current = self.schedules.get(tenant_id, schedule_id)
+        # A one-off job is no schedule to backfill: its run gives back its unit of the
+        # active jobs quota, which a backfilled run never took.
+        current = (
+            None if model.is_job_id(schedule_id) else self.schedules.get(tenant_id, schedule_id)
+        )
         if current is None or current.state is model.ScheduleState.CANCELLED:
             raise errors.NotFound(f"no schedule {schedule_id}")
         chosen = backfill.parse_overlap(overlap, current.overlap)
