@@ -47,7 +47,7 @@ def on_files(files: Any, config: Any) -> Any:
 
 def openapi() -> dict[str, Any]:
     """The document ``GET /openapi.json`` answers: the deployed app's routes, every one of
-    them (workflows, the console's overview and tenants included). The collaborators are
+    them (workflows, backfills, the console's overview and tenants included). The collaborators are
     not called while the document is built, only the routes they serve are declared."""
     from fireline.api import app
 
@@ -56,6 +56,7 @@ def openapi() -> dict[str, Any]:
         workflows=_Unused(),  # type: ignore[arg-type]
         overview=_Unused(),  # type: ignore[arg-type]
         tenants=list,
+        backfills=_Unused(),  # type: ignore[arg-type]
     )
     document: dict[str, Any] = json.loads(app.openapi_document(served))
     return document

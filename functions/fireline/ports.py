@@ -20,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from fireline.domain import (
     api_keys,
+    backfill,
     dag,
     lease,
     model,
@@ -600,6 +601,31 @@ class DocumentStore(Protocol):
     def chunks(self, key: str, *, etag: str) -> Iterator[bytes]:
         """The document's body in pieces, if it is still the one ``etag`` names;
         ConflictError when it was replaced since, NotFound when it is gone."""
+        ...
+
+
+class BackfillStore(Protocol):
+    """Backfill records (DynamoDB in AWS: the workflows table's generic keys).
+
+    ``create`` is conditional on absence and ``replace`` on the revision read, so two
+    passes over one backfill (a worker's nudge, the periodic pass) converge: one moves it.
+    """
+
+    def create(self, item: backfill.Backfill) -> None:
+        """Store a new record; AlreadyExists when its id is taken."""
+        ...
+
+    def get(self, tenant_id: str, schedule_id: str, backfill_id: str) -> backfill.Backfill | None:
+        """The record, read consistently; None when absent or another tenant's."""
+        ...
+
+    def replace(self, item: backfill.Backfill, *, expected_revision: int) -> bool:
+        """Store ``item`` if the stored record is at ``expected_revision``; False if not."""
+        ...
+
+    def active(self, *, limit: int, cursor: str | None = None) -> Page[tuple[str, str, str]]:
+        """(tenant_id, schedule_id, backfill_id) of records still needing a pass (running or
+        cancelling), from a sparse index that lags: read each record before acting."""
         ...
 
 

@@ -24,6 +24,7 @@ from botocore.config import Config
 from fireline import jobs, ports
 from fireline.adapters import (
     api_keys_dynamodb,
+    backfills_dynamodb,
     leases_dynamodb,
     occurrences_dynamodb,
     quotas_dynamodb,
@@ -34,6 +35,7 @@ from fireline.adapters import (
     sqs,
     stepfunctions,
     sweep_dynamodb,
+    threads,
     workflows_dynamodb,
     xray,
 )
@@ -42,6 +44,7 @@ from fireline.api import app as api_app
 from fireline.domain import aws_target, egress, errors, model, quota, workflow
 from fireline.domain import tracing as trace_rules
 from fireline.services import (
+    backfills,
     isolation,
     keys,
     overview,
@@ -542,6 +545,7 @@ def worker() -> worker_service.Worker:
         long_jobs=long_jobs() if s.job_class == "long" else None,
         nodes=node_jobs() if s.workflows_table else None,
         tracing=tracing(),
+        backfills=backfill_service() if s.workflows_table else None,
     )
 
 
@@ -575,6 +579,25 @@ def api() -> APIGatewayRestResolver:
             queues=work_queue(),
         ),
         tenants=tenant_ids if s.api_keys_table else None,
+        backfills=backfill_service() if s.workflows_table else None,
+    )
+
+
+# A backfill's conditional puts side by side: 10,000 fires at ~5 ms each in about 3 s.
+BACKFILL_PUTS_IN_FLIGHT = 16
+
+
+@functools.cache
+def backfill_service() -> backfills.Backfills:
+    """Backfills keep their records in the workflows table (generic keys, a sparse index)."""
+    return backfills.Backfills(
+        store=backfills_dynamodb.DynamoBackfillStore(dynamodb_client(), settings().workflows_table),
+        schedules=schedule_store(),
+        occurrences=occurrence_store(),
+        queue=work_queue(),
+        clock=clock(),
+        ids=schedules.new_id,
+        parallel=threads.ThreadPool(BACKFILL_PUTS_IN_FLIGHT, name="fireline-backfill"),
     )
 
 
@@ -706,6 +729,6 @@ def reset() -> None:
         target_sqs_client, target_aws_client, role_assumer, aws_target_policy,
         target_runner, worker, registry, sfn_client, long_jobs, s3_client, workflow_store,
         document_store, definitions, workflow_service, controller, node_jobs,
-        dispatch_limits, dispatch_pools,
+        dispatch_limits, dispatch_pools, backfill_service,
     ):  # fmt: skip
         cached.cache_clear()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -270,3 +271,41 @@ def test_tenant_b_is_not_shown_tenant_as_node_letters(
     # THEN the page cannot be read, and names nothing of tenant A's
     expect(page.get_by_role("alert")).to_contain_text("Could not load this page")
     expect(page.get_by_text("generation 1")).to_have_count(0)
+
+
+def test_a_backfill_started_from_a_schedules_page_runs_its_fires_and_shows_progress(
+    cloud: LocalCloud, watched: Watched
+) -> None:
+    # GIVEN an hourly schedule and the three whole hours before now
+    status, created = call(
+        cloud,
+        "POST",
+        "/schedules",
+        {"spec": "rate(1 hour)", "target": {"type": "python", "handler": "echo"}},
+    )
+    assert status == 201, created
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    start = hour - timedelta(hours=3)
+    page = watched.page
+    sign_in(page, cloud, KEY, f"#/schedules/{created['id']}")
+    # WHEN the tenant backfills them with the schedule page's button
+    page.get_by_role("button", name="Backfill…").click()
+    page.get_by_label("From (UTC)").fill(start.strftime("%Y-%m-%dT%H:%M:%S"))
+    page.get_by_label("To (UTC)").fill(hour.strftime("%Y-%m-%dT%H:%M:%S"))
+    page.get_by_role("button", name="Start backfill").click()
+    # THEN the dialog says three were created, and the three fires run, each once
+    progress = page.get_by_role("dialog", name="Backfill").get_by_role("status")
+    expect(progress).to_contain_text("3: 3 created, 0 existed")
+
+    def ran() -> Any:
+        path = f"/schedules/{created['id']}/occurrences?state=succeeded"
+        items = call(cloud, "GET", path)[1]["items"]
+        return items if len(items) == 3 else None
+
+    done = wait_for(ran, timeout=90)
+    assert {(o["origin"], o["attempts"]) for o in done} == {("backfill", 1)}
+    assert min(o["fire_time"] for o in done).startswith(start.strftime("%Y-%m-%dT%H"))
+    # AND its progress, refreshed, shows them run
+    page.get_by_role("button", name="Refresh").click()
+    expect(progress).to_contain_text(re.compile(r"3 run, 0 in flight, 0 left"))
+    shot(page, "schedule-backfill")

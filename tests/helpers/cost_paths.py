@@ -137,7 +137,9 @@ def deployed_system(
             quotas=dict(quota.DEFAULT_QUOTAS),
             ids=seeded_ids(TENANT),
         )
-        system._api = api_app.build_app(system.service, system.idempotency)
+        system._api = api_app.build_app(
+            system.service, system.idempotency, backfills=system.backfills
+        )
         # The register of limit overrides, as a deployment has it once the sweep (or
         # `fireline admin migrate overrides`) built it: every later change keeps it.
         system.slots.build_overrides()
@@ -180,7 +182,8 @@ def logs_counted(log: meter.Meter) -> Iterator[None]:
 
 
 def deployed_worker(system: System, *, tenant_limit: int) -> worker_service.Worker:
-    """The default class's worker as wiring builds it (jobs' quota given back)."""
+    """The default class's worker as wiring builds it (jobs' quota given back, a
+    backfill's pass after each of its fires settles)."""
     return worker_service.Worker(
         schedules=system.schedules,
         occurrences=system.occurrences,
@@ -196,6 +199,7 @@ def deployed_worker(system: System, *, tenant_limit: int) -> worker_service.Work
             pool_member="container-1",
         ),
         metrics=system.metrics,
+        backfills=system.backfills,
     )
 
 
@@ -548,6 +552,39 @@ def recurring(
     with system.log.unmetered():
         for schedule in created:
             system.service.delete(tenant, schedule.schedule_id)
+    return measured
+
+
+def backfill(system: System, fires: int, *, tenant: str = TENANT) -> Measured:
+    """An hourly schedule's ``fires`` past hours backfilled through the API (one
+    request) and run, ten side by side (overlap allow): each fire's row put by the API,
+    its message sent by a pass over the backfill's record, and a pass after each fire
+    settles, which releases the next. The schedule's creation is not metered."""
+    system.service.ids = seeded_ids(tenant)
+    system.backfills.ids = seeded_ids(f"{tenant}-backfill")
+    with system.log.unmetered():
+        created = system.service.create(
+            tenant, schedules.ScheduleDraft(spec="rate(1 hour)", target=TARGET)
+        )
+    system.clock.advance((fires + 1) * 3600)
+    now = system.clock.now().replace(minute=0, second=0, microsecond=0)
+    request = {
+        "from": (now - timedelta(hours=fires)).isoformat(),
+        "to": now.isoformat(),
+        "overlap": "allow",
+    }
+    system.log.reset()
+    system.log.charge(API_REQUEST)
+    with system.log.within("api"):
+        status, body = system.call(
+            "POST", f"/schedules/{created.schedule_id}/backfill", request, tenant=tenant
+        )
+    assert status == 202 and body["created"] == fires, body
+    succeeded = deliver(system, deployed_worker(system, tenant_limit=0), sent_by_ticker=False)
+    assert succeeded == fires, (succeeded, fires)
+    measured = Measured.of(system.log, succeeded)
+    with system.log.unmetered():
+        system.service.delete(tenant, created.schedule_id)
     return measured
 
 

@@ -8,9 +8,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fireline import ports
-from fireline.adapters import memory
+from fireline.adapters import memory, threads
 from fireline.domain import occurrence
-from fireline.services import dispatch, long_jobs, schedules, targets, worker, workflows
+from fireline.services import (
+    backfills,
+    dispatch,
+    long_jobs,
+    schedules,
+    targets,
+    worker,
+    workflows,
+)
 
 from .flows import signing_key
 
@@ -35,6 +43,15 @@ class MemorySystem:
             occurrences=self.occurrences,
             queue=self.queue,
             clock=self.clock,
+        )
+        self.backfills = backfills.Backfills(
+            store=memory.MemoryBackfillStore(),
+            schedules=self.schedules,
+            occurrences=self.occurrences,
+            queue=self.queue,
+            clock=self.clock,
+            ids=schedules.new_id,
+            parallel=threads.ThreadPool(2, name="test-backfill"),
         )
 
     def runner(self, python: targets.PythonRunner | None = None) -> targets.TargetRunner:
@@ -86,6 +103,7 @@ class MemorySystem:
             ),
             metrics=self.metrics,
             long_jobs=long,
+            backfills=self.backfills,
         )
 
     def due_job(self, tenant_id: str = "tenant-a", **draft: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from moto import mock_aws
 
 from fireline import ports
 from fireline.adapters import (
+    backfills_dynamodb,
     leases_dynamodb,
     memory,
     occurrences_dynamodb,
@@ -27,12 +28,14 @@ from fireline.adapters import (
     slots_dynamodb,
     sqs,
     stepfunctions,
+    threads,
     workflows_dynamodb,
 )
 from fireline.api import app as api_app
 from fireline.domain import egress as egress_rules
 from fireline.domain import model, workflow
 from fireline.services import (
+    backfills,
     claims,
     long_jobs,
     roles,
@@ -82,7 +85,17 @@ class System:
         )
         self.slots = slots_dynamodb.DynamoSlotStore(self.ddb, tables["SlotsTable"])
         self.idempotency = memory.MemoryIdempotencyStore()
-        self._api = api_app.build_app(self.service, self.idempotency)
+        #: Backfills, their records in the workflows table as deployed.
+        self.backfills = backfills.Backfills(
+            store=backfills_dynamodb.DynamoBackfillStore(self.ddb, tables["WorkflowsTable"]),
+            schedules=self.schedules,
+            occurrences=self.occurrences,
+            queue=self.queue,
+            clock=self.clock,
+            ids=schedules.new_id,
+            parallel=threads.ThreadPool(4, name="test-backfill"),
+        )
+        self._api = api_app.build_app(self.service, self.idempotency, backfills=self.backfills)
         #: Python handlers the workers of this system run (tests register their own).
         self.registry = targets.Registry()
         self.registry.register("noop")(lambda context: None)
@@ -148,6 +161,7 @@ class System:
             config=worker.WorkerConfig(job_class=job_class, tenant_limit=tenant_limit),
             metrics=self.metrics,
             long_jobs=long,
+            backfills=self.backfills,
         )
 
     def receive(self, job_class: str = "default") -> list[ports.ReceivedMessage]:

@@ -16,7 +16,7 @@ from openapi_spec_validator import validate
 
 from fireline.adapters import memory
 from fireline.api import app as api_app
-from fireline.api import document, models
+from fireline.api import backfill_routes, document, models
 from fireline.local import runtime
 from helpers.memory_system import MemorySystem, missing_workflows
 from helpers.system import api_event
@@ -37,12 +37,18 @@ BODY_MODELS: dict[str, type[Any]] = {
     "WorkflowIn": models.WorkflowIn,
     "RunIn": models.RunIn,
     "SkipIn": models.SkipIn,
+    "BackfillIn": backfill_routes.BackfillIn,
 }
 
 
 def build() -> Any:
     system = MemorySystem()
-    return api_app.build_app(system.service, memory.MemoryIdempotencyStore(), missing_workflows())
+    return api_app.build_app(
+        system.service,
+        memory.MemoryIdempotencyStore(),
+        missing_workflows(),
+        backfills=system.backfills,
+    )
 
 
 @pytest.fixture(scope="module")

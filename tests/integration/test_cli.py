@@ -212,6 +212,42 @@ def test_a_triggered_fire_is_in_the_history_by_state_and_time(cloud: LocalCloud,
     assert again["key"] == fired["key"]
 
 
+def test_a_backfill_runs_the_past_hours_once_and_reports_its_progress(
+    cloud: LocalCloud, cli: Any
+) -> None:
+    # GIVEN an hourly schedule and the three whole hours before now
+    created = answer(cli, "schedules", "create", "rate(1 hour)", "--target-python", "echo")
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    window = ("--from", (hour - timedelta(hours=3)).isoformat(), "--to", hour.isoformat())
+    # WHEN they are backfilled through the CLI
+    started = answer(cli, "schedules", "backfill", created["id"], *window)
+    assert (started["fires"], started["created"], started["existed"]) == (3, 3, 0)
+
+    # THEN the three fires run, each once, their history saying they came from a backfill
+    def succeeded() -> Any:
+        page = answer(cli, "schedules", "history", created["id"], "--state", "succeeded")
+        return page["items"] if len(page["items"]) == 3 else None
+
+    done = wait_for(succeeded, timeout=90)
+    assert {(o["origin"], o["backfill_id"], o["attempts"]) for o in done} == {
+        ("backfill", started["id"], 1)
+    }
+
+    # AND its status says so, and a second backfill of the range creates nothing
+    def finished() -> Any:
+        found = answer(cli, "schedules", "backfill-status", created["id"], started["id"])
+        return found if found["state"] == "done" else None
+
+    status = wait_for(finished, timeout=90)
+    assert (status["run"], status["left"]) == (3, 0)
+    again = answer(cli, "schedules", "backfill", created["id"], *window)
+    assert (again["created"], again["existed"]) == (0, 3)
+    # AND a range reaching past now is refused, naming the option at fault
+    future = ("--from", hour.isoformat(), "--to", (hour + timedelta(hours=2)).isoformat())
+    code, _, err = cli("schedules", "backfill", created["id"], *future)
+    assert code == 1 and "--to" in err, err
+
+
 # --- jobs and dead letters ---------------------------------------------------------------
 
 

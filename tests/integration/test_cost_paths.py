@@ -120,6 +120,28 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "read_units": 2.2121,
         "worker_wait_seconds": 0.0182,
     },
+    # A backfill's fire: its row put by the API (a PutItem), its message sent by a pass
+    # over the backfill's record (a GetItem, a Query of the rows after the last one
+    # released, a SendMessageBatch, a PutItem of the record), one pass per fire settled;
+    # the worker's claim and outcome as any fire's. The record's index entry is written
+    # when it starts and removed when it is done.
+    "backfill": {
+        "requests": {
+            "apigateway.Request": 0.04,
+            "dynamodb.BatchGetItem": 0.24,
+            "dynamodb.GetItem": 2.08,
+            "dynamodb.PutItem": 2.12,
+            "dynamodb.Query": 1.04,
+            "dynamodb.UpdateItem": 2.0,
+            "sqs.DeleteMessageBatch": 0.12,
+            "sqs.ReceiveMessage": 0.12,
+            "sqs.SendMessageBatch": 0.64,
+        },
+        "write_units": 4.12,
+        "index_write_units": 0.08,
+        "read_units": 3.66,
+        "worker_wait_seconds": 0.0,
+    },
     "workflow_node": {
         "requests": {
             "apigateway.Request": 0.0833,
@@ -179,6 +201,8 @@ SYSTEM_PATHS: dict[str, Callable[[System], cost_paths.Measured]] = {
         f"one_off_{kind}": lambda system, kind=kind: cost_dispatch.one_off(system, kind, 5)
         for kind in ("stepfunctions", "eventbridge", "sns")
     },
+    # 25 past hourly fires backfilled through the API, ten in flight
+    "backfill": lambda system: cost_paths.backfill(system, 25, tenant="tenant-backfill"),
     # the minutely path in a tenant with the deployed concurrency limit
     "tenant_limited": lambda system: cost_paths.recurring(
         system,

@@ -333,7 +333,8 @@ def test_workflow_handler_reconciles_running_runs_on_its_schedule(deployed: Stac
         events.load("workflow", "reconcile_scheduled"), events.LambdaContext(timeout_ms=300_000)
     )
     # THEN it reconciled the running run: the rows are written and the root dispatched
-    assert result == {"reconciled": 1}
+    # (and no backfill was in progress to pace)
+    assert result == {"reconciled": 1, "backfills_paced": 0}
     view = service.view("tenant-a", run.run_id)
     assert view.counts[dag.NodeState.DISPATCHED] == 1
 

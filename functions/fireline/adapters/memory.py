@@ -34,7 +34,17 @@ from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import (
 )
 
 from fireline import ports
-from fireline.domain import dag, errors, lease, model, occurrence, policies, quota, workflow
+from fireline.domain import (
+    backfill,
+    dag,
+    errors,
+    lease,
+    model,
+    occurrence,
+    policies,
+    quota,
+    workflow,
+)
 
 SQS_MAX_BATCH = 10
 SQS_MAX_BODY_BYTES = 256 * 1024
@@ -1439,3 +1449,40 @@ class MemoryWorkflowStore:
     def finished_leaves(self, run_id: str, generation: int) -> int:
         with self._lock:
             return self._leaves.get((run_id, generation), 0)
+
+
+class MemoryBackfillStore:
+    """Backfill records with the DynamoDB adapter's conditions (absence, revision)."""
+
+    def __init__(self) -> None:
+        self._items: dict[tuple[str, str], backfill.Backfill] = {}
+        self._lock = threading.Lock()
+
+    def create(self, item: backfill.Backfill) -> None:
+        with self._lock:
+            key = (item.schedule_id, item.backfill_id)
+            if key in self._items:
+                raise errors.AlreadyExists(f"backfill {item.backfill_id} exists")
+            self._items[key] = item
+
+    def get(self, tenant_id: str, schedule_id: str, backfill_id: str) -> backfill.Backfill | None:
+        with self._lock:
+            found = self._items.get((schedule_id, backfill_id))
+        return found if found is not None and found.tenant_id == tenant_id else None
+
+    def replace(self, item: backfill.Backfill, *, expected_revision: int) -> bool:
+        with self._lock:
+            key = (item.schedule_id, item.backfill_id)
+            stored = self._items.get(key)
+            if stored is None or stored.revision != expected_revision:
+                return False
+            self._items[key] = item
+            return True
+
+    def active(self, *, limit: int, cursor: str | None = None) -> ports.Page[tuple[str, str, str]]:
+        with self._lock:
+            keys = sorted((v.tenant_id, *k) for k, v in self._items.items() if v.active)
+        start = int(cursor) if cursor else 0
+        page = keys[start : start + limit]
+        more = start + limit < len(keys)
+        return ports.Page(page, str(start + limit) if more else None)

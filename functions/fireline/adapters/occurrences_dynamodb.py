@@ -81,6 +81,7 @@ def occurrence_to_item(item: occurrence.Occurrence, expires_at: int | None) -> d
         "generation": item.generation or None,
         "skipped_last_ms": _ms(item.skipped_last) if item.skipped_last else None,
         "skipped_count": item.skipped_count,
+        "backfill_id": item.backfill_id,
         "expires_at": expires_at,
     }
 
@@ -124,6 +125,7 @@ def occurrence_from_item(record: dict[str, Any]) -> occurrence.Occurrence:
         skipped_count=(
             None if record.get("skipped_count") is None else int(record["skipped_count"])
         ),
+        backfill_id=record.get("backfill_id"),
     )
 
 

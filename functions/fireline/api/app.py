@@ -34,8 +34,9 @@ from aws_lambda_powertools.utilities.idempotency.persistence.base import BasePer
 from pydantic import ValidationError as ModelError
 
 from fireline import console
-from fireline.api import document, models
+from fireline.api import backfill_routes, document, models
 from fireline.domain import api_keys, dag, errors
+from fireline.services import backfills as backfill_service
 from fireline.services import overview as overview_service
 from fireline.services import skips
 from fireline.services import workflows as workflow_service
@@ -114,9 +115,10 @@ def build_app(
     workflows: WorkflowService | None = None,
     overview: overview_service.Overview | None = None,
     tenants: Callable[[], list[str]] | None = None,
+    backfills: backfill_service.Backfills | None = None,
 ) -> APIGatewayRestResolver:
     """``overview`` answers GET /overview; ``tenants`` lists the deployment's tenants for
-    operators' keys (GET /tenants)."""
+    operators' keys (GET /tenants); ``backfills`` adds the backfill routes."""
     app = APIGatewayRestResolver(enable_validation=True)
 
     def identity() -> tuple[str, bool]:
@@ -464,6 +466,8 @@ def build_app(
 
     if workflows is not None:
         _workflow_routes(app, workflows, tenant, once)
+    if backfills is not None:
+        backfill_routes.register(app, backfills, tenant)
 
     # --- the console's own reads -----------------------------------------------------------
 

@@ -779,6 +779,10 @@ class OccurrenceOut(BaseModel):
     skipped_count: int | None = Field(
         default=None, description="a summary of skipped fires: how many fires it counts"
     )
+    origin: str | None = Field(
+        default=None, description="`backfill` for a fire a backfill wrote; null otherwise"
+    )
+    backfill_id: str | None = Field(default=None, description="the backfill that wrote it")
 
     @classmethod
     def of(cls, item: occurrence.Occurrence) -> OccurrenceOut:
@@ -801,6 +805,8 @@ class OccurrenceOut(BaseModel):
             exit_reason=item.exit_reason,
             skipped_last=item.skipped_last,
             skipped_count=item.skipped_count,
+            origin="backfill" if item.backfill_id else None,
+            backfill_id=item.backfill_id,
             progress=shown(item.progress),
         )
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
-from fireline.cli import client, common, spec
+from fireline.cli import backfills, client, common, spec
 from fireline.services.schedules import OCCURRENCE_STATES, SCHEDULE_STATES
 
 GAPS = ("shift", "skip")
@@ -93,8 +93,8 @@ def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None
         help="recurring schedules",
         description="A tenant's recurring schedules (cron with seconds, rate, at, or plain "
         "words such as 'every 10 seconds'): create, read, change, pause, resume, trigger, "
-        "preview their next fires and read their occurrences. Through the HTTP API, as the "
-        "tenant whose key is --api-key or $FIRELINE_API_KEY.",
+        "backfill, preview their next fires and read their occurrences. Through the HTTP API, "
+        "as the tenant whose key is --api-key or $FIRELINE_API_KEY.",
     )
     group = schedules.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -164,6 +164,8 @@ def add_commands(subparsers: common.SubParsers[argparse.ArgumentParser]) -> None
     )
     common.add_paging(history)
     common.name_fields(history, FIELDS)
+
+    backfills.add_commands(group)
 
 
 def _add_definition_options(parser: argparse.ArgumentParser, *, target_required: bool) -> None:

@@ -183,6 +183,9 @@ class Occurrence:
     execution: str | None = None  # a long job's state machine execution
     task_token: str | None = None  # a long job's current task (heartbeats go to it)
     generation: int = 0  # +1 on each redrive: a new run gets a new execution name
+    # The backfill that wrote this row (its history shows the origin); None for the
+    # ticker's, a trigger's and a workflow's rows.
+    backfill_id: str | None = None
     # A summary row of skipped fires: every fire of its version from its own to
     # ``skipped_last``, ``skipped_count`` of them, was skipped, but for a fire with a row
     # of its own (that row says what happened to it).
@@ -219,6 +222,7 @@ def new(
     exit_reason: str | None = None,
     payload: dict[str, Any] | None = None,
     exact: bool = False,
+    backfill_id: str | None = None,
 ) -> Occurrence:
     """A new row; ``exact``: keyed to the millisecond (a trigger-now), else to the second.
     Its fire time is the one its key names, so the two always agree."""
@@ -236,4 +240,5 @@ def new(
         finished_at=created_at if state is State.SKIPPED else None,
         exit_reason=exit_reason,
         payload=dict(payload or {}),
+        backfill_id=backfill_id,
     )

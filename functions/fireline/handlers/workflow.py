@@ -3,7 +3,9 @@
 An SQS record is a controller event (start, node_done, cancel, reconcile); one that fails
 comes back after its visibility timeout, and every event is safe to apply twice. The
 scheduled event (rate(1 minute)) reconciles every running run, which repairs whatever a
-lost event left behind.
+lost event left behind, and makes a pass over every backfill in progress (its pacing
+state is in the same table), which releases its next fires and finishes what a crash
+interrupted.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if event.get("source") == "aws.events" or "Records" not in event:
         reconciled = controller.reconcile_active()
         metrics.add_metric("WorkflowRunsReconciled", "Count", reconciled)
-        return {"reconciled": reconciled}
+        paced = wiring.backfill_service().pace_active()
+        metrics.add_metric("BackfillPasses", "Count", paced)
+        return {"reconciled": reconciled, "backfills_paced": paced}
 
     def record_handler(record: SQSRecord) -> None:
         body = json.loads(record.body)

@@ -520,6 +520,57 @@ async function schedulesPage(page) {
   draw();
 }
 
+// A schedule's past fires over a range, run again a few at a time (POST .../backfill); the
+// dialog then shows the backfill's progress, refreshed on request, and can cancel it.
+function backfillDialog(s, changed) {
+  const dialog = h("dialog", { "aria-labelledby": "backfill-title" });
+  const field = (label, name, input) => h("div", { class: "field" }, h("label", { for: `b-${name}` }, label), input);
+  const from = h("input", { id: "b-from", type: "datetime-local", step: "1", required: true });
+  const to = h("input", { id: "b-to", type: "datetime-local", step: "1", required: true });
+  const overlap = h("select", { id: "b-overlap" },
+    h("option", { value: "" }, "the schedule's (default)"),
+    ["allow", "buffer_all"].map((v) => h("option", { value: v }, v)));
+  const problem = h("p", { class: "error", role: "alert" });
+  const progress = h("div", { role: "status", "aria-live": "polite" });
+  let started = null;
+  const path = () => `/schedules/${s.id}/backfill/${started.id}`;
+  const show = (b) => {
+    started = b;
+    replace(progress, h("dl", { class: "details" },
+      h("dt", {}, "Backfill"), h("dd", { class: "mono" }, b.id),
+      h("dt", {}, "State"), h("dd", {}, badge(b.state)),
+      h("dt", {}, "Fires"), h("dd", {}, `${b.fires}: ${b.created} created, ${b.existed} existed (not run again)`),
+      h("dt", {}, "Progress"), h("dd", {}, `${b.run} run, ${b.in_flight} in flight, ${b.left} left, ${b.cancelled} cancelled`)),
+      h("div", { class: "actions" },
+        h("button", { type: "button", onclick: () => api("GET", path()).then(show).catch((e) => { problem.textContent = e.message; }) }, "Refresh"),
+        b.state === "running" ? h("button", { type: "button", class: "danger", onclick: () => api("DELETE", path()).then((d) => { show(d); changed(); }).catch((e) => { problem.textContent = e.message; }) }, "Cancel backfill") : null));
+  };
+  // The inputs read as UTC, as the preview's does.
+  const utc = (value) => (value ? new Date(`${value}Z`).toISOString().replace(".000Z", "Z") : value);
+  dialog.append(h("form", { class: "edit", method: "dialog", onsubmit: async (event) => {
+    event.preventDefault();
+    problem.textContent = "";
+    const body = { from: utc(from.value), to: utc(to.value) };
+    if (overlap.value) body.overlap = overlap.value;
+    try {
+      show(await api("POST", `/schedules/${s.id}/backfill`, body));
+    } catch (error) { problem.textContent = error.message; return; }
+    say(`Backfill of ${s.id} started`);
+    changed();
+  } },
+    h("h2", { id: "backfill-title" }, `Backfill ${s.id}`),
+    h("p", { class: "sub" }, "Runs the schedule's fires from the first time to the second (excluded, not after now) that have no occurrence yet, a few at a time."),
+    field("From (UTC)", "from", from), field("To (UTC)", "to", to), field("Overlap", "overlap", overlap),
+    problem, progress,
+    h("div", { class: "actions" },
+      h("button", { type: "button", onclick: () => dialog.close() }, "Close"),
+      h("button", { type: "submit", class: "primary" }, "Start backfill"))));
+  dialog.addEventListener("close", () => dialog.remove());
+  document.body.append(dialog);
+  dialog.showModal();
+  from.focus();
+}
+
 async function schedulePage(page, id) {
   const head = h("div", {});
   const details = h("div", {});
@@ -545,6 +596,7 @@ async function schedulePage(page, id) {
       if (s.state === "active") buttons.push(h("button", { type: "button", onclick: () => change("pause", "Pause", `Pause ${s.id}? It leaves the due index until resumed.`) }, "Pause"));
       if (s.state === "paused") buttons.push(h("button", { type: "button", onclick: () => change("resume", "Resume", `Resume ${s.id}? Missed fires follow its misfire policy (${s.misfire.policy}).`) }, "Resume"));
       buttons.push(h("button", { type: "button", onclick: trigger }, "Trigger now"));
+      buttons.push(h("button", { type: "button", onclick: () => backfillDialog(s, () => drawLedger().catch(report)) }, "Backfill…"));
       buttons.push(h("button", { type: "button", onclick: edit }, "Edit"));
       buttons.push(h("button", { type: "button", class: "danger", onclick: remove }, "Delete"));
     }

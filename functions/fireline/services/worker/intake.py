@@ -30,7 +30,7 @@ from fireline.services.worker.config import (
 from fireline.services.worker.idempotency import OccurrenceIdempotency
 from fireline.services.worker.outcomes import Result
 from fireline.services.worker.prefetch import NOTHING_PREFETCHED, Prefetch
-from fireline.services.worker.state import NoMetrics, Tally
+from fireline.services.worker.state import BackfillPacer, NoMetrics, Tally
 
 logger = Logger(service="fireline", child=True)
 
@@ -62,6 +62,7 @@ class Worker(steps.Steps):
         long_jobs: long_jobs_service.LongJobs | None = None,
         nodes: workflows.NodeJobs | None = None,
         tracing: tracing_service.Tracing | None = None,
+        backfills: BackfillPacer | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -75,6 +76,7 @@ class Worker(steps.Steps):
         self.long_jobs = long_jobs
         self.nodes = nodes
         self.tracing = tracing or tracing_service.OFF
+        self.backfills = backfills
         # The register of limit overrides as last read, and until when (the clock's
         # monotonic seconds) it is used; None: unknown (no register yet, or a failed read).
         self._overrides: Mapping[str, int] | None = None

@@ -16,7 +16,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import model, occurrence
+from fireline.domain import errors, model, occurrence
 from fireline.services import dispatch
 from fireline.services.worker import state
 
@@ -130,6 +130,33 @@ class Outcomes(state.WorkerState):
         return outcome
 
     def _after(
+        self, body: dict[str, Any], row: occurrence.Occurrence, outcome: dict[str, Any]
+    ) -> Result:
+        result = self._recorded(body, row, outcome)
+        if result is not Result.RETRYING:
+            self._nudge_backfill(body)
+        return result
+
+    def _nudge_backfill(self, body: dict[str, Any]) -> None:
+        """A backfill's fire settled: a pass over its backfill releases the next at once.
+        Best effort: the periodic pass releases it within a minute otherwise."""
+        backfill_id = body.get("backfill_id")
+        if self.backfills is None or not isinstance(backfill_id, str):
+            return
+        try:
+            self.backfills.pace(
+                body["tenant_id"],
+                body["schedule_id"],
+                backfill_id,
+                settled=body["occurrence_key"],
+            )
+        except errors.FirelineError as exc:
+            logger.warning(
+                "backfill pass deferred",
+                extra={"action": "worker.backfill_deferred", "error": str(exc)},
+            )
+
+    def _recorded(
         self, body: dict[str, Any], row: occurrence.Occurrence, outcome: dict[str, Any]
     ) -> Result:
         state = occurrence.State(outcome["state"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from fireline import ports
 from fireline.services import long_jobs as long_jobs_service
@@ -50,6 +50,15 @@ class Tally:
             self.inner.add_metric(name, "Count", total)
 
 
+class BackfillPacer(Protocol):
+    """What the worker asks of backfills: a pass after one of its fires settled, so the
+    next fire is released at once rather than at the periodic pass."""
+
+    def pace(
+        self, tenant_id: str, schedule_id: str, backfill_id: str, *, settled: str | None = None
+    ) -> object: ...
+
+
 class WorkerState:
     """The attributes every part reads, declared once (Worker.__init__ sets them)."""
 
@@ -65,6 +74,7 @@ class WorkerState:
     long_jobs: long_jobs_service.LongJobs | None
     nodes: workflows.NodeJobs | None
     tracing: tracing_service.Tracing
+    backfills: BackfillPacer | None
     # The register of limit overrides as last read, and until when (the clock's
     # monotonic seconds) it is used; None: unknown (no register yet, or a failed read).
     _overrides: Mapping[str, int] | None
