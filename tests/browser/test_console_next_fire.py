@@ -1,5 +1,6 @@
-"""The console's next fire once the ticker has sent a schedule's fires ahead: headless
-Chromium against a local cloud of its own, as tests/browser/test_console.py drives it."""
+"""The console's next fires: once the ticker has sent a schedule's fires ahead, and of a
+schedule with an excluded day, with its skip and unskip buttons. Headless Chromium against
+a local cloud of its own, as tests/browser/test_console.py drives it."""
 
 from __future__ import annotations
 
@@ -102,3 +103,46 @@ def test_the_console_shows_the_next_fire_of_a_schedule_sent_ahead(
     ), listed
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "schedules-next-fire.png"), full_page=True)
+
+
+def test_the_preview_marks_excluded_fires_and_skips_and_unskips_one(
+    cloud: LocalCloud, page: Any
+) -> None:
+    # GIVEN a daily 09:00 UTC schedule excluding the day after tomorrow
+    excluded = (datetime.now(UTC) + timedelta(days=2)).date().isoformat()
+    body = {
+        "spec": "cron(0 9 * * *)",
+        "target": {"type": "python", "handler": "noop"},
+        "exclude": [excluded],
+    }
+    status, made = call(cloud, "POST", "/schedules", body)
+    assert status == 201, made
+    # WHEN its page is opened in the console
+    page.goto(f"{cloud.api_url}/console")
+    page.get_by_label("API key").fill(KEY)
+    page.get_by_role("button", name="Sign in").click()
+    page.goto(f"{cloud.api_url}/console#/schedules/{made['id']}")
+    # THEN the excluded fire is listed among the next fires, marked excluded
+    marked = page.locator("tr[data-excluded='excluded']")
+    expect(marked).to_have_count(1)
+    expect(marked).to_contain_text(excluded)
+    # WHEN the first upcoming fire's Skip button is clicked
+    rows = page.locator("tr:has(button.skip)")
+    first = rows.first
+    fire = first.locator("td").nth(1).inner_text().strip()
+    first.get_by_role("button", name="Skip").dispatch_event("click")
+    # THEN the row is marked skipped, and the API holds the skip in a new version
+    skipped = page.locator("tr[data-excluded='skipped']")
+    expect(skipped).to_have_count(1)
+    status, now_held = call(cloud, "GET", f"/schedules/{made['id']}")
+    assert status == 200 and len(now_held["skipped_fires"]) == 1
+    assert now_held["version"] == made["version"] + 1
+    assert now_held["skipped_fires"][0][:16] == fire.replace(" ", "T")[:16]
+    # WHEN its Unskip button is clicked
+    skipped.get_by_role("button", name="Unskip").dispatch_event("click")
+    # THEN no fire is skipped any more
+    expect(page.locator("tr[data-excluded='skipped']")).to_have_count(0)
+    status, back = call(cloud, "GET", f"/schedules/{made['id']}")
+    assert status == 200 and back["skipped_fires"] == []
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "schedule-exclusions.png"), full_page=True)
