@@ -1171,6 +1171,8 @@ def test_openapi_document_is_valid_and_lists_every_route(system: System) -> None
         ("/schedules/{schedule_id}/pause", "post"),
         ("/schedules/{schedule_id}/resume", "post"),
         ("/schedules/{schedule_id}/trigger", "post"),
+        ("/schedules/{schedule_id}/skip", "post"),
+        ("/schedules/{schedule_id}/skip", "delete"),
         ("/schedules/{schedule_id}/backfill", "post"),
         ("/schedules/{schedule_id}/backfill/{backfill_id}", "get"),
         ("/schedules/{schedule_id}/backfill/{backfill_id}", "delete"),

@@ -41,7 +41,8 @@ COMMAND_START = re.compile(r"^(curl |\.venv/bin/fireline )")
 
 def documented_commands() -> list[str]:
     """Every curl and CLI command of the pages' sh blocks, in the site's order, continuation
-    lines joined (a command goes on while its single quotes are open)."""
+    lines joined (a command goes on while its single quotes are open or its line ends in a
+    backslash)."""
     blocks = [
         block for page in docs.written_pages() for block in docs.fenced(page.read_text(), "sh")
     ]
@@ -53,7 +54,11 @@ def documented_commands() -> list[str]:
                 current.append(line)
             elif COMMAND_START.match(line):
                 current = [line]
-            if current and "\n".join(current).count("'") % 2 == 0:
+            if (
+                current
+                and not current[-1].endswith("\\")
+                and "\n".join(current).count("'") % 2 == 0
+            ):
                 commands.append("\n".join(current))
                 current = []
     return commands
