@@ -16,12 +16,11 @@ from fireline import ports
 from fireline.adapters.dynamodb import (
     _applied,
     _decode,
-    _decode_cursor,
     _encode,
-    _encode_cursor,
     _from_ms,
     _ms,
     _opt_from_ms,
+    _query_page,
     _translated,
 )
 from fireline.domain import backfill, errors
@@ -141,22 +140,13 @@ class DynamoBackfillStore:
     def active(self, *, limit: int, cursor: str | None = None) -> ports.Page[tuple[str, str, str]]:
         if limit < 1:
             raise errors.ValidationError("must be at least 1", field="limit")
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": STATE_INDEX,
-            "KeyConditionExpression": "#key = :key",
-            "ExpressionAttributeNames": {"#key": "state_key"},
-            "ExpressionAttributeValues": {":key": {"S": ACTIVE}},
-            "Limit": limit,
-        }
-        start = _decode_cursor(cursor, keys=INDEX_KEYS)
-        if start is not None:
-            kwargs["ExclusiveStartKey"] = _encode(start)
-        with _translated():
-            response = self._client.query(**kwargs)
-        found = [_decode(r) for r in response.get("Items", [])]
-        last = response.get("LastEvaluatedKey")
-        return ports.Page(
-            [(*_parts(r["pk"]), str(r["sk"])) for r in found],
-            _encode_cursor(_decode(last)) if last else None,
+        found, after = _query_page(
+            self._client,
+            table=self._table,
+            partition=("state_key", ACTIVE),
+            cursor_keys=INDEX_KEYS,
+            limit=limit,
+            cursor=cursor,
+            index=STATE_INDEX,
         )
+        return ports.Page([(*_parts(r["pk"]), str(r["sk"])) for r in found], after)

@@ -764,25 +764,17 @@ class DynamoWorkflowStore:
         """
         if limit < 1:
             raise errors.ValidationError("must be at least 1", field="limit")
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": STATE_INDEX,
-            "KeyConditionExpression": "#key = :key",
-            "ExpressionAttributeNames": {"#key": "state_key"},
-            "ExpressionAttributeValues": {":key": {"S": state_key}},
-            "Limit": limit + 1,
-        }
-        start = _decode_cursor(cursor, keys=INDEX_KEYS)
-        if start is not None:
-            if start["state_key"] != state_key:
-                raise errors.ValidationError("belongs to another listing", field="cursor")
-            kwargs["ExclusiveStartKey"] = _encode(start)
-        with _translated():
-            response = self._client.query(**kwargs)
-        records = [_decode(r) for r in response.get("Items", [])]
+        records, after = _query_page(
+            self._client,
+            table=self._table,
+            partition=("state_key", state_key),
+            cursor_keys=INDEX_KEYS,
+            limit=limit + 1,
+            cursor=cursor,
+            index=STATE_INDEX,
+        )
         if len(records) > limit:
             records = records[:limit]
             return records, _encode_cursor({k: records[-1][k] for k in INDEX_KEYS})
-        last = response.get("LastEvaluatedKey")
-        # Fewer than asked with a LastEvaluatedKey: the 1 MB page limit cut the read short.
-        return records, _encode_cursor(_decode(last)) if last else None
+        # Fewer than asked with a cursor: the 1 MB page limit cut the read short.
+        return records, after
