@@ -106,7 +106,7 @@ class Backfills:
             fires=len(fires),
         )
         self.store.create(record)
-        rows = [self._row(record, current, f, now) for f in fires]
+        rows = [dispatch.row_for(current, f, now, backfill_id=record.backfill_id) for f in fires]
         outcomes = self.parallel.run([functools.partial(self.occurrences.put_new, r) for r in rows])
         failure = next((o for o in outcomes if isinstance(o, Exception)), None)
         created = sum(1 for o in outcomes if o is True)
@@ -314,19 +314,3 @@ class Backfills:
             if found.state is not backfill.State.CANCELLING:
                 return found
         raise errors.Unavailable("the backfill kept changing while it was cancelled")
-
-    # --- helpers -------------------------------------------------------------------------
-
-    @staticmethod
-    def _row(
-        record: backfill.Backfill, current: model.Schedule, fire_time: datetime, now: datetime
-    ) -> occurrence.Occurrence:
-        return occurrence.new(
-            tenant_id=record.tenant_id,
-            schedule_id=current.schedule_id,
-            version=current.version,
-            fire_time=fire_time,
-            job_class=current.job_class,
-            created_at=now,
-            backfill_id=record.backfill_id,
-        )

@@ -112,8 +112,10 @@ def row_for(
     *,
     state: occurrence.State = occurrence.State.QUEUED,
     exit_reason: str | None = None,
+    backfill_id: str | None = None,
 ) -> occurrence.Occurrence:
-    """The new row of one fire of ``item``, written at ``now``."""
+    """The new row of one fire of ``item``, written at ``now`` (by the backfill
+    ``backfill_id``, when one wrote it)."""
     return occurrence.new(
         tenant_id=item.tenant_id,
         schedule_id=item.schedule_id,
@@ -123,6 +125,7 @@ def row_for(
         created_at=now,
         state=state,
         exit_reason=exit_reason,
+        backfill_id=backfill_id,
     )
 
 
