@@ -19,7 +19,10 @@ leaves them; so the window holds the ticker's steady work (five fires per pickup
 than its first pass over everything. Each contender runs in a fresh interpreter of its
 own, and is measured over the window only: CPU seconds of its process per 1,000 fires,
 lateness (the job's start less its due time), fires run against fires due (lost,
-duplicated) and, for APScheduler, the fires it dropped as misfires.
+duplicated) and, for APScheduler, the fires it dropped as misfires. Both get the same
+garbage-collector treatment (heap_frozen_each_second). Fireline's CPU is reported twice:
+on the memory adapters, and with the SDK client CPU of each AWS request it made, measured
+on this machine (fireline.sim.calibrate), which is what a deployed ticker and worker spend.
 
 FIRELINE_PEER_JOBS and FIRELINE_PEER_SECONDS shrink a run for a quick look; the figures
 go to .bench/report.json under peer.*. Nothing here fails on time.
@@ -27,6 +30,7 @@ go to .bench/report.json under peer.*. Nothing here fails on time.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -39,7 +43,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -65,7 +69,6 @@ INVOCATIONS = 50
 # ("pool"), or one after another ("inline").
 RECORDS = os.environ.get("FIRELINE_PEER_RECORDS", "inline")
 APSCHEDULER_CONTENDERS = ("apscheduler.memory", "apscheduler.sqlite")
-CONTENDERS = (*APSCHEDULER_CONTENDERS, "fireline.memory")
 
 GUARANTEES = (
     "APScheduler 3 is a library inside one process: a fire exists only as that process's "
@@ -163,6 +166,33 @@ def sleep_until(moment: float) -> None:
         time.sleep(min(left, 1.0))
 
 
+@contextlib.contextmanager
+def heap_frozen_each_second() -> Iterator[None]:
+    """The garbage collector's treatment, the same for every contender: once a second,
+    what the process holds so far moves out of the collector's sight (``gc.freeze``), so a
+    full collection walks only what is new since.
+
+    Deployed, Fireline's tables and queue live in DynamoDB and SQS, outside the ticker's
+    and the workers' processes; here they share one interpreter, and unfrozen, a full
+    collection walking 90,000 rows and messages stalled every thread for up to half a
+    second, more the longer the run (0.1 s early in a 3-minute run, 0.48 s at its end).
+    APScheduler's job store is its own heap, so freezing it is the same favour to it: the
+    lateness either shows is then its scheduler's, not the collector's."""
+    stop = threading.Event()
+
+    def freeze() -> None:
+        while not stop.wait(1.0):
+            gc.freeze()
+
+    thread = threading.Thread(target=freeze, name="gc-freeze", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 # --- APScheduler ---------------------------------------------------------------------------
 
 STARTS: list[tuple[int, float]] = []
@@ -200,12 +230,13 @@ def run_apscheduler(store: str) -> dict[str, Any]:
     for n in range(JOBS):
         scheduler.add_job(fired, "cron", second=offset(n), args=[n], id=f"job{n}")
     t0 = math.ceil(time.time()) + WARMUP_SECONDS
-    sleep_until(t0)
-    cpu = time.process_time()
-    sleep_until(t0 + SECONDS)
-    cpu = time.process_time() - cpu
-    sleep_until(t0 + SECONDS + DRAIN_SECONDS)
-    scheduler.shutdown(wait=False)
+    with heap_frozen_each_second():
+        sleep_until(t0)
+        cpu = time.process_time()
+        sleep_until(t0 + SECONDS)
+        cpu = time.process_time() - cpu
+        sleep_until(t0 + SECONDS + DRAIN_SECONDS)
+        scheduler.shutdown(wait=False)
     starts = []
     for n, started in list(STARTS):
         # Never early, and later than the grace only as a misfire: the due second is the
@@ -261,6 +292,41 @@ class _InvocationMetrics:
             self.inner.flush_metrics()
 
 
+class _Requests:
+    """The AWS requests Fireline's ticker and workers make, counted by operation under the
+    names the simulator gives them (fireline.sim.network's tables): on the memory adapters
+    they cost no SDK CPU, which a deployed worker spends on each. The event source
+    mapping's receives and deletes are SQS's own work, not counted."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def counted(self, inner: Any, ops: dict[str, Any]) -> Any:
+        """``inner`` with each of ``ops``' methods counted as its operation."""
+        requests = self
+
+        class Counted:
+            def __getattr__(self, name: str) -> Any:
+                attr = getattr(inner, name)
+                op = ops.get(name)
+                if op is None or not callable(attr):
+                    return attr
+
+                def call(*args: Any, **kwargs: Any) -> Any:
+                    with requests._lock:
+                        requests.counts[op.name] += 1
+                    return attr(*args, **kwargs)
+
+                return call
+
+        return Counted()
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.counts)
+
+
 def run_fireline() -> dict[str, Any]:
     os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "fireline")
     os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "Fireline")
@@ -272,6 +338,7 @@ def run_fireline() -> dict[str, Any]:
     from fireline.domain import schedule
     from fireline.services import dispatch, targets, ticker, worker
     from fireline.sim import lambdas as sim_lambdas
+    from fireline.sim import network as sim_network
     from fireline.sim import world as sim_world
 
     wiring.logger()  # the services' loggers' parent, as each Lambda handler makes it
@@ -314,11 +381,15 @@ def run_fireline() -> dict[str, Any]:
     pending.sort(key=lambda out: out.deliver_at or base)
     dispatch.send_batches(queue, pending, dispatch.DispatchReport(), clock=clock)
 
+    requests = _Requests()
+    counted_schedules = requests.counted(schedules, sim_network.schedule_ops())
+    counted_occurrences = requests.counted(occurrences, sim_network.OCCURRENCE_OPS)
+    counted_queue = requests.counted(queue, sim_network.QUEUE_OPS)
     the_ticker = ticker.Ticker(
-        schedules=schedules,
-        occurrences=occurrences,
-        queue=queue,
-        leases=memory.MemoryLeaseStore(),
+        schedules=counted_schedules,
+        occurrences=counted_occurrences,
+        queue=counted_queue,
+        leases=requests.counted(memory.MemoryLeaseStore(), sim_network.LEASE_OPS),
         clock=clock,
         owner="bench",
         config=config,
@@ -329,15 +400,16 @@ def run_fireline() -> dict[str, Any]:
     # The register of limit overrides (none here), as the sweep builds it within minutes of
     # a deploy: an unlimited tenant's fire then reads nothing of the slots table.
     slots.build_overrides()
+    counted_slots = requests.counted(slots, sim_network.SLOT_OPS)
 
     def a_worker(metrics: _InvocationMetrics) -> worker.Worker:
         """A worker Lambda's own Worker (deployed, each invocation's process makes one);
         the tables and the queue are the ones every invocation shares."""
         return worker.Worker(
-            schedules=schedules,
-            occurrences=occurrences,
-            queue=queue,
-            slots=slots,
+            schedules=counted_schedules,
+            occurrences=counted_occurrences,
+            queue=counted_queue,
+            slots=counted_slots,
             clock=clock,
             runner=targets.TargetRunner(
                 registry=registry,
@@ -362,18 +434,8 @@ def run_fireline() -> dict[str, Any]:
     )
 
     def source_mapping() -> None:
-        """SQS's event source mapping: long-polls the queue, a batch to each invocation.
-        Once a second it also moves what the emulated cloud holds out of the garbage
-        collector's sight (``gc.freeze``): deployed, the tables and the queue live in
-        DynamoDB and SQS, not in the ticker's or a worker's process, whose heaps stay
-        small. Here they share one interpreter, and a full collection walking 90,000
-        rows and messages stalls every thread for up to half a second, more the longer
-        the run (measured: the largest pauses grew from 0.1 to 0.48 s over 3 minutes)."""
-        frozen = time.monotonic()
+        """SQS's event source mapping: long-polls the queue, a batch to each invocation."""
         while not stop.is_set():
-            if time.monotonic() - frozen >= 1:
-                gc.freeze()
-                frozen = time.monotonic()
             got = queue.receive("default", max_messages=10)
             if got:
                 batches.put(got)
@@ -411,21 +473,24 @@ def run_fireline() -> dict[str, Any]:
     if (spare := t0 - WARMUP_SECONDS - time.time()) < 0:
         print(f"set-up overran by {-spare:.1f} s: the warm-up has a backlog", file=sys.stderr)
     sleep_until(t0 - WARMUP_SECONDS)
-    for thread in [ticker_thread, mapping, *threads]:
-        thread.start()
-    sleep_until(t0)
-    ticker_clock = time.pthread_getcpuclockid(ticker_thread.ident or 0)
-    mapping_clock = time.pthread_getcpuclockid(mapping.ident or 0)
-    cpu, ticker_cpu = time.process_time(), time.clock_gettime(ticker_clock)
-    mapping_cpu = time.clock_gettime(mapping_clock)
-    sleep_until(t0 + SECONDS)
-    cpu, ticker_cpu = time.process_time() - cpu, time.clock_gettime(ticker_clock) - ticker_cpu
-    mapping_cpu = time.clock_gettime(mapping_clock) - mapping_cpu
-    sleep_until(end)
-    stop.set()
-    for thread in [mapping, *threads]:
-        thread.join()
-    ticker_thread.join()
+    with heap_frozen_each_second():
+        for thread in [ticker_thread, mapping, *threads]:
+            thread.start()
+        sleep_until(t0)
+        ticker_clock = time.pthread_getcpuclockid(ticker_thread.ident or 0)
+        mapping_clock = time.pthread_getcpuclockid(mapping.ident or 0)
+        cpu, ticker_cpu = time.process_time(), time.clock_gettime(ticker_clock)
+        mapping_cpu = time.clock_gettime(mapping_clock)
+        before = requests.snapshot()
+        sleep_until(t0 + SECONDS)
+        cpu, ticker_cpu = time.process_time() - cpu, time.clock_gettime(ticker_clock) - ticker_cpu
+        mapping_cpu = time.clock_gettime(mapping_clock) - mapping_cpu
+        requested = requests.snapshot() - before
+        sleep_until(end)
+        stop.set()
+        for thread in [mapping, *threads]:
+            thread.join()
+        ticker_thread.join()
     return figures(
         starts,
         t0=t0,
@@ -434,6 +499,8 @@ def run_fireline() -> dict[str, Any]:
             "ticker_cpu_seconds": round(ticker_cpu, 2),
             # SQS's side, deployed (receives, and the bodies' parsing the handler does).
             "source_mapping_cpu_seconds": round(mapping_cpu, 2),
+            # The ticker's and the workers' requests over the window, by operation.
+            "aws_requests": dict(sorted(requested.items())),
             "worker_results": dict(results),
             "settings": f"ticker (lookahead {config.lookahead_seconds} s, horizon "
             f"{config.horizon_seconds} s, ticks {config.tick_phase} s into a second) + "
@@ -468,14 +535,40 @@ def contender(name: str) -> dict[str, Any]:
         return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
+def with_sdk_cpu(figures: dict[str, Any], sdk: Any) -> dict[str, Any]:
+    """Fireline's CPU a second way: its process's on the memory adapters, plus the SDK
+    client CPU (serializing, signing, the exchange, parsing) this machine spends on each of
+    the window's requests, as measured through the DynamoDB and SQS adapters. That is what
+    a deployed ticker and worker spend. The memory adapters' own work stays in too, so the
+    line is a slight overstatement."""
+    sdk_cpu = sum(n * sdk.of(op) for op, n in figures["aws_requests"].items())
+    fired = max(figures["fires_run"], 1)
+    return {
+        **figures,
+        "sdk_client_cpu_seconds": round(sdk_cpu, 2),
+        "cpu_seconds_per_1k_fires_with_sdk_client_cpu": round(
+            (figures["cpu_seconds"] + sdk_cpu) / fired * 1000, 3
+        ),
+        "aws_requests_per_fire": round(sum(figures["aws_requests"].values()) / fired, 3),
+        "sdk_client_cpu_us_per_call": {
+            op: round(sdk.of(op) * 1e6) for op in sorted(figures["aws_requests"])
+        },
+    }
+
+
 def test_beside_apscheduler() -> None:
     pytest.importorskip("apscheduler", reason="make bench installs the bench extra")
+    from fireline.sim import calibrate
+
     print(
         f"\n{JOBS:,} every-minute jobs, {SECONDS} s each, in real time: about "
         f"{3 * (SECONDS + WARMUP_SECONDS + DRAIN_SECONDS + 15)} s"
     )
-    for name in CONTENDERS:
+    for name in APSCHEDULER_CONTENDERS:
         record(f"peer.{name}", contender(name))
+    # Measured before Fireline's contender and apart from it, so neither run slows the other.
+    sdk = calibrate.measure()
+    record("peer.fireline.memory", with_sdk_cpu(contender("fireline.memory"), sdk))
     record("peer.guarantees", GUARANTEES)
 
 
