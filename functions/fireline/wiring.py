@@ -536,6 +536,8 @@ def worker() -> worker_service.Worker:
             job_class=s.job_class,
             tenant_limit=s.tenant_limit,
             class_max_concurrency=s.class_max_concurrency,
+            # A long job runs in a runner of its own: that class's jobs are its runners.
+            in_flight=1 if s.job_class == "long" else s.worker_in_flight,
             jobs_counted=quota_store() is not None,
             # This container in its class's register of live containers (one a warm
             # container: the worker is built once per container).

@@ -109,6 +109,22 @@ def test_a_tenant_at_its_share_of_a_class_waits_while_another_tenant_runs() -> N
     assert third["occurrence_key"] in {s.holder for s in band} and len(band) == 2
 
 
+def test_a_tenants_share_counts_the_jobs_its_class_keeps_in_flight() -> None:
+    # GIVEN a default class of 4 invocations, each keeping 8 remote jobs in flight (32 at
+    # once, a tenant's share 16), and a tenant whose limit override is 10
+    system = MemorySystem()
+    system.slots.set_limit("big", 10)
+    worker = system.worker(tenant_limit=2, class_max_concurrency=4, in_flight=8)
+    # WHEN 10 of its jobs run at once
+    with gated(system, worker, "big", 10):
+        # THEN all 10 run (not the 2 that half of 4 invocations would allow), and the 11th
+        # waits for its limit
+        eleventh = system.due_job("big")
+        assert worker.handle(eleventh, remaining_ms=remaining) is Result.DEFERRED
+        held, _ = system.slots.held("big")
+        assert len([s for s in held if s.number < quota.CLASS_BAND]) == 10
+
+
 def test_the_share_is_per_class() -> None:
     # GIVEN tenant A at its share of the default class
     system = MemorySystem()

@@ -73,11 +73,12 @@ def holding(held: list[Slot], holder: str, now_ms: int) -> Slot | None:
     return next((s for s in held if s.holder == holder and not s.free(now_ms)), None)
 
 
-# What one tenant may run at once in a job class, as a share of the class's maximum
-# concurrency (its workers' invocations): the rest is always left to other tenants. A
-# running job keeps its worker's invocation busy until it ends (an invocation returns when
-# its whole batch has), so a tenant holding every invocation of a class would make every
-# other tenant's jobs wait in the queue, however short they are.
+# What one tenant may run at once in a job class, as a share of what the class runs at
+# once (its invocations times the jobs each keeps in flight; the long class: its runners):
+# the rest is always left to other tenants. A running job keeps a place in its worker's
+# invocation until it ends (an invocation returns when its whole batch has), so a tenant
+# holding every place of a class would make every other tenant's jobs wait in the queue,
+# however short they are. Its share of the invocations themselves is services.pool's.
 CLASS_SHARE_PERCENT = 50
 # A job of a shared-out class holds two of its tenant's slots: one of 0 .. limit-1 (the
 # tenant's limit) and one of its class's band, CLASS_BAND * (class index + 1) + 0 ..
@@ -87,9 +88,9 @@ CLASS_BAND = 1_000_000
 
 
 def class_limit(max_concurrency: int, share_percent: int = CLASS_SHARE_PERCENT) -> int:
-    """The most jobs one tenant may run at once in a class of ``max_concurrency``
-    invocations: its share, at least one, and always fewer than the class has (unless the
-    class has a single invocation). 0: the class is not shared out (no class limit)."""
+    """The most one tenant may hold at once of a class running ``max_concurrency`` (jobs,
+    or for services.pool invocations): its share, at least one, and always fewer than the
+    class has (unless it has a single one). 0: the class is not shared out (no limit)."""
     if max_concurrency <= 0:
         return 0
     share = max_concurrency * share_percent // 100

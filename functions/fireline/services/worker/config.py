@@ -40,9 +40,15 @@ class WorkerConfig:
     # A message visible before its fire time is held until then, up to this long.
     early_hold_seconds: float = EARLY_HOLD_SECONDS
     # The class's maximum concurrency (its workers' invocations; the long class: its
-    # runners'). A tenant runs at most quota.class_limit of it at once, so the rest is
-    # left to other tenants. 0: not shared out (the tenant limit alone applies).
+    # runners'). A tenant runs at most quota.class_limit of the class's jobs at once (this
+    # times in_flight), so the rest is left to other tenants; its share of the
+    # invocations themselves is services.pool's. 0: not shared out (the tenant limit
+    # alone applies).
     class_max_concurrency: int = 0
+    # Remote jobs one invocation keeps in flight (WORKER_IN_FLIGHT; 1 for the long class,
+    # whose runners run a job each): the class runs class_max_concurrency times this many
+    # jobs at once, and a tenant's share of them is counted from that.
+    in_flight: int = 1
     # One-off jobs hold a unit of their tenant's active jobs quota, given back at their end.
     jobs_counted: bool = False
     overrides_cache_seconds: float = OVERRIDES_CACHE_SECONDS
@@ -54,4 +60,4 @@ class WorkerConfig:
 
     @property
     def class_limit(self) -> int:
-        return quota.class_limit(self.class_max_concurrency)
+        return quota.class_limit(self.class_max_concurrency * self.in_flight)
