@@ -205,18 +205,23 @@ class Latent:
         return call
 
 
-def _schedule_writes(shards: int) -> Callable[[tuple[Any, ...], dict[str, Any]], list[str]]:
+def _schedule_writes(
+    shards: int, item_units: int
+) -> Callable[[tuple[Any, ...], dict[str, Any]], list[str]]:
     def writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
         tenant_id, schedule_id = args[0], args[1]
         shard = model.due_shard(schedule_id, shards)
-        # The item's partition (tenant) and its due-index entry moving: a delete and a
-        # put in the index partition of its shard.
-        return [f"schedules/{tenant_id}", f"due/{shard}", f"due/{shard}"]
+        # The item's partition (tenant), a unit per KB of the item, and its due-index
+        # entry moving (keys only, a unit each): a delete and a put in the index
+        # partition of its shard.
+        return [f"schedules/{tenant_id}"] * item_units + [f"due/{shard}", f"due/{shard}"]
 
     return writes
 
 
-def schedule_ops(shards: int = model.DEFAULT_SHARDS) -> dict[str, Op]:
+def schedule_ops(shards: int = model.DEFAULT_SHARDS, *, item_units: int = 1) -> dict[str, Op]:
+    """The schedule store's methods on the wire; ``item_units``: write units of one
+    schedule item (a unit per KB: 4 for a schedule of 4 KB)."""
     return {
         "due": Op("dynamodb.Query"),
         "get_many": Op("dynamodb.BatchGetItem"),
@@ -225,14 +230,19 @@ def schedule_ops(shards: int = model.DEFAULT_SHARDS) -> dict[str, Op]:
         "create": Op("dynamodb.PutItem"),
         "replace": Op("dynamodb.PutItem"),
         "delete": Op("dynamodb.DeleteItem"),
-        "advance": Op("dynamodb.UpdateItem", _schedule_writes(shards)),
+        "advance": Op("dynamodb.UpdateItem", _schedule_writes(shards, item_units)),
         # The item alone: its next fire, so its index entry, stays as it was.
-        "clear_skipped": Op("dynamodb.UpdateItem", _schedule_item_write),
+        "clear_skipped": Op("dynamodb.UpdateItem", _schedule_item_writes(item_units)),
     }
 
 
-def _schedule_item_write(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
-    return [f"schedules/{args[0]}"]
+def _schedule_item_writes(
+    item_units: int,
+) -> Callable[[tuple[Any, ...], dict[str, Any]], list[str]]:
+    def writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+        return [f"schedules/{args[0]}"] * item_units
+
+    return writes
 
 
 def _occurrence_writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:

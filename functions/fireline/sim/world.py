@@ -75,6 +75,8 @@ class World:
     latency: sim_network.LatencyModel = field(default_factory=sim_network.LatencyModel)
     sdk: sim_network.SdkCost = field(default_factory=sim_network.SdkCost)
     partition_units_per_second: float | None = None
+    # Write units of one schedule item (a unit per KB), what an advance costs its partition.
+    schedule_item_units: int = 1
 
     def __post_init__(self) -> None:
         self.kernel = sim_kernel.Kernel(self.start)
@@ -95,7 +97,11 @@ class World:
         net = self.network
         self.schedules = cast(
             ports.ScheduleStore,
-            sim_network.Latent(self.memory_schedules, net, sim_network.schedule_ops(self.shards)),
+            sim_network.Latent(
+                self.memory_schedules,
+                net,
+                sim_network.schedule_ops(self.shards, item_units=self.schedule_item_units),
+            ),
         )
         self.occurrences = cast(
             ports.OccurrenceStore,
