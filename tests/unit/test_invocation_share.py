@@ -116,6 +116,45 @@ def test_a_tenant_holding_one_of_two_invocations_waits_while_another_tenant_runs
     assert second.handle(fourth, remaining_ms=remaining) is Result.SUCCEEDED
 
 
+def test_a_container_whose_pool_read_failed_still_holds_a_tenant_to_its_share(
+    monkeypatch: Any,
+) -> None:
+    # GIVEN a pool of three containers, the third of which could not read the register as
+    # its invocation started (so it does not know how many are alive), and tenant A's job
+    # running in the first one
+    system = MemorySystem()
+    gate = Gate()
+    system.registry.register("gate")(gate)
+    first, _second = containers(system, 2)
+    third = system.worker(
+        tenant_limit=quota.DEFAULT_LIMIT,
+        class_max_concurrency=CONFIGURED,
+        pool_member="container-2",
+    )
+
+    def unreadable(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("the register is unreadable")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(system.slots, "join_pool", unreadable)
+        third.handle_batch([], remaining_ms=remaining, parallel=_InTurn())
+    running, batch = held_jobs(system, first, "A", 1, gate)
+    try:
+        # WHEN A's next job reaches the third container, and B's job too
+        next_one = system.due_job("A")
+        other = system.due_job("B")
+        # THEN A's waits (it occupies an invocation already), and B's runs
+        assert third.handle(next_one, remaining_ms=remaining) is Result.DEFERRED
+        assert third.handle(other, remaining_ms=remaining) is Result.SUCCEEDED
+    finally:
+        gate.opened.set()
+        batch.join(60)
+    # AND the next invocation reads the register again: three containers are alive
+    third.handle_batch([], remaining_ms=remaining, parallel=_InTurn())
+    assert third.handle(next_one, remaining_ms=remaining) is Result.SUCCEEDED
+    assert all(system.row(b).state is occurrence.State.SUCCEEDED for b in running)
+
+
 def test_without_the_pool_the_configured_share_lets_one_tenant_take_both_containers() -> None:
     # GIVEN the same two containers counting only the configured size (no pool member)
     system = MemorySystem()

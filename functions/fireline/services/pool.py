@@ -79,7 +79,8 @@ class Pool:
         self.member = member
         self.configured = configured
         self.refresh_seconds = refresh_seconds
-        #: Containers of the class seen alive at the last refresh (None: not known yet).
+        #: Containers of the class seen alive at the last refresh (None: not known yet, or
+        #: every read so far failed).
         self.size: int | None = None
         self._scope = quota.pool_scope(job_class)
         self._next_refresh = float("-inf")
@@ -89,10 +90,15 @@ class Pool:
     @property
     def share(self) -> int:
         """The invocations one tenant may occupy now; 0: no bound here, when the pool is
-        not known or is as large as configured (a tenant at its share of the class's
-        jobs, quota.class_limit of the configured size, then occupies at most that many
-        of its invocations, and leaves the rest)."""
-        if self.size is None or self.size >= self.configured:
+        as large as configured (a tenant at its share of the class's jobs,
+        quota.class_limit of the configured size, then occupies at most that many of its
+        invocations, and leaves the rest). A pool not known (its register's read failed)
+        counts this container alone: the tenant's jobs still run here, in at most one
+        invocation of the class, until a read says how many are alive. Taking no bound
+        then would let one tenant fill a small pool for as long as the read kept failing."""
+        if self.size is None:
+            return quota.class_limit(1)
+        if self.size >= self.configured:
             return 0
         return quota.class_limit(max(1, self.size))
 
@@ -113,6 +119,9 @@ class Pool:
                 "pool not refreshed",
                 extra={"action": "worker.pool", "error": f"{type(exc).__name__}: {exc}"},
             )
+            if self.size is None:
+                with self._lock:  # not known at all: read again as the next invocation starts
+                    self._next_refresh = float("-inf")
             return
         self.size = size
 
