@@ -372,8 +372,8 @@ def test_given_skipped_fires_when_advanced_then_the_same_write_holds_them_until_
     # GIVEN a schedule whose plan skips three fires (a misfire after an outage)
     item = a_schedule("nightly", version=2)
     schedule_store.create(item)
-    skipped = policies.SkippedRange(2, START - 3 * MINUTE, START - MINUTE, 3)
-    # WHEN it is advanced past them with the range
+    skipped = policies.SkippedRange(2, START - 3 * MINUTE, START - MINUTE, 3, at=START)
+    # WHEN it is advanced past them with the range (dated when they were skipped)
     moved = schedule_store.advance(
         TENANT,
         "nightly",
@@ -386,8 +386,11 @@ def test_given_skipped_fires_when_advanced_then_the_same_write_holds_them_until_
     # THEN the item holds the range, as read back whole
     assert moved is True
     assert schedule_store.get(TENANT, "nightly") == item.advanced(START + MINUTE, START, skipped)
-    # WHEN a clear names another range (a later advance's), then the range it holds
+    # WHEN a clear names another range (a later advance's, or the same fires skipped at
+    # another time), then the range it holds
     other = policies.SkippedRange(2, START, START, 1)
+    undated = dataclasses.replace(skipped, at=None)
+    assert schedule_store.clear_skipped(TENANT, "nightly", undated) is False
     refused = schedule_store.clear_skipped(TENANT, "nightly", other)
     cleared = schedule_store.clear_skipped(TENANT, "nightly", skipped)
     # THEN only the matching clear drops it, and nothing else on the item changes

@@ -123,6 +123,7 @@ def test_skipped_fires_keep_their_record_when_the_tick_ends_right_after_the_adva
     assert len(missed) == 174
     # WHEN the tick that picks it up ends between its advance and the skip rows: the
     # advance's answer takes 9 s under a lease trusted for 8 s, or the process dies
+    ticked_at = system.clock.now()
     if fault == "lease_ends":
         store.seconds = 9
         report = one_tick(leased_ticker(system, store, leases), system)
@@ -135,7 +136,9 @@ def test_skipped_fires_keep_their_record_when_the_tick_ends_right_after_the_adva
     # the advance held them on the schedule, and the history shows them all skipped
     after = system.schedules.get("tenant-a", item.schedule_id)
     assert after is not None and after.next_fire > missed[-1]
-    assert after.skipped == policies.SkippedRange(item.version, missed[0], missed[-1], 174)
+    assert after.skipped == policies.SkippedRange(
+        item.version, missed[0], missed[-1], 174, at=ticked_at
+    )
     assert rows_of(system, item) == []
     assert skipped_in_history(system, item) == set(missed)
     # WHEN the next pickup of the schedule comes (a pickup sends at most 60 fires ahead,
@@ -207,6 +210,7 @@ def test_a_held_range_outlives_an_update_and_is_written_by_a_delete() -> None:
     store = SlowAdvance(system.schedules, system.clock)
     item = resumed_after(system, 3)
     missed = missed_fires(item, system.clock.now())
+    ticked_at = system.clock.now()
     store.crash = True
     with pytest.raises(Crash):
         one_tick(leased_ticker(system, store, memory.MemoryLeaseStore()), system)
@@ -217,7 +221,9 @@ def test_a_held_range_outlives_an_update_and_is_written_by_a_delete() -> None:
         schedules.ScheduleDraft(spec=EVERY_SECOND, target=TARGET, misfire=SKIP, payload={"v": 2}),
     )
     # THEN the new version still holds the old version's range, shown by the history
-    assert updated.skipped == policies.SkippedRange(item.version, missed[0], missed[-1], 174)
+    assert updated.skipped == policies.SkippedRange(
+        item.version, missed[0], missed[-1], 174, at=ticked_at
+    )
     assert skipped_in_history(system, item) == set(missed)
     # WHEN it is deleted
     system.service.delete("tenant-a", item.schedule_id)
@@ -273,7 +279,12 @@ def test_an_update_while_the_ticker_is_behind_records_the_old_versions_unsent_fi
     # the history shows them
     assert updated.next_fire == start + timedelta(minutes=3)
     voided = policies.SkippedRange(
-        1, start, start + timedelta(minutes=2), 3, reason="skipped: voided by version 2"
+        1,
+        start,
+        start + timedelta(minutes=2),
+        3,
+        reason="skipped: voided by version 2",
+        at=updated.updated_at,
     )
     assert updated.skipped == voided
     (row,) = system.service.history("tenant-a", item.schedule_id).items
@@ -352,6 +363,41 @@ def test_an_update_of_a_paused_schedule_records_the_fires_its_pause_had_passed()
     first = made.next_fire
     assert first is not None
     assert updated.skipped == policies.SkippedRange(
-        2, first, first + timedelta(minutes=4), 5, reason="skipped: voided by version 3"
+        2,
+        first,
+        first + timedelta(minutes=4),
+        5,
+        reason="skipped: voided by version 3",
+        at=updated.updated_at,
     )
     assert skipped_in_history(system, made) == {first + timedelta(minutes=n) for n in range(5)}
+
+
+def test_held_fires_are_dated_when_they_were_skipped_even_after_the_clock_steps_back() -> None:
+    # GIVEN a tick that died right after the advance that moved past 174 skipped fires
+    system = MemorySystem()
+    store = SlowAdvance(system.schedules, system.clock)
+    item = resumed_after(system, 3)
+    missed = missed_fires(item, system.clock.now())
+    skipped_at = system.clock.now()
+    store.crash = True
+    with pytest.raises(Crash):
+        one_tick(leased_ticker(system, store, memory.MemoryLeaseStore()), system)
+    store.crash = False
+    # WHEN the wall clock then steps back 5 minutes (an NTP step), and the ticker goes on
+    # until the schedule comes due again and its range's rows are written
+    system.clock.set_wall(system.clock.now() - timedelta(minutes=5))
+    for _ in range(400):
+        system.clock.advance(1)
+        one_tick(leased_ticker(system, store, memory.MemoryLeaseStore()), system)
+        after = system.schedules.get("tenant-a", item.schedule_id)
+        if after is not None and after.skipped is None:
+            break
+    # THEN the row that records them is dated when they were skipped, more than their
+    # grace after the last of them, not by the later pickup's clock (which read a time
+    # before the first of them was even due)
+    (row,) = [r for r in rows_of(system, item) if r.state is occurrence.State.SKIPPED]
+    assert (row.fire_time, row.skipped_last, row.skipped_count) == (missed[0], missed[-1], 174)
+    assert row.created_at == skipped_at
+    assert row.created_at - missed[-1] > timedelta(seconds=SKIP.grace_seconds)
+    assert skipped_in_history(system, item) == set(missed)

@@ -160,6 +160,7 @@ def skipped_text(skipped: policies.SkippedRange) -> str:
             "last_ms": _ms(skipped.last),
             "count": skipped.count,
             "reason": skipped.reason,
+            **({"at_ms": _ms(skipped.at)} if skipped.at else {}),
         },
         separators=(",", ":"),
         sort_keys=True,
@@ -174,6 +175,7 @@ def skipped_from_text(text: str) -> policies.SkippedRange:
         last=_from_ms(record["last_ms"]),
         count=int(record["count"]),
         reason=record.get("reason", policies.MISFIRE_REASON),
+        at=_from_ms(record["at_ms"]) if "at_ms" in record else None,
     )
 
 

@@ -74,6 +74,10 @@ class SkippedRange:
     count: int
     # Why: a misfire plan's, or an update's that voided fires no ticker had sent yet.
     reason: str = MISFIRE_REASON
+    # When they were skipped (the advance's or the update's time). Their rows carry it
+    # however late they are written: a later pickup's own clock (stepped back by NTP, or
+    # just later) would date a skip before the fire was even due, or after the fact.
+    at: datetime | None = None
 
     def __post_init__(self) -> None:
         if self.count < 1 or self.last < self.first:
@@ -95,16 +99,17 @@ class MisfirePlan:
         extra = self.skipped_summary.count if self.skipped_summary else 0
         return len(self.fire) + len(self.skipped) + extra
 
-    def skipped_range(self, version: int) -> SkippedRange | None:
+    def skipped_range(self, version: int, at: datetime) -> SkippedRange | None:
         """The fires this plan skips, as one range: the summary's and the ones recorded one
-        by one follow each other (a plan skips the oldest missed fires and fires the rest)."""
+        by one follow each other (a plan skips the oldest missed fires and fires the rest);
+        ``at``, when the plan skips them."""
         summary = self.skipped_summary
         if summary is None and not self.skipped:
             return None
         first = summary.first if summary else self.skipped[0]
         last = self.skipped[-1] if self.skipped else summary.last  # type: ignore[union-attr]
         count = len(self.skipped) + (summary.count if summary else 0)
-        return SkippedRange(version, first, last, count)
+        return SkippedRange(version, first, last, count, at=at)
 
 
 MAX_CATCH_UP = 1_000

@@ -239,6 +239,8 @@ def record_range(
     skipped = item.skipped
     if skipped is None:
         return
+    # Dated when they were skipped, not now: a later pickup's clock may even read earlier.
+    now = skipped.at or now
     of_version = replace(item, version=skipped.version)
     if skipped.count == 1:
         _record_skip(of_version, skipped.first, skipped.reason, now, occurrences, report)
@@ -262,7 +264,7 @@ def held_row(item: model.Schedule) -> occurrence.Occurrence | None:
     row = row_for(
         replace(item, version=held.version),
         held.first,
-        item.updated_at or held.last,
+        held.at or item.updated_at or held.last,
         state=occurrence.State.SKIPPED,
         exit_reason=reason,
     )

@@ -1218,4 +1218,5 @@ def _unsent_fires(current: model.Schedule, now: datetime) -> policies.SkippedRan
         fires[-1],
         len(fires),
         reason=f"skipped: voided by version {current.version + 1}",
+        at=now,
     )

@@ -789,7 +789,7 @@ class Ticker:
         after = due - timedelta(microseconds=1)
         if due < now - timedelta(seconds=item.misfire.grace_seconds):
             plan = policies.plan_misfires(item.timing, item.misfire, due, now)
-            skipped = plan.skipped_range(item.version)
+            skipped = plan.skipped_range(item.version, at=now)
             if not plan.complete:
                 # A long outage, caught up a chunk per pass: the schedule stays due.
                 assert plan.resume_after is not None
@@ -817,7 +817,7 @@ class Ticker:
         if not item.timing.excludes_any:
             return planned
         if skipped is None:
-            return _with_excluded(item, planned)
+            return _with_excluded(item, planned, now)
         # The schedule holds one range, this catch-up's: the fires past it wait for the
         # next pickup, which records the excluded ones among them. (Those inside the
         # catch-up are not fires of the schedule, and it counts none of them.)
@@ -834,7 +834,7 @@ class Ticker:
 EXCLUDED_PER_PICKUP = 1_000
 
 
-def _with_excluded(item: model.Schedule, plan: _Plan) -> _Plan:
+def _with_excluded(item: model.Schedule, plan: _Plan, now: datetime) -> _Plan:
     """The plan with the excluded fires it moves past: their range held by the advance,
     their runs between sent fires to record after it."""
     assert item.next_fire is not None
@@ -865,7 +865,7 @@ def _with_excluded(item: model.Schedule, plan: _Plan) -> _Plan:
             upcoming_sent = next(sent, None)
         runs[-1].append(fire_time)
     held = policies.SkippedRange(
-        item.version, excluded[0], excluded[-1], len(excluded), reason=exclusions.REASON
+        item.version, excluded[0], excluded[-1], len(excluded), reason=exclusions.REASON, at=now
     )
     return replace(
         plan,
