@@ -106,6 +106,11 @@ def test_a_tenant_holding_one_of_two_invocations_waits_while_another_tenant_runs
         held, _ = system.slots.held("A")
         band = set(quota.invocation_band(0, quota.class_limit(CONFIGURED)))
         assert [s.holder for s in held if s.number in band] == ["container-0"]
+        print(
+            f"\nA's {len(running)} jobs held {len([s for s in held if s.number in band])} of 2 "
+            f"containers of a class configured for {CONFIGURED}: A's fourth job deferred, "
+            "B's job succeeded"
+        )
     finally:
         gate.opened.set()
         batch.join(60)
@@ -152,6 +157,39 @@ def test_a_container_whose_pool_read_failed_still_holds_a_tenant_to_its_share(
     # AND the next invocation reads the register again: three containers are alive
     third.handle_batch([], remaining_ms=remaining, parallel=_InTurn())
     assert third.handle(next_one, remaining_ms=remaining) is Result.SUCCEEDED
+    assert all(system.row(b).state is occurrence.State.SUCCEEDED for b in running)
+
+
+def test_containers_left_holding_a_tenants_slots_run_no_more_of_it_than_its_share() -> None:
+    # GIVEN a pool of three containers (tenant A's share: one), two of which still hold a
+    # slot of A from invocations whose give-backs failed (taken while the pool was larger,
+    # so two of them), until those slots expire
+    system = MemorySystem()
+    gate = Gate()
+    system.registry.register("gate")(gate)
+    first, second, third = containers(system, 3)
+    now_ms = int(system.clock.now().timestamp() * 1000)
+    band = quota.invocation_band(0, quota.class_limit(CONFIGURED))
+    for number, holder in zip(band, ["container-1", "container-2"], strict=False):
+        assert system.slots.take("A", number, holder, now_ms=now_ms, expires_at_ms=now_ms + 600_000)
+    # WHEN A's jobs reach the second container (it runs one) and then the third
+    running, batch = held_jobs(system, second, "A", 1, gate)
+    try:
+        next_one = system.due_job("A")
+        other = system.due_job("B")
+        # THEN the third, though it holds a slot of A's too, does not run a second job of
+        # A's beside the second container's: A waits (deferred, no attempt spent), and B's
+        # job runs in the first
+        assert third.handle(next_one, remaining_ms=remaining) is Result.DEFERRED
+        assert system.row(next_one).attempts == 0
+        assert first.handle(other, remaining_ms=remaining) is Result.SUCCEEDED
+        print(
+            "\nA held slots in 2 of 3 containers (its share: 1) and ran 1 job: "
+            "its next job deferred, B's job succeeded"
+        )
+    finally:
+        gate.opened.set()
+        batch.join(60)
     assert all(system.row(b).state is occurrence.State.SUCCEEDED for b in running)
 
 

@@ -192,10 +192,16 @@ class Pool:
         # failed left it), else the first free ones, in order: two jobs of one container
         # racing meet on one number. Every take is "free, or held by this container".
         mine = [s.number for s in live if s.holder == self.member]
+        others = {s.number for s in live if s.holder != self.member}
         # Slots above the share (taken while the pool was larger) count until they end.
         if not mine and len(live) >= share:
             return None
-        others = {s.number for s in live if s.holder != self.member}
+        # A slot of its own (left by an earlier invocation whose give-back failed) lets
+        # this container in only while fewer than the share of the others' come before
+        # it: containers left holding more slots than the share would each run the tenant
+        # by their own slot otherwise. (Ordered by number, one of them always may.)
+        if mine and sum(1 for n in others if n < min(mine)) >= share:
+            return None
         band = [n for n in quota.invocation_band(index, share) if n not in others]
         for number in sorted(mine)[:1] + [n for n in band if n not in mine][:3]:
             if self.slots.take(
