@@ -659,19 +659,24 @@ class Campaign(RuleBasedStateMachine):
 
     def _pool_step(self, workers: list[worker_service.Worker], lanes: list[Lane]) -> None:
         """End the runs whose time is up; give each idle worker of the pool messages
-        until it parks in a run (a few tries: deferrals and skips end at once)."""
+        until it parks in a run (a few tries: deferrals and skips end at once).
+
+        Every lane's run is ended on time first, whether or not the queue has anything to
+        give: an invocation never outlives its time (its slot expires after it), so a
+        lane left running past it would hold the pool as no container could."""
         for index, lane in enumerate(lanes):
             if lane.thread is not None and (
                 not lane.running or self.clock.monotonic() >= lane.ends_at
             ):
                 self._ack("default", lane)
-                lane = lanes[index] = Lane()
+                lanes[index] = Lane()
+        for index, lane in enumerate(lanes):
             for _ in range(5):
                 if lane.thread is not None:
                     break
                 received = self.m_queue.receive("default", max_messages=1)
                 if not received:
-                    return
+                    return  # nothing visible for the lanes after this one either
                 message = received[0]
                 lane.receipt = message.receipt
                 lane.ends_at = self.clock.monotonic() + HOLD_SECONDS
