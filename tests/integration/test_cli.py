@@ -371,6 +371,15 @@ def test_a_workflow_is_registered_run_retried_and_cancelled(
     }
     answer(cli, "workflows", "register", "slow", json.dumps(slow))
     second = answer(cli, "runs", "start", "slow")["run_id"]
+    # (Once its first node is under way: a run cancelled before the controller wrote its
+    # node rows ends with none, and this step is about a run cut off mid-node.)
+    wait_for(
+        lambda: any(
+            n["id"] == "a" and n["state"] == "dispatched"
+            for n in api(cloud, f"/runs/{second}/nodes")["items"]
+        ),
+        timeout=90,
+    )
     code, out, err = cli("runs", "cancel", second)
     assert code == 0 and "cancelled" in out, err
     assert api(cloud, f"/runs/{second}")["state"] == "cancelled"
