@@ -130,6 +130,7 @@ def test_a_header_value_outside_latin_1_is_refused_422_naming_the_header(
     prefix = bodies(NOOP)[request_name][3]
     assert (status, where) == (422, f"{prefix}target.headers"), message
     assert "X-Mood" in message and "Latin-1" in message
+    print(f"\n{request_name}: {status}, naming {where} and X-Mood, nothing written")
 
 
 def test_a_latin_1_header_value_is_still_accepted() -> None:
@@ -155,6 +156,7 @@ def test_an_unregistered_python_handler_is_refused_400_naming_the_handler(
     expected = {"batch": "jobs[1].", "workflow node": "nodes[1]."}.get(request_name, "")
     assert (status, where) == (400, f"{expected}target.handler"), message
     assert "os.system" in message
+    print(f"\n{request_name}: {status}, naming {where} and os.system, nothing written")
 
 
 def get_routes(api: Api) -> list[str]:
@@ -179,6 +181,10 @@ def test_every_get_route_refuses_a_query_parameter_it_does_not_take_400_naming_i
         answers[route] = (status, (answer or {}).get("error", {}).get("field"))
     # THEN every one is refused with 400 naming that parameter
     assert answers == dict.fromkeys(routes, (400, "x-unknown"))
+    print(
+        f"\n{len(routes)} GET routes given x-unknown=42: each answered "
+        f"{answers[routes[0]][0]} naming {answers[routes[0]][1]}"
+    )
 
 
 def test_a_post_route_refuses_a_query_parameter_and_writes_nothing() -> None:

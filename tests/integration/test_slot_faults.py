@@ -147,6 +147,11 @@ def test_a_failed_run_whose_tenant_slot_give_back_is_throttled_still_gives_its_r
     assert system.log.sent[first["occurrence_key"]] == 2  # the ticker's, and the retry
     # AND the run slot was given back all the same
     assert run_slot_holder(system, schedule_id) is None
+    print(
+        f"\none throttled give-back of the tenant slot after a failed run: "
+        f"{plan.fired['throttle']} fault, the run slot given back, "
+        f"{system.log.sent[first['occurrence_key']] - 1} retry sent"
+    )
 
 
 def held_by_a_queued_fire(

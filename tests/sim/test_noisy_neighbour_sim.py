@@ -195,6 +195,10 @@ def test_a_tenants_runaway_jobs_do_not_change_another_tenants_outcomes(
         for m in world.memory_queue._queues["default"].messages.values()
     }
     assert {k for k, r in rows.items() if r is None} <= queued
+    print(
+        f"\nB's {len(b_keys)} jobs started at most {max(delays):.2f} s late, A ran at most "
+        f"{runner.most_running['A']} of {MAX_CONCURRENCY} at once"
+    )
 
 
 def test_without_a_class_share_the_same_flood_delays_the_other_tenant_by_a_deadline(

@@ -107,6 +107,10 @@ def test_a_tenant_at_its_share_of_a_class_waits_while_another_tenant_runs() -> N
     held, _ = system.slots.held("A")
     band = [s for s in held if s.number >= quota.CLASS_BAND]
     assert third["occurrence_key"] in {s.holder for s in band} and len(band) == 2
+    print(
+        f"\na class of 4, a share of {quota.class_limit(4)}: A's third job deferred, "
+        f"B's job succeeded, then A's third ran on a slot handed on ({len(band)} class slots)"
+    )
 
 
 def test_a_tenants_share_counts_the_jobs_its_class_keeps_in_flight() -> None:

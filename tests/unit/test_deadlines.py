@@ -193,6 +193,10 @@ def test_a_job_the_invocation_cannot_give_its_deadline_goes_back_to_the_queue_un
     assert ran is worker.Result.SUCCEEDED
     assert timed.given == [float(deadline or 100)]
     assert system.row(body).attempts == 1
+    print(
+        f"\na {deadline or 100} s deadline, {left_ms / 1000:.0f} s left: {result.value}, sent "
+        f"again once, run with {timed.given[0]:.0f} s, attempts {system.row(body).attempts}"
+    )
 
 
 def test_a_job_that_fits_the_time_left_runs_with_its_whole_deadline() -> None:

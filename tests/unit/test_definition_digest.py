@@ -51,6 +51,7 @@ def test_a_definition_rewritten_after_registration_is_refused_as_corrupt() -> No
     # THEN it is refused as corrupt, naming the workflow and version
     with pytest.raises(errors.CorruptDefinition, match="'wf' version 1"):
         flows.fresh_definitions().get(B, "wf", 1)
+    print(f"\n{meta.document_key} rewritten: its read refused as corrupt")
 
 
 def test_a_run_of_a_rewritten_definition_fails_without_running_a_node() -> None:

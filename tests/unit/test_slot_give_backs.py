@@ -129,6 +129,10 @@ def test_a_long_outcome_gives_back_the_run_slot_when_the_tenant_slots_give_back_
     assert worker.handle(outcome, remaining_ms=remaining) is Result.SETTLED
     assert every_slot(system, "A") == []
     assert system.row(body).state is occurrence.State.SUCCEEDED
+    print(
+        "\none failed give-back of a long job's tenant slot: run slots held after it "
+        f"{len(every_slot(system, scope))}, the outcome {system.row(body).state.value} once"
+    )
 
 
 def test_a_cancelled_long_job_gives_back_its_run_slot_when_the_tenant_slots_give_back_fails() -> (

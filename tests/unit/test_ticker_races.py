@@ -91,6 +91,10 @@ def test_an_update_after_an_advance_keeps_the_new_versions_next_fire() -> None:
     # THEN version 2's fire at 12:01:00 was sent, and nothing was skipped
     assert occurrence.occurrence_key(made.schedule_id, 2, first_fire) in queue.keys
     assert skipped(system, made.schedule_id) == []
+    print(
+        f"\nupdated at 12:00:59.5: version {updated.version}'s fire at {first_fire:%H:%M:%S} "
+        f"sent, {len(skipped(system, made.schedule_id))} fires skipped"
+    )
 
 
 def test_a_pause_and_resume_after_an_advance_keeps_the_next_fire() -> None:
@@ -117,6 +121,11 @@ def test_a_pause_and_resume_after_an_advance_keeps_the_next_fire() -> None:
         queue.keys
     )
     assert skipped(system, made.schedule_id) == []
+    print(
+        f"\npaused and resumed after the advance: version {resumed.version}'s fires at "
+        f"{next_fire:%H:%M:%S} and 7 s later sent, {len(skipped(system, made.schedule_id))} "
+        "fires skipped"
+    )
 
 
 def test_a_schedule_deleted_and_created_again_under_its_id_fires_on_time() -> None:

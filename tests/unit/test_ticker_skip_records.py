@@ -151,6 +151,10 @@ def test_skipped_fires_keep_their_record_when_the_tick_ends_right_after_the_adva
     assert after is not None and after.skipped is None
     assert skipped_in_history(system, item) == set(missed)
     assert all(r.state is occurrence.State.SKIPPED for r in rows_of(system, item))
+    print(
+        f"\ntick {'past its lease' if fault == 'lease_ends' else 'killed'} after the advance: "
+        f"{len(missed)} fires skipped, {len(skipped_in_history(system, item))} in the history"
+    )
 
 
 def test_skipped_fires_rows_follow_the_advance_and_the_range_is_dropped() -> None:
@@ -400,4 +404,9 @@ def test_held_fires_are_dated_when_they_were_skipped_even_after_the_clock_steps_
     assert (row.fire_time, row.skipped_last, row.skipped_count) == (missed[0], missed[-1], 174)
     assert row.created_at == skipped_at
     assert row.created_at - missed[-1] > timedelta(seconds=SKIP.grace_seconds)
+    print(
+        f"\nclock stepped back 5 minutes: the row of {row.skipped_count} skipped fires dated "
+        f"{row.created_at:%H:%M:%S}, {(row.created_at - missed[-1]).total_seconds():.0f} s "
+        "after the last of them"
+    )
     assert skipped_in_history(system, item) == set(missed)
