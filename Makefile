@@ -140,7 +140,11 @@ STORIES := tests/failure \
 	tests/integration/test_api_refused_at_registration.py::test_a_header_value_outside_latin_1_is_refused_422_naming_the_header \
 	tests/integration/test_api_refused_at_registration.py::test_an_unregistered_python_handler_is_refused_400_naming_the_handler \
 	tests/integration/test_api_refused_at_registration.py::test_every_get_route_refuses_a_query_parameter_it_does_not_take_400_naming_it \
-	tests/unit/test_definition_digest.py::test_a_definition_rewritten_after_registration_is_refused_as_corrupt
+	tests/unit/test_definition_digest.py::test_a_definition_rewritten_after_registration_is_refused_as_corrupt \
+	tests/integration/test_aws_targets.py::test_a_role_outside_the_tenants_role_path_is_refused_at_registration_and_run_time \
+	tests/integration/test_template.py::test_tenant_targets_are_called_through_the_target_caller_role_only \
+	tests/integration/test_template.py::test_target_allowlist_arns_accepts_only_concrete_arns_of_the_target_services \
+	tests/integration/test_cdk.py::test_an_app_that_sets_the_tenants_role_path_has_its_wildcard_acknowledged
 stories: install
 	POWERTOOLS_LOG_LEVEL=ERROR $(BIN)/python -m pytest -q -s -p no:logging $(STORIES)
 

@@ -131,6 +131,9 @@ class Settings:
     # role every tenant's role trusts (assumed first), and what makes a resource Fireline's.
     target_allowlist: str = ""
     target_caller_role_arn: str = ""
+    # The IAM path tenants' roles live under (TenantTargetRolePath): the only ones the
+    # target caller role may assume. Empty: any path (tools, tests).
+    tenant_target_role_path: str = ""
     stack_name: str = ""
     account_id: str = ""
     long_task_queue_url: str = ""
@@ -191,6 +194,7 @@ class Settings:
             http_target_allow_networks=env.get("HTTP_TARGET_ALLOW_NETWORKS", ""),
             target_allowlist=env.get("TARGET_ALLOWLIST", ""),
             target_caller_role_arn=env.get("TARGET_CALLER_ROLE_ARN", ""),
+            tenant_target_role_path=env.get("TENANT_TARGET_ROLE_PATH", ""),
             stack_name=env.get("FIRELINE_STACK_NAME", ""),
             account_id=env.get("FIRELINE_ACCOUNT_ID", ""),
             long_task_queue_url=env.get("LONG_TASK_QUEUE_URL", ""),
@@ -441,6 +445,7 @@ def aws_target_policy() -> aws_target.AwsTargetPolicy:
             s.long_task_queue_url,
             s.long_job_state_machine_arn,
         ],
+        role_path=s.tenant_target_role_path,
     )
 
 

@@ -14,7 +14,7 @@ from .system import System, client_as
 
 #: A role in the tenant's own account that Fireline's target caller role may assume.
 TENANT_ACCOUNT = "111122223333"
-TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-jobs"
+TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-target/fireline-jobs"
 
 
 def _in_tenant_account(service: str) -> Any:

@@ -620,7 +620,7 @@ def remote_http(
 
 #: A tenant's account and the role Fireline assumes there to call its targets.
 TENANT_ACCOUNT = "111122223333"
-TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-jobs"
+TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-target/fireline-jobs"
 
 
 def tenant_function(name: str = "job") -> str:

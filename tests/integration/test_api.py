@@ -84,7 +84,7 @@ def cursor_of(key: Any) -> str:
 
 LAMBDA_ARN = "arn:aws:lambda:eu-west-1:111122223333:function:x"
 SQS_URL = "https://sqs.eu-west-1.amazonaws.com/111122223333/jobs"
-TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-jobs"
+TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-target/fireline-jobs"
 
 
 @pytest.mark.parametrize(

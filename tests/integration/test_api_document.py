@@ -204,7 +204,7 @@ def test_every_request_body_has_examples_its_model_accepts(described: dict[str, 
     assert bodies == len(BODY_MODELS) + 1  # ScheduleIn twice: create and replace
 
 
-TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-jobs"
+TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-target/fireline-jobs"
 DISPATCH_TARGETS = {
     "StepFunctionsTarget": {
         "type": "stepfunctions",

@@ -38,7 +38,7 @@ from helpers.memory_system import missing_workflows
 from helpers.system import System, client_as, moto_system
 
 TENANT_ACCOUNT = "111122223333"
-TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-jobs"
+TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-target/fireline-jobs"
 
 
 def remaining() -> int:
@@ -348,6 +348,37 @@ def test_a_role_of_firelines_own_account_is_refused_at_registration_and_run_time
     assert sessions(ACCOUNT_ID) == [] and system.roles.assumed == 0
 
 
+def test_a_role_outside_the_tenants_role_path_is_refused_at_registration_and_run_time(
+    system: System,
+) -> None:
+    # GIVEN the template's TenantTargetRolePath (fireline-target/), in every function's
+    # environment, and a tenant's role created without that path
+    assert os.environ["TENANT_TARGET_ROLE_PATH"] == "fireline-target/"
+    elsewhere = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-jobs"
+    target = {"type": "sqs", "queue_url": tenant_queue(), "role_arn": elsewhere}
+    # WHEN a tenant registers a job naming it
+    status, body = system.call(
+        "POST", "/jobs", {"delay_seconds": 0, "target": target}, tenant="tenant-a"
+    )
+    # THEN 400 naming the role and the path, and nothing is written
+    assert (status, body["error"]["field"]) == (400, "target.role_arn"), body
+    assert "/fireline-target/" in body["error"]["message"]
+    assert system.schedules.list("tenant-a", limit=10).items == []
+    # AND a stored job naming it is refused before any AssumeRole (the target caller
+    # role could not assume it)
+    result, row = stored_job(system, target)
+    print(
+        f"role outside the path: registration {status} naming {body['error']['field']}; "
+        f"a stored job {result.name}: {row.exit_reason!r}; roles assumed "
+        f"{system.roles.assumed}"
+    )
+    assert result is Result.DEAD
+    assert row.exit_reason == (
+        "error: not allowed: a role outside /fireline-target/, which Fireline may not assume"
+    )
+    assert sessions() == [] and system.roles.assumed == 0
+
+
 # --- what a tenant reads of a failure --------------------------------------------------------
 
 
@@ -391,7 +422,9 @@ def tenant_role(name: str, actions: list[str]) -> str:
     """A role in the tenant's account allowed ``actions`` (moto reads its policies when
     it enforces IAM)."""
     iam = client_as("iam", as_tenant())
-    arn: str = iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    arn: str = iam.create_role(
+        RoleName=name, Path="/fireline-target/", AssumeRolePolicyDocument="{}"
+    )["Role"]["Arn"]
     policy = {
         "Version": "2012-10-17",
         "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}],

@@ -334,6 +334,31 @@ def test_the_stale_check_sees_an_acknowledgement_nothing_trips(
     assert _stale(acknowledged, findings) == [f"{table}: AwsSolutions-S1"]
 
 
+def test_an_app_that_sets_the_tenants_role_path_has_its_wildcard_acknowledged() -> None:
+    # GIVEN an app whose tenants' target roles live under a path of its own
+    app = cdk.App()
+    stack = cdk.Stack(app, "Scheduling")
+    Fireline(
+        stack,
+        "Scheduler",
+        parameters={"TenantTargetRolePath": "team/jobs/"},
+        bundle_dependencies=False,
+    )
+    # WHEN AwsSolutions checks it
+    report = AwsSolutionsChecks().validate_scope(app)
+
+    # THEN the target caller role may assume only roles under that path, and the
+    # acknowledgement follows the value the parameter was given
+    caller = assertions.Template.from_stack(stack).find_resources("AWS::IAM::Role")[
+        "TargetCallerRole"
+    ]
+    (policy,) = caller["Properties"]["Policies"]
+    assert [s["Resource"] for s in policy["PolicyDocument"]["Statement"]] == [
+        {"Fn::Sub": "arn:${AWS::Partition}:iam::*:role/team/jobs/*"}
+    ]
+    assert [(v.rule_name, len(v.violating_resources)) for v in report.violations] == []
+
+
 # ---------------------------------------------------------------- props and template changes
 
 

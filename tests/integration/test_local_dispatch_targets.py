@@ -19,7 +19,7 @@ from helpers import tenant_resources
 from helpers.local_cloud import TEST_KEYS, call, wait_for
 
 TENANT_ACCOUNT = "111122223333"
-TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-jobs"
+TENANT_ROLE = f"arn:aws:iam::{TENANT_ACCOUNT}:role/fireline-target/fireline-jobs"
 SOURCE = "acme.reports"
 
 

@@ -124,7 +124,7 @@ def stubbed(service: str, operation: str, code: str, status: int) -> Any:
 
 
 QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/gone"
-TENANT_ROLE = "arn:aws:iam::123456789012:role/tenant-a-jobs"
+TENANT_ROLE = "arn:aws:iam::123456789012:role/fireline-target/tenant-a-jobs"
 
 
 class FixedSts:

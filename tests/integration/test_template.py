@@ -76,6 +76,7 @@ ENVIRONMENT = {
     "HTTP_TARGET_ALLOW_NETWORKS": {"Ref": "HttpTargetAllowNetworks"},
     "TARGET_ALLOWLIST": {"Ref": "TargetAllowlist"},
     "TARGET_CALLER_ROLE_ARN": {"Fn::GetAtt": ["TargetCallerRole", "Arn"]},
+    "TENANT_TARGET_ROLE_PATH": {"Ref": "TenantTargetRolePath"},
     "FIRELINE_STACK_NAME": {"Ref": "AWS::StackName"},
     "FIRELINE_ACCOUNT_ID": {"Ref": "AWS::AccountId"},
     "POWERTOOLS_SERVICE_NAME": "fireline",
@@ -430,6 +431,7 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "WorkerInFlight",
         "TargetAllowlist",
         "TargetAllowlistArns",
+        "TenantTargetRolePath",
         "TenantScheduleQuota",
         "TenantActiveJobQuota",
         "TenantWorkflowQuota",
@@ -477,6 +479,16 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         )
     ] == [(50, 1, 10000), (100, 1, 5000), (0, 0, 100000000), (300, 0, 3600)]
     assert parameters["AlarmTopicArn"]["Default"] == ""
+    # Tenants' target roles live under one path (role path /fireline-target/ by default);
+    # nothing is allowlisted for the workers to call as themselves by default.
+    role_path = parameters["TenantTargetRolePath"]
+    assert (role_path["Type"], role_path["Default"]) == ("String", "fireline-target/")
+    assert re.fullmatch(role_path["AllowedPattern"], role_path["Default"])
+    assert len(role_path["ConstraintDescription"]) > 20
+    allowlisted = parameters["TargetAllowlistArns"]
+    assert (allowlisted["Type"], allowlisted["Default"]) == ("CommaDelimitedList", "")
+    assert re.fullmatch(allowlisted["AllowedPattern"], allowlisted["Default"])
+    assert len(allowlisted["ConstraintDescription"]) > 20
     assert sam_template["Conditions"]["HasAlarmTopic"] == {
         "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]
     }
@@ -489,6 +501,95 @@ def test_lag_threshold_accepts_only_whole_seconds(sam_template: dict[str, Any]) 
     candidates = ["10", "1", "120", "2.5", "0", "", "-1", "10s"]
 
     assert [value for value in candidates if re.fullmatch(pattern, value)] == ["10", "1", "120"]
+
+
+@pytest.mark.parametrize(
+    ("path", "accepted"),
+    [
+        ("fireline-target/", True),
+        ("fireline-target/acme/", True),
+        ("team_a+b=c,d.e@f/", True),
+        # IAM's path is /fireline-target/: the parameter is the part after the first slash.
+        ("/fireline-target/", False),
+        ("fireline-target", False),
+        ("", False),
+        ("/", False),
+        ("fireline-target//", False),
+        # A wildcard would widen the role ARN the target caller role may assume.
+        ("*", False),
+        ("*/", False),
+        ("fireline-*/", False),
+        ("fire line/", False),
+    ],
+)
+def test_the_tenant_target_role_path_is_an_iam_path_without_its_leading_slash(
+    sam_template: dict[str, Any], path: str, accepted: bool
+) -> None:
+    # GIVEN the path TargetCallerRole may assume roles under
+    pattern = sam_template["Parameters"]["TenantTargetRolePath"]["AllowedPattern"]
+
+    # THEN only a concrete path of IAM's characters ending in a slash passes
+    assert (re.fullmatch(pattern, path) is not None) is accepted
+
+
+@pytest.mark.parametrize(
+    ("arn", "accepted"),
+    [
+        # the default: nothing allowlisted
+        ("", True),
+        ("arn:aws:lambda:eu-west-1:123456789012:function:acme-*", True),
+        ("arn:aws:lambda:eu-west-1:123456789012:function:acme-report", True),
+        ("arn:aws:lambda:eu-west-1:123456789012:function:acme-report:live", True),
+        ("arn:aws:sqs:eu-west-1:123456789012:acme-*", True),
+        ("arn:aws:sqs:us-east-1:123456789012:acme-jobs.fifo", True),
+        ("arn:aws:states:eu-west-1:123456789012:stateMachine:acme-?", True),
+        ("arn:aws:events:eu-west-1:123456789012:event-bus/acme-*", True),
+        ("arn:aws:events:eu-west-1:123456789012:event-bus/default", True),
+        ("arn:aws:sns:ap-southeast-2:123456789012:acme-alerts", True),
+        ("arn:aws-cn:sqs:cn-north-1:123456789012:acme-*", True),
+        ("arn:aws-us-gov:lambda:us-gov-west-1:123456789012:function:acme-*", True),
+        # everything, or everything of a service
+        ("*", False),
+        ("arn:*", False),
+        ("arn:aws:lambda:*:*:function:*", False),
+        ("arn:aws:sqs:*:*:*", False),
+        # a wildcard partition, region or account
+        ("arn:*:sqs:eu-west-1:123456789012:acme-*", False),
+        ("arn:aws:sqs:*:123456789012:acme-*", False),
+        ("arn:aws:sqs:eu-west-*:123456789012:acme-*", False),
+        ("arn:aws:sqs:eu-west-1:*:acme-*", False),
+        ("arn:aws:sqs:eu-west-1:12345678901*:acme-*", False),
+        ("arn:aws:sqs:eu-west-1::acme-*", False),
+        ("arn:aws:sqs:eu-west-1:1234567890:acme-*", False),
+        # every resource of an account: a wildcard with no concrete prefix
+        ("arn:aws:lambda:eu-west-1:123456789012:function:*", False),
+        ("arn:aws:lambda:eu-west-1:123456789012:*", False),
+        ("arn:aws:sqs:eu-west-1:123456789012:*", False),
+        ("arn:aws:states:eu-west-1:123456789012:stateMachine:*", False),
+        ("arn:aws:events:eu-west-1:123456789012:event-bus/*", False),
+        ("arn:aws:sns:eu-west-1:123456789012:?*", False),
+        # a prefix that is no resource type of the service ("f*" matches every function)
+        ("arn:aws:lambda:eu-west-1:123456789012:f*", False),
+        ("arn:aws:states:eu-west-1:123456789012:execution:acme:*", False),
+        ("arn:aws:sqs:eu-west-1:123456789012:function:acme-*", False),
+        # another service's ARN: the allowlist is for the targets' calls only
+        ("arn:aws:iam::123456789012:role/acme-*", False),
+        ("arn:aws:dynamodb:eu-west-1:123456789012:table/acme-*", False),
+        ("arn:aws:s3:::acme-*", False),
+        ("arn:aws:sqs:eu-west-1:123456789012:acme-* ", False),
+    ],
+)
+def test_target_allowlist_arns_accepts_only_concrete_arns_of_the_target_services(
+    sam_template: dict[str, Any], arn: str, accepted: bool
+) -> None:
+    # GIVEN the pattern CloudFormation applies to each ARN of TargetAllowlistArns (the
+    # resources of TargetAllowlistPolicy)
+    pattern = sam_template["Parameters"]["TargetAllowlistArns"]["AllowedPattern"]
+
+    # THEN an ARN passes only with a concrete partition, region and account, and a
+    # wildcard only after a concrete prefix of a function, queue, state machine, bus or
+    # topic name
+    assert (re.fullmatch(pattern, arn) is not None) is accepted
 
 
 def test_code_uri_points_at_the_package_from_infra(sam_template: dict[str, Any]) -> None:
@@ -889,6 +990,20 @@ def test_retained_tables_are_protected_from_deletion(translated: dict[str, Any])
     assert protected == retained
 
 
+def _assume_grants(resources: dict[str, Any], role: str) -> dict[str, str]:
+    """Role logical id -> where it is allowed sts:AssumeRole on ``role``: "inline" (its
+    own Policies) or the logical id of the AWS::IAM::Policy attached to it."""
+    found: dict[str, str] = {}
+    for name, resource in resources.items():
+        if resource["Type"] == "AWS::IAM::Role" and role in _grants(resource, "sts"):
+            found[name] = "inline"
+        if resource["Type"] == "AWS::IAM::Policy":
+            document = resource["Properties"]["PolicyDocument"]
+            if role in _grants({"Properties": {"Policies": [{"PolicyDocument": document}]}}, "sts"):
+                found.update({r["Ref"]: name for r in resource["Properties"]["Roles"]})
+    return found
+
+
 def test_tenant_targets_are_called_through_the_target_caller_role_only(
     translated: dict[str, Any],
 ) -> None:
@@ -896,23 +1011,36 @@ def test_tenant_targets_are_called_through_the_target_caller_role_only(
     caller = resources["TargetCallerRole"]["Properties"]
     (trust,) = caller["AssumeRolePolicyDocument"]["Statement"]
     (grant,) = [s for p in caller["Policies"] for s in p["PolicyDocument"]["Statement"]]
+    runner_roles = {f"{function}Role" for function in TARGET_RUNNERS}
 
-    # GIVEN the role tenants' target roles trust: it trusts this account (only roles
-    # granted sts:AssumeRole on it may assume it) and may do nothing but assume roles
-    assert trust["Principal"] == {
-        "AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}
-    }
-    assert (grant["Action"], grant["Resource"]) == (
-        "sts:AssumeRole",
-        {"Fn::Sub": "arn:${AWS::Partition}:iam::*:role/*"},
+    # GIVEN the role tenants' target roles trust: it trusts the roles of the functions
+    # that call targets by their ARNs, not the account (where any role granted
+    # sts:AssumeRole on it could assume it)
+    assert (trust["Effect"], trust["Action"]) == ("Allow", "sts:AssumeRole")
+    assert set(trust["Principal"]) == {"AWS"}
+    assert sorted(trust["Principal"]["AWS"], key=json.dumps) == sorted(
+        ({"Fn::GetAtt": [role, "Arn"]} for role in runner_roles), key=json.dumps
     )
-    # THEN exactly the functions that call targets may assume it
-    assumers = {
-        name.removesuffix("Role")
-        for name, resource in resources.items()
-        if resource["Type"] == "AWS::IAM::Role" and "TargetCallerRole" in _grants(resource, "sts")
-    }
-    assert assumers == set(TARGET_RUNNERS)
+    # AND it may do nothing but assume roles under the tenants' path, in any account (a
+    # tenant's role is in the tenant's own)
+    assert (grant["Effect"], grant["Action"], grant["Resource"]) == (
+        "Allow",
+        "sts:AssumeRole",
+        {"Fn::Sub": "arn:${AWS::Partition}:iam::*:role/${TenantTargetRolePath}*"},
+    )
+    # THEN exactly those roles may assume it, through one policy of their own: a grant in
+    # their inline policies would name TargetCallerRole, which names them (a cycle)
+    assumers = _assume_grants(resources, "TargetCallerRole")
+    assert set(assumers) == runner_roles
+    (policy,) = set(assumers.values())
+    assert policy != "inline" and resources[policy].get("Condition") is None
+    assert resources[policy]["Properties"]["PolicyDocument"]["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Action": "sts:AssumeRole",
+            "Resource": {"Fn::GetAtt": ["TargetCallerRole", "Arn"]},
+        }
+    ]
     # AND none of them may invoke a function or send to a queue as itself unless the
     # operator allowlists ARNs: a policy that exists only then, on those ARNs alone
     calls = ["lambda:InvokeFunction", "sqs:SendMessage", "states:StartExecution"]
@@ -929,9 +1057,7 @@ def test_tenant_targets_are_called_through_the_target_caller_role_only(
     assert allowlisted["Properties"]["PolicyDocument"]["Statement"] == [
         {"Effect": "Allow", "Action": calls, "Resource": {"Ref": "TargetAllowlistArns"}}
     ]
-    assert {r["Ref"] for r in allowlisted["Properties"]["Roles"]} == {
-        f"{f}Role" for f in TARGET_RUNNERS
-    }
+    assert {r["Ref"] for r in allowlisted["Properties"]["Roles"]} == runner_roles
 
 
 @pytest.mark.parametrize("function", sorted(HANDLERS))

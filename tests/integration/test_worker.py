@@ -445,7 +445,7 @@ def test_sqs_target_sends_to_the_tenant_queue_with_the_key(system: System) -> No
             target={
                 "type": "sqs",
                 "queue_url": url,
-                "role_arn": "arn:aws:iam::123456789012:role/tenant-a-jobs",
+                "role_arn": "arn:aws:iam::123456789012:role/fireline-target/tenant-a-jobs",
             },
         ),
     )

@@ -10,7 +10,7 @@ from fireline.domain import aws_target, errors
 from fireline.services import roles
 
 ACCOUNT = "123456789012"
-TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-jobs"
+TENANT_ROLE = "arn:aws:iam::111122223333:role/fireline-target/fireline-jobs"
 OWN_ROLE = f"arn:aws:iam::{ACCOUNT}:role/admin"
 POLICY = aws_target.AwsTargetPolicy.parse(
     f"acme=arn:aws:sqs:*:{ACCOUNT}:acme-*, *=arn:aws:lambda:us-east-1:{ACCOUNT}:function:shared,"
@@ -164,6 +164,55 @@ def test_an_attempt_naming_a_role_of_the_deployments_account_reads_why() -> None
     )
     # a policy that does not know its account (tools, tests) cannot tell
     assert aws_target.refusal(target, tenant_id="acme", policy=aws_target.ROLES_ONLY) is None
+
+
+PATHED = aws_target.AwsTargetPolicy.parse(
+    f"acme=arn:aws:iam::{ACCOUNT}:role/fireline-target/acme-*,acme=arn:aws:iam::{ACCOUNT}:role/acme-*",
+    account=ACCOUNT,
+    role_path="fireline-target/",
+)
+
+
+@pytest.mark.parametrize(
+    ("tenant", "role", "refused"),
+    [
+        ("beta", "arn:aws:iam::111122223333:role/fireline-target/jobs", False),
+        ("beta", "arn:aws:iam::111122223333:role/fireline-target/team/jobs", False),
+        # outside the path the target caller role may assume under
+        ("beta", "arn:aws:iam::111122223333:role/jobs", True),
+        ("beta", "arn:aws:iam::111122223333:role/other/fireline-target/jobs", True),
+        ("beta", "arn:aws:iam::111122223333:role/fireline-targets/jobs", True),
+        # a role of the deployment's account the allowlist names is still held to the path
+        ("acme", f"arn:aws:iam::{ACCOUNT}:role/fireline-target/acme-jobs", False),
+        ("acme", f"arn:aws:iam::{ACCOUNT}:role/acme-jobs", True),
+    ],
+)
+def test_a_role_outside_the_tenants_role_path_is_refused_at_registration_and_attempt(
+    tenant: str, role: str, refused: bool
+) -> None:
+    # GIVEN a deployment whose target caller role assumes roles under /fireline-target/ only
+    target = sqs("reports", account="111122223333", role_arn=role)
+    # WHEN a tenant registers a target naming the role, and when an attempt calls it
+    if refused:
+        with pytest.raises(aws_target.RoleOutsidePath) as raised:
+            aws_target.check(target, tenant_id=tenant, policy=PATHED)
+        # THEN a role elsewhere is refused naming the role and the path, and an attempt
+        # says why without assuming it
+        assert raised.value.field == "target.role_arn"
+        assert "/fireline-target/" in str(raised.value)
+        assert aws_target.refusal(target, tenant_id=tenant, policy=PATHED) == (
+            "not allowed: a role outside /fireline-target/, which Fireline may not assume"
+        )
+    else:
+        aws_target.check(target, tenant_id=tenant, policy=PATHED)
+        assert aws_target.refusal(target, tenant_id=tenant, policy=PATHED) is None
+
+
+@pytest.mark.parametrize("path", ["/fireline-target/", "fireline-target", "*", "a/*/"])
+def test_a_role_path_that_is_no_iam_path_is_refused_naming_the_setting(path: str) -> None:
+    with pytest.raises(errors.ValidationError) as raised:
+        aws_target.AwsTargetPolicy.parse("", role_path=path)
+    assert raised.value.field == "TENANT_TARGET_ROLE_PATH"
 
 
 def test_an_allowlist_entry_that_is_not_tenant_equals_arn_is_refused_naming_the_setting() -> None:

@@ -376,7 +376,7 @@ def test_create_leaves_unset_options_to_the_api(
 
 def test_a_role_arn_goes_with_an_aws_target(api: FakeApi) -> None:
     api.answer("POST", "/schedules", 201, SCHEDULE)
-    role = "arn:aws:iam::111122223333:role/fireline-jobs"
+    role = "arn:aws:iam::111122223333:role/fireline-target/fireline-jobs"
     queue = "https://sqs.us-east-1.amazonaws.com/111122223333/q"
 
     args = ("schedules", "create", "rate(5 minutes)", "--target-sqs", queue, "--role-arn", role)
@@ -425,7 +425,7 @@ def test_a_dispatch_target_is_sent_with_its_fields_and_role(
     api: FakeApi, options: list[str], target: dict[str, str]
 ) -> None:
     api.answer("POST", "/jobs", 201, SCHEDULE)
-    role = "arn:aws:iam::111122223333:role/fireline-jobs"
+    role = "arn:aws:iam::111122223333:role/fireline-target/fireline-jobs"
     # WHEN a job is created with the kind's options and a role
     assert run(api, "--json", "jobs", "create", "--in", "60", *options, "--role-arn", role) == 0
     # THEN the body's target is the kind's, with the role

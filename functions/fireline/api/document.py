@@ -122,7 +122,7 @@ JOB_EXAMPLES = {
             "target": {
                 "type": "stepfunctions",
                 "state_machine_arn": "arn:aws:states:us-east-1:111122223333:stateMachine:reports",
-                "role_arn": "arn:aws:iam::111122223333:role/fireline-jobs",
+                "role_arn": "arn:aws:iam::111122223333:role/fireline-target/fireline-jobs",
             },
         },
     ),

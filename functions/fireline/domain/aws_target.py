@@ -30,6 +30,8 @@ from fireline.domain import errors
 
 # An IAM role: arn:<partition>:iam::<account>:role/<path/>name (IAM's own character set).
 ROLE_ARN = re.compile(r"arn:aws[a-zA-Z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]{1,512}")
+# TenantTargetRolePath: an IAM path without its leading slash, as the template checks it.
+ROLE_PATH = re.compile(r"([A-Za-z0-9+=,.@_-]+/)+")
 FUNCTION_ARN = re.compile(
     r"arn:(?P<partition>aws[a-zA-Z-]*):lambda:(?P<region>[a-z0-9-]+):(?P<account>\d{12})"
     r":function:(?P<name>[A-Za-z0-9_-]+)(:[A-Za-z0-9_$-]+)?"
@@ -57,6 +59,10 @@ OWN_ACCOUNT_ROLE = "a role of this deployment's own account, which no operator a
 
 class OwnAccountRole(errors.ValidationError):
     """the role is one of the deployment's own account"""
+
+
+class RoleOutsidePath(errors.ValidationError):
+    """the role is not under the path of tenants' target roles"""
 
 
 # The target types this module governs, and the field naming each one's resource.
@@ -123,12 +129,15 @@ class AwsTargetPolicy:
     names a stack's functions and queues ``<stack>-<LogicalId>-<suffix>``, and
     ``own_names`` adds the ones the environment names outright (the queues' URLs).
     ``allowlist`` maps a tenant id (or ``*``, every tenant) to the ARN patterns (``*``
-    and ``?`` wildcards) its targets may name without a role."""
+    and ``?`` wildcards) its targets may name without a role. ``role_path`` is the IAM
+    path (without its leading slash, as the template's TenantTargetRolePath) that the
+    target caller role may assume roles under; empty, any path (tools and tests)."""
 
     account: str = ""
     stack_name: str = ""
     own_names: frozenset[str] = frozenset()
     allowlist: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    role_path: str = ""
 
     @classmethod
     def parse(
@@ -138,10 +147,17 @@ class AwsTargetPolicy:
         account: str = "",
         stack_name: str = "",
         own_resources: Iterable[str] = (),
+        role_path: str = "",
         field_name: str = "TARGET_ALLOWLIST",
     ) -> AwsTargetPolicy:
         """``allowlist`` is comma-separated ``tenant=arn-pattern`` pairs (the template's
-        TargetAllowlist); ``own_resources`` are ARNs or queue URLs of this deployment."""
+        TargetAllowlist); ``own_resources`` are ARNs or queue URLs of this deployment;
+        ``role_path`` is TenantTargetRolePath (``fireline-target/``)."""
+        if role_path and not ROLE_PATH.fullmatch(role_path):
+            raise errors.ValidationError(
+                f"{role_path!r} is not an IAM path without its leading slash (fireline-target/)",
+                field="TENANT_TARGET_ROLE_PATH",
+            )
         entries: dict[str, list[str]] = {}
         for raw in allowlist.split(","):
             item = raw.strip()
@@ -164,6 +180,7 @@ class AwsTargetPolicy:
             stack_name=stack_name,
             own_names=frozenset(names),
             allowlist={t: tuple(p) for t, p in entries.items()},
+            role_path=role_path,
         )
 
     def is_own(self, resource: Resource) -> bool:
@@ -239,6 +256,14 @@ def check(
                 f"is {OWN_ACCOUNT_ROLE}: name a role in your own account",
                 field=f"{field}.role_arn",
             )
+        # The target caller role may assume only roles under this path (its policy in the
+        # template): a role elsewhere would fail every attempt, so it is refused here.
+        if not under_role_path(role, policy):
+            raise RoleOutsidePath(
+                f"is not under the path /{policy.role_path} of the roles Fireline may "
+                f"assume: create the role with --path /{policy.role_path}",
+                field=f"{field}.role_arn",
+            )
         return
     if not policy.allows(tenant_id, resource):
         raise errors.ValidationError(
@@ -298,6 +323,11 @@ def own_account_role(role_arn: str, *, tenant_id: str, policy: AwsTargetPolicy) 
     return not policy.allows(tenant_id, Resource(role_arn, account, role_arn.rsplit("/", 1)[-1]))
 
 
+def under_role_path(role_arn: str, policy: AwsTargetPolicy) -> bool:
+    """Whether ``role_arn``'s path is under ``policy.role_path`` (any path when unset)."""
+    return role_arn.split(":", 5)[5].removeprefix("role/").startswith(policy.role_path)
+
+
 def refusal(target: Mapping[str, Any], *, tenant_id: str, policy: AwsTargetPolicy) -> str | None:
     """Why an attempt may not call ``target`` (a category a tenant may read), or None.
 
@@ -307,6 +337,8 @@ def refusal(target: Mapping[str, Any], *, tenant_id: str, policy: AwsTargetPolic
         check(target, tenant_id=tenant_id, policy=policy)
     except OwnAccountRole:
         return f"not allowed: {OWN_ACCOUNT_ROLE}"
+    except RoleOutsidePath:
+        return f"not allowed: a role outside /{policy.role_path}, which Fireline may not assume"
     except errors.ValidationError as exc:
         if (exc.field or "").endswith(".role_arn"):
             return "not allowed: no role_arn, and no operator allowlist covers the target"

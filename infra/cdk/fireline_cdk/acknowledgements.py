@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import aws_cdk as cdk
@@ -56,6 +56,16 @@ SIGNING_SECRETS = (
 SIGNING_SECRETS_REASON = (
     "The tenants' webhook signing secrets, one per tenant, created by `fireline admin` as "
     "tenants are added: read-only, and only the names under this stack's prefix."
+)
+
+# What TargetCallerRole may assume, as the template writes it: the account is "*" because
+# tenants' roles are in the tenants' own accounts; the path is the documented one.
+TENANT_TARGET_ROLES = "arn:${AWS::Partition}:iam::*:role/${TenantTargetRolePath}*"
+TENANT_TARGET_ROLES_REASON = (
+    "Tenants' target roles: only those under the documented path (TenantTargetRolePath), "
+    "in any account, since they are in the tenants' own accounts, unknown at deploy time; "
+    "each trusts this role only with its tenant id as ExternalId, only the three roles "
+    "that call targets may assume this one, and it may do nothing else."
 )
 
 # Executions of the long job state machine: named after their jobs' occurrences, so their
@@ -151,13 +161,6 @@ RESOURCES = {
             "machine's, whose ARNs exist only once they start."
         ),
     },
-    "TargetCallerRole": {
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:iam::*:role/*]": (
-            "Tenants' target roles are in the tenants' own accounts, unknown at deploy "
-            "time; each trusts this role only with its tenant id as ExternalId, and this "
-            "role may do nothing else."
-        ),
-    },
     "ApiGatewayLoggingRole": {
         "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
         "AmazonAPIGatewayPushToCloudWatchLogs]": (
@@ -184,10 +187,11 @@ def acknowledge(
     scope: Construct,
     template: cfn_include.CfnInclude,
     translated: Any,
-    replaced: Collection[str],
+    replaced: Mapping[str, Any],
 ) -> None:
     """Acknowledge on ``scope`` (the Fireline construct) and the template's resources what
-    the template's own resources trip; ``replaced`` names the parameters props replaced."""
+    the template's own resources trip; ``replaced`` maps the parameters props (or
+    ``parameters``) replaced to their values."""
     resources = translated["Resources"]
     constant = constant_conditions(translated, replaced)
     if constant:
@@ -201,10 +205,7 @@ def acknowledge(
     for finding, reason in EVERY_ROLE.items():
         _ack(scope, finding, reason)
     wildcards = _policy_template_wildcards(resources)
-    # cdk-nag names a wildcard in a plain Fn::Sub string with <...> for each ${...}.
-    signing_finding = "AwsSolutions-IAM5[Resource::{}]".format(
-        re.sub(r"\$\{([^}]+)\}", r"<\1>", SIGNING_SECRETS)
-    )
+    signing_finding = _sub_finding(SIGNING_SECRETS, replaced)
     wildcards[signing_finding] = SIGNING_SECRETS_REASON
     for logical_id, resource in resources.items():
         if resource["Type"] == "AWS::IAM::Role":
@@ -221,6 +222,10 @@ def acknowledge(
         if logical_id in resources:
             for finding, reason in findings.items():
                 _ack(template.get_resource(logical_id), finding, reason)
+    if "TargetCallerRole" in resources:
+        # The path is a parameter an app may set, and CfnInclude writes its value in.
+        finding = _sub_finding(TENANT_TARGET_ROLES, replaced)
+        _ack(template.get_resource("TargetCallerRole"), finding, TENANT_TARGET_ROLES_REASON)
 
 
 def constant_conditions(translated: Any, replaced: Collection[str]) -> list[str]:
@@ -270,6 +275,19 @@ def _subs(node: Any) -> list[Any]:
         return []
     own = [node["Fn::Sub"]] if set(node) == {"Fn::Sub"} else []
     return own + [sub for value in node.values() for sub in _subs(value)]
+
+
+def _sub_finding(sub: str, replaced: Mapping[str, Any]) -> str:
+    """cdk-nag's name for a wildcard in a plain Fn::Sub string: <...> for each ${...},
+    or the value CfnInclude wrote in for a replaced parameter."""
+
+    def named(match: re.Match[str]) -> str:
+        value = replaced.get(match[1])
+        if isinstance(value, str) and not cdk.Token.is_unresolved(value):
+            return value
+        return f"<{match[1]}>"
+
+    return "AwsSolutions-IAM5[Resource::{}]".format(re.sub(r"\$\{([^}]+)\}", named, sub))
 
 
 def _resource_finding(sub: Any) -> str:

@@ -255,7 +255,7 @@ class Fireline(Construct):
                 protected = resource["Properties"].get("DeletionProtectionEnabled")
                 if removal_policy is cdk.RemovalPolicy.DESTROY and protected:
                     kept.add_property_override("DeletionProtectionEnabled", False)
-        acknowledgements.acknowledge(self, self.template, translated, set(self.parameter_values))
+        acknowledgements.acknowledge(self, self.template, translated, self.parameter_values)
 
     def resource(self, logical_id: str) -> cdk.CfnResource:
         """A resource of the template by its logical id (as in infra/template.yaml or its
