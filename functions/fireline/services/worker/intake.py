@@ -22,8 +22,9 @@ from fireline.services import claims, dispatch, pool, targets, workflows
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import tracing as tracing_service
 from fireline.services.worker import dispatcher as worker_dispatch
-from fireline.services.worker import steps
+from fireline.services.worker import gathered, steps
 from fireline.services.worker.config import (
+    EARLY_HOLD_SECONDS,
     STOP_MARGIN_SECONDS,
     WorkerConfig,
 )
@@ -63,6 +64,7 @@ class Worker(steps.Steps):
         nodes: workflows.NodeJobs | None = None,
         tracing: tracing_service.Tracing | None = None,
         backfills: BackfillPacer | None = None,
+        reads: gathered.GatheredReads | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -107,6 +109,9 @@ class Worker(steps.Steps):
         # persistence layer (which keeps each record's claim per thread) and the guarded
         # run. Built per record, they were a good part of a fire's CPU.
         self._idempotency = OccurrenceIdempotency(self.occurrences, self.clock)
+        # The consistent schedule reads records make after their claims, a burst's
+        # gathered into one batch read (see services.worker.gathered).
+        self._reads = reads or gathered.GatheredReads(self.clock)
         claim_config = IdempotencyConfig(
             event_key_jmespath="occurrence_key", raise_on_no_idempotency_key=True
         )
@@ -199,12 +204,18 @@ class Worker(steps.Steps):
             return worker_dispatch.Lane.REMOTE, parsed.fire_time.timestamp(), 0.0
         python = item.target.get("type") == "python"
         lane = worker_dispatch.Lane.COMPUTE if python else worker_dispatch.Lane.REMOTE
+        # Its hold: until its fire time (a burst's fire comes up to the burst lead early),
+        # and the clocks' margin.
+        hold = min(
+            self.config.early_hold_seconds,
+            max(0.0, (parsed.fire_time - self.clock.now()).total_seconds()) + EARLY_HOLD_SECONDS,
+        )
         needs = (
             0.0  # a long job's record only starts its execution
             if self.long_jobs is not None
             else model.deadline_for(item.job_class, item.deadline_seconds)
             + STOP_MARGIN_SECONDS
-            + self.config.early_hold_seconds
+            + hold
         )
         return lane, parsed.fire_time.timestamp(), needs
 

@@ -120,7 +120,7 @@ class SlotKeeping(state.WorkerState):
         return "skip", False
 
     def _take_slot(
-        self, tenant_id: str, key: str, held_for: timedelta, now: datetime
+        self, tenant_id: str, key: str, held_for: timedelta, now: datetime, *, first: bool = False
     ) -> tuple[int, ...] | str:
         """The tenant slots this run holds (none for an unlimited tenant), or why it must
         wait: the tenant runs its limit, or its share of this class, already. Both are
@@ -140,9 +140,21 @@ class SlotKeeping(state.WorkerState):
         The read is eventually consistent: every slot is taken by a conditional put, so a
         stale list can cost a refused take, or a deferral a current one would have spared
         (a slot freed in the last second), never a run over the limit. A limit override
-        changed in the last second applies from the next read, as if made a second later."""
-        if self._registered_limit(tenant_id) == quota.UNLIMITED:
+        changed in the last second applies from the next read, as if made a second later.
+
+        A ``first`` attempt (its row shows no attempt: no delivery before it claimed) of a
+        tenant whose limit the register shows first tries one slot number at random,
+        unread (see :meth:`_take_unread`): most tenants run far below their limit, and the
+        read of their slots was a call's client CPU on the way to every start. (A delivery
+        before it that took a slot and died before its claim left that slot to expire: it
+        is counted against the tenant a while longer, never run past the limit.)"""
+        registered = self._registered_limit(tenant_id)
+        if registered == quota.UNLIMITED:
             return ()
+        if first and registered is not None:
+            number = self._take_unread(tenant_id, key, registered, now, held_for)
+            if number is not None:
+                return (number,)
         held, override = self.slots.held(tenant_id, consistent=False)
         limit = self.config.tenant_limit if override is None else override
         if limit == quota.UNLIMITED:
@@ -182,6 +194,39 @@ class SlotKeeping(state.WorkerState):
                 self._give_back_quietly(tenant_id, in_class, key)
             return AT_LIMIT
         return (number,) if in_class is None else (number, in_class)
+
+    def _take_unread(
+        self, tenant_id: str, key: str, limit: int, now: datetime, held_for: timedelta
+    ) -> int | None:
+        """One slot number of the tenant's ``limit`` (as the register shows it), taken
+        without reading the tenant's slots; None when that number was held (or the take
+        failed): the caller reads them and takes as ever.
+
+        The conditional take is what keeps the limit (a number held by a live run is
+        refused, as any take of it is), so no read is needed to stay within it. Only a
+        limit within the class's share takes this way (a larger one takes the share's
+        slot too, which needs the read), and only where the register knows the limit: it
+        is the override as last read (at most ``overrides_cache_seconds`` old, and
+        eventually consistent), so a limit lowered a moment ago applies to these takes
+        from the next read of the register, where the read of the slots applied it at
+        once. A number held by a finished run is not handed on here (that needs its
+        holder's row): the read path does it."""
+        share = self.config.class_limit
+        if share and share < limit:
+            return None
+        now_ms = int(now.timestamp() * 1000)
+        number = self.rng.randrange(limit)
+        expires = now_ms + int(held_for.total_seconds() * 1000)
+        try:
+            taken = self.slots.take(tenant_id, number, key, now_ms=now_ms, expires_at_ms=expires)
+        except Exception as exc:  # the read and its takes decide instead (and may fail)
+            logger.info(
+                "unread slot take failed",
+                extra={"action": "worker.slot", "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return None
+        self.metrics.add_metric("SlotTakenUnread" if taken else "SlotTakeUnreadRefused", "Count", 1)
+        return number if taken else None
 
     def _held_already(
         self,

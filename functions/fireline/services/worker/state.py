@@ -16,6 +16,7 @@ from fireline.services import long_jobs as long_jobs_service
 from fireline.services import pool, targets, workflows
 from fireline.services import tracing as tracing_service
 from fireline.services.worker.config import WorkerConfig
+from fireline.services.worker.gathered import GatheredReads
 from fireline.services.worker.idempotency import OccurrenceIdempotency
 
 
@@ -86,4 +87,5 @@ class WorkerState:
     # The class's invocations as really running (None: not shared out by invocations).
     _pool: pool.Pool | None
     _idempotency: OccurrenceIdempotency
+    _reads: GatheredReads
     _guarded_run: Callable[..., Any]

@@ -116,7 +116,7 @@ class Steps(run.Running):
         start."""
         key = row.key
         try:
-            slot = self._take_slot(item.tenant_id, key, held_for, now)
+            slot = self._take_slot(item.tenant_id, key, held_for, now, first=row.attempts == 0)
         except Exception:
             # Not running after all: a run slot kept would skip the schedule's next fires
             # as "overlap" while nothing runs, until it expired.

@@ -85,4 +85,7 @@ class StillWanted(state.WorkerState):
             return None  # its cancel's row decided, at the claim (see above)
         if not fresh and claimed.fire_time >= self.clock.now() - claims.RECHECK_OLDER_THAN:
             return None
-        return claims.unwanted(self.schedules.get(claimed.tenant_id, claimed.schedule_id), claimed)
+        # Consistent, and made after this record's claim; a burst's reads are gathered
+        # into one batch read (services.worker.gathered).
+        current = self._reads.get(self.schedules, claimed.tenant_id, claimed.schedule_id)
+        return claims.unwanted(current, claimed)
