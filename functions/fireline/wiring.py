@@ -102,6 +102,9 @@ class Settings:
     ticker_groups: int = 1
     lookahead_seconds: int = 300
     horizon_seconds: int = 900
+    # How long before their second a burst's fires are made visible (BurstLeadSeconds):
+    # the ticker spreads them over it, the workers hold them until their time.
+    burst_lead_seconds: int = ticker.TickerConfig.burst_lead_seconds
     tenant_limit: int = quota.DEFAULT_LIMIT
     job_class: str = "default"  # the worker's class (JOB_CLASS)
     # The class's maximum concurrency, as its event source mapping sets it: a tenant's
@@ -174,6 +177,7 @@ class Settings:
             ticker_groups=number("TICKER_GROUPS", 1),
             lookahead_seconds=number("LOOKAHEAD_SECONDS", 300),
             horizon_seconds=number("HORIZON_SECONDS", 900),
+            burst_lead_seconds=number("BURST_LEAD_SECONDS", ticker.TickerConfig.burst_lead_seconds),
             tenant_limit=number("TENANT_CONCURRENCY_LIMIT", quota.DEFAULT_LIMIT),
             job_class=env.get("JOB_CLASS", "default"),
             class_max_concurrency=number("CLASS_MAX_CONCURRENCY", 0),
@@ -543,6 +547,7 @@ def worker() -> worker_service.Worker:
             class_max_concurrency=s.class_max_concurrency,
             # A long job runs in a runner of its own: that class's jobs are its runners.
             in_flight=1 if s.job_class == "long" else s.worker_in_flight,
+            early_hold_seconds=worker_service.early_hold_for(s.job_class, s.burst_lead_seconds),
             jobs_counted=quota_store() is not None,
             # This container in its class's register of live containers (one a warm
             # container: the worker is built once per container).
@@ -703,6 +708,7 @@ def ticker_for(
             group=group,
             lookahead_seconds=s.lookahead_seconds,
             horizon_seconds=s.horizon_seconds,
+            burst_lead_seconds=s.burst_lead_seconds,
         ),
         metrics=metrics(),
         parallel=parallel,

@@ -18,6 +18,7 @@ FIRELINE_BENCH_SCALE (``make bench-quick``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections import Counter
@@ -68,15 +69,16 @@ def platform_costs() -> dict[str, float]:
 
 
 def times(sdk: sim_network.SdkCost, factor: float) -> sim_network.SdkCost:
-    return sim_network.SdkCost(
-        per_call={op: s * factor for op, s in sdk.per_call.items()}, default=sdk.default * factor
-    )
+    return sdk.times(factor)
 
 
 def calibration(sdk: sim_network.SdkCost, costs: dict[str, float]) -> dict[str, Any]:
     return {
         "sdk_client_cpu_us_per_call": {
             op: round(s * 1e6) for op, s in sorted(sdk.per_call.items())
+        },
+        "sdk_client_cpu_us_per_further_item": {
+            op: round(s * 1e6) for op, s in sorted(sdk.per_item.items())
         },
         "worker_import_cpu_ms": round(costs["import_cpu_seconds"] * 1000, 1),
         "fork_cpu_ms": round(costs["fork_cpu_seconds"] * 1000, 3),
@@ -89,6 +91,7 @@ def settings_of(deployed: deployment.Deployment) -> dict[str, Any]:
     return {
         "ticker_groups": deployed.ticker_groups,
         "ticker_memory_mb": deployed.ticker_memory_mb,
+        "burst_lead_seconds": deployed.burst_lead_seconds,
         "worker_memory_mb": w.memory_mb,
         "batch_size": w.batch_size,
         "batching_window_seconds": w.batching_window_seconds,
@@ -208,8 +211,10 @@ class Run:
             memory_mb=deployed.ticker_memory_mb,
             measure_cpu=measure_cpu,
             account=self.account,
+            config={"burst_lead_seconds": deployed.burst_lead_seconds},
         )
         w = deployed.worker()
+        self.members = itertools.count(1)
         self.fleet = fleet_of(w, fleet_scale)
         self.python_jobs = python_jobs
         self.jobs = sim_world.Jobs(world.kernel, seconds=jobs_seconds, cpu=python_jobs)
@@ -233,6 +238,11 @@ class Run:
                 runner=self.runner,
                 tenant_limit=deployed.tenant_limit,
                 class_max_concurrency=w.class_max_concurrency,
+                burst_lead_seconds=deployed.burst_lead_seconds,
+                # As deployed: WORKER_IN_FLIGHT jobs an invocation (a tenant's share of
+                # the class counts them), and a container in the class's register.
+                in_flight=w.in_flight or 1,
+                pool_member=f"container-{next(self.members)}",
             ),
             max_concurrency=self.fleet["max_invokes"],
             batch_size=w.batch_size,

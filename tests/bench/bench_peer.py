@@ -300,6 +300,9 @@ class _Requests:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        # Items past the first that batch requests carried, by operation (their SDK CPU
+        # grows with them: SdkCost.per_item).
+        self.further_items: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     def counted(self, inner: Any, ops: dict[str, Any]) -> Any:
@@ -314,8 +317,10 @@ class _Requests:
                     return attr
 
                 def call(*args: Any, **kwargs: Any) -> Any:
+                    items = 1 if op.items is None else op.items(args, kwargs)
                     with requests._lock:
                         requests.counts[op.name] += 1
+                        requests.further_items[op.name] += items - 1
                     return attr(*args, **kwargs)
 
                 return call
@@ -325,6 +330,10 @@ class _Requests:
     def snapshot(self) -> Counter[str]:
         with self._lock:
             return Counter(self.counts)
+
+    def further_snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.further_items)
 
 
 def run_fireline() -> dict[str, Any]:
@@ -481,11 +490,12 @@ def run_fireline() -> dict[str, Any]:
         mapping_clock = time.pthread_getcpuclockid(mapping.ident or 0)
         cpu, ticker_cpu = time.process_time(), time.clock_gettime(ticker_clock)
         mapping_cpu = time.clock_gettime(mapping_clock)
-        before = requests.snapshot()
+        before, further_before = requests.snapshot(), requests.further_snapshot()
         sleep_until(t0 + SECONDS)
         cpu, ticker_cpu = time.process_time() - cpu, time.clock_gettime(ticker_clock) - ticker_cpu
         mapping_cpu = time.clock_gettime(mapping_clock) - mapping_cpu
         requested = requests.snapshot() - before
+        further = requests.further_snapshot() - further_before
         sleep_until(end)
         stop.set()
         for thread in [mapping, *threads]:
@@ -501,6 +511,7 @@ def run_fireline() -> dict[str, Any]:
             "source_mapping_cpu_seconds": round(mapping_cpu, 2),
             # The ticker's and the workers' requests over the window, by operation.
             "aws_requests": dict(sorted(requested.items())),
+            "aws_request_further_items": dict(sorted(further.items())),
             "worker_results": dict(results),
             "settings": f"ticker (lookahead {config.lookahead_seconds} s, horizon "
             f"{config.horizon_seconds} s, ticks {config.tick_phase} s into a second) + "
@@ -541,7 +552,11 @@ def with_sdk_cpu(figures: dict[str, Any], sdk: Any) -> dict[str, Any]:
     the window's requests, as measured through the DynamoDB and SQS adapters. That is what
     a deployed ticker and worker spend. The memory adapters' own work stays in too, so the
     line is a slight overstatement."""
-    sdk_cpu = sum(n * sdk.of(op) for op, n in figures["aws_requests"].items())
+    further = figures.get("aws_request_further_items", {})
+    sdk_cpu = sum(
+        n * sdk.of(op) + further.get(op, 0) * sdk.per_item.get(op, 0.0)
+        for op, n in figures["aws_requests"].items()
+    )
     fired = max(figures["fires_run"], 1)
     return {
         **figures,

@@ -43,6 +43,10 @@ def sdk() -> sim_network.SdkCost:
         "scale.sdk_client_cpu_us_per_call",
         {op: round(seconds * 1e6) for op, seconds in sorted(measured.per_call.items())},
     )
+    record(
+        "scale.sdk_client_cpu_us_per_further_item",
+        {op: round(seconds * 1e6) for op, seconds in sorted(measured.per_item.items())},
+    )
     return measured
 
 

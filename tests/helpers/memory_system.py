@@ -88,6 +88,7 @@ class MemorySystem:
         runner: targets.TargetRunner | None = None,
         long: long_jobs.LongJobs | None = None,
         pool_member: str | None = None,
+        early_hold_seconds: float = worker.EARLY_HOLD_SECONDS,
     ) -> worker.Worker:
         return worker.Worker(
             schedules=self.schedules,
@@ -102,6 +103,7 @@ class MemorySystem:
                 class_max_concurrency=class_max_concurrency,
                 in_flight=in_flight,
                 pool_member=pool_member,
+                early_hold_seconds=early_hold_seconds,
             ),
             metrics=self.metrics,
             long_jobs=long,

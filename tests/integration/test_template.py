@@ -23,7 +23,7 @@ from samtranslator.translator.transform import transform
 from fireline.adapters import slots_dynamodb
 from fireline.domain import model
 from fireline.local import runtime
-from fireline.services import worker
+from fireline.services import ticker, worker
 
 ROOT = Path(__file__).parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
@@ -65,6 +65,7 @@ ENVIRONMENT = {
     "DUE_SHARDS": {"Ref": "DueShards"},
     "TICKER_GROUPS": {"Ref": "TickerGroups"},
     "LOOKAHEAD_SECONDS": {"Ref": "LookaheadSeconds"},
+    "BURST_LEAD_SECONDS": {"Ref": "BurstLeadSeconds"},
     "HORIZON_SECONDS": {"Ref": "HorizonSeconds"},
     "TENANT_CONCURRENCY_LIMIT": {"Ref": "TenantConcurrencyLimit"},
     "LONG_JOB_STATE_MACHINE_ARN": {"Ref": "LongJobStateMachine"},
@@ -88,15 +89,15 @@ ENVIRONMENT = {
 
 # job class -> (queue, dead-letter queue, visibility timeout = 6 x the class's worker timeout)
 QUEUE_CLASSES = {
-    "default": ("DefaultQueue", "DefaultDeadLetterQueue", 6 * 120),
-    "short": ("ShortQueue", "ShortDeadLetterQueue", 6 * 30),
+    "default": ("DefaultQueue", "DefaultDeadLetterQueue", 6 * 180),
+    "short": ("ShortQueue", "ShortDeadLetterQueue", 6 * 100),
     "long": ("LongQueue", "LongDeadLetterQueue", 6 * 60),
 }
 # worker -> (job class, timeout in seconds, memory in MB, maximum concurrency of its event
 # source mapping). The long class's worker only starts executions and records outcomes.
 WORKERS = {
-    "DefaultWorkerFunction": ("default", 120, 512, 50),
-    "ShortWorkerFunction": ("short", 30, 512, 100),
+    "DefaultWorkerFunction": ("default", 180, 512, 50),
+    "ShortWorkerFunction": ("short", 100, 512, 100),
     "LongWorkerFunction": ("long", 60, 256, 10),
 }
 # The long runner runs one attempt of a long job, handed out by the state machine.
@@ -408,6 +409,7 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "TickerGroups",
         "LookaheadSeconds",
         "HorizonSeconds",
+        "BurstLeadSeconds",
         "LagAlarmThresholdSeconds",
         "TenantConcurrencyLimit",
         "HttpTargetAllowHttp",
@@ -455,6 +457,15 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         (parameters[name]["Default"], parameters[name]["MinValue"], parameters[name]["MaxValue"])
         for name in ("LookaheadSeconds", "HorizonSeconds")
     ] == [(300, 0, 900), (900, 0, 900)]
+    # A burst's fires are visible up to a minute early, held by warm workers: no more than
+    # the workers' timeouts allow (test_each_class_deadline_fits_in_the_function_...).
+    lead = parameters["BurstLeadSeconds"]
+    assert (lead["Type"], lead["Default"], lead["MinValue"], lead["MaxValue"]) == (
+        "Number",
+        60,
+        0,
+        60,
+    )
     # One group by default; each group a rule of its own, so the count is bounded.
     groups = parameters["TickerGroups"]
     assert (groups["Default"], groups["AllowedValues"]) == ("1", [str(g) for g in range(1, 9)])
@@ -1175,10 +1186,15 @@ def test_each_class_deadline_fits_in_the_function_that_runs_its_attempts(
 ) -> None:
     # The longest deadline a class accepts (and its default) plus the time to claim, stop
     # the job and record its outcome must fit in the function's timeout, or Lambda would
-    # kill every attempt before its deadline.
+    # kill every attempt before its deadline; for a class whose bursts the ticker makes
+    # visible early, after the longest hold of a burst's fire too (BurstLeadSeconds at its
+    # most, and the clocks' margin), and with the dispatcher's reserve to spare.
     job_class = JOB_CLASSES[function]
     timeout = translated["Resources"][function]["Properties"]["Timeout"]
-    assert model.DEADLINES[job_class] + worker.STOP_MARGIN_SECONDS < timeout
+    lead = translated["Parameters"]["BurstLeadSeconds"]["MaxValue"]
+    hold = worker.early_hold_for(job_class, lead)
+    assert model.DEADLINES[job_class] + worker.STOP_MARGIN_SECONDS + hold < timeout
+    assert lead <= ticker.MAX_BURST_LEAD_SECONDS
 
 
 def test_workflow_controller_has_time_for_a_large_run_and_no_reserved_concurrency(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -130,11 +131,18 @@ def row_for(
 
 
 def outbound(
-    item: model.Schedule, fire_time: datetime, now: datetime, *, row_written: bool = False
+    item: model.Schedule,
+    fire_time: datetime,
+    now: datetime,
+    *,
+    row_written: bool = False,
+    lead: timedelta = timedelta(0),
 ) -> Outbound:
     """The message for one fire, sent at ``now``. ``row_written``: the sender wrote the
     fire's row before it (a trigger); else the message says so, and the worker need not
-    read for a row on its first delivery (the claim writes it, conditional on the key)."""
+    read for a row on its first delivery (the claim writes it, conditional on the key).
+    ``lead``: how long before its time the fire is to be visible (a burst's, see
+    :func:`burst_lead`); the worker that takes it holds it until its time."""
     # When the fire was handed to the queue: the row the first delivery writes keeps it
     # as its creation time, so the ledger shows each fire's enqueue lag.
     body = {**fire_message(item, fire_time), "sent_at_ms": int(now.timestamp() * 1000)}
@@ -144,7 +152,7 @@ def outbound(
         # A batch's job: its holder holds its unit, which the sweep gives back after its
         # end, so its worker gives nothing back (see fireline.domain.quota.Holder).
         body["in_holder"] = True
-    deliver_at = deliver_time(item, fire_time)
+    deliver_at = deliver_time(item, fire_time) - lead
     message = ports.OutboundMessage(body=body, delay_seconds=delay_until(deliver_at, now))
     return Outbound(item.job_class, body["occurrence_key"], message, deliver_at)
 
@@ -421,6 +429,21 @@ def deliver_time(item: model.Schedule, fire_time: datetime) -> datetime:
     # Seeded by the occurrence key, so a redo after a crash picks the same delay.
     rng = random.Random(occurrence.occurrence_key(item.schedule_id, item.version, fire_time))
     return schedule.jittered(fire_time, item.jitter, rng)
+
+
+# The classes whose fires a burst's lead may make visible early (see
+# TickerConfig.burst_lead_seconds): their workers hold a fire that long, their functions'
+# timeouts allowing the lead and a deadline. A long job's runner starts its execution and
+# is done; it is not held for.
+BURST_CLASSES = frozenset({"default", "short"})
+
+
+def burst_lead(key: str, lead_seconds: float) -> timedelta:
+    """How long before its time a fire of a burst is made visible: a share of
+    ``lead_seconds`` drawn from its occurrence key, so a burst's fires are spread evenly
+    over the lead (and a fire sent again after a crash gets the same share)."""
+    share = (zlib.crc32(key.encode()) % 1000) / 1000
+    return timedelta(seconds=round(share * lead_seconds, 3))
 
 
 def delay_until(deliver_at: datetime, now: datetime) -> int:

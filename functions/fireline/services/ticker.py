@@ -16,9 +16,13 @@ Working ahead. Each pass sweeps the group's shards for schedules due up to now +
 schedule's fires up to now + ``horizon_seconds`` (15 minutes; SQS delays at most 900 s),
 delivered with DelaySeconds. So whatever capacity the ticker has left over goes into
 fires minutes ahead, and a burst known in advance (50,000 hourly jobs at the top of the
-hour) is spread over the five minutes before it rather than the second it is due: no
-burst detector, no extra index state. A frequent schedule is picked up once per several
-fires (a minutely one every 10 minutes), which is one index write per several fires.
+hour) is sent over the five minutes before it rather than the second it is due: no
+burst detector, no extra index state. What the ticker counts is how many fires of each
+second ahead it has sent: past a threshold, that second's further fires are made visible
+spread over the minute before it (``burst_lead_seconds``), so the workers' event source
+mapping has scaled out by the second they are due (see TickerConfig). A frequent schedule
+is picked up once per several fires (a minutely one every 10 minutes), which is one index
+write per several fires.
 
 Rounds. A pass is a sequence of bounded rounds: a page from each shard (following the
 index's cursor, never re-reading what this pass already handled), one BatchGetItem per
@@ -49,13 +53,16 @@ from typing import TypeVar
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import errors, exclusions, lease, model, policies, schedule
+from fireline.domain import errors, exclusions, lease, model, occurrence, policies, schedule
 from fireline.services import dispatch
 
 logger = Logger(service="fireline", child=True)
 
 T = TypeVar("T")
 BATCH_GET_MAX = 100
+# The longest burst lead: a worker holds a fire that long and then gives it its whole
+# deadline, within its function's timeout (infra/template.yaml's BurstLeadSeconds).
+MAX_BURST_LEAD_SECONDS = 120
 MIN_PAGE = 25
 SKIP_WRITE_ATTEMPTS = 3
 
@@ -95,6 +102,21 @@ class TickerConfig:
     # p50 0.19 s, where rounds of a shard or two, each sending in turn, left p50 0.86 s.)
     tick_phase: float = 0.6
     send_phase: float = 0.85
+    # Bursts. A second this ticker has sent more than dense_second_fires fires for
+    # (divided among the groups: each counts its own) is a burst, such as the top of an
+    # hour: each further fire of it is made visible up to burst_lead_seconds before its
+    # time, a share of the lead drawn from its key (dispatch.burst_lead), so the burst
+    # reaches the workers spread over the lead rather than all in its second. An event
+    # source mapping adds invocations only while messages wait (300 a minute, as AWS
+    # scales a standard queue's), so a burst visible in its second would wait minutes
+    # for the invocations to start it; spread over the lead, the mapping has scaled out,
+    # and warm invocations hold its fires until their second (the worker holds an early
+    # fire up to the lead). Only the classes whose workers hold a fire that long
+    # (burst_classes: their functions' timeouts allow the lead and a deadline); 0 turns
+    # it off.
+    burst_lead_seconds: int = 60
+    dense_second_fires: int = 1_000
+    burst_classes: frozenset[str] = dispatch.BURST_CLASSES
     # A pass starts again from the top of the index after this long, so fires that
     # became due meanwhile are not left behind the rest of a long pass.
     pass_seconds: float = 5.0
@@ -121,6 +143,17 @@ class TickerConfig:
             )
         if not 0 <= self.group < self.groups:
             raise errors.ValidationError(f"must be 0 to {self.groups - 1}", field="group")
+        if not 0 <= self.burst_lead_seconds <= MAX_BURST_LEAD_SECONDS:
+            raise errors.ValidationError(
+                f"must be 0 to {MAX_BURST_LEAD_SECONDS} seconds", field="burst_lead_seconds"
+            )
+        if self.dense_second_fires < 1:
+            raise errors.ValidationError("must be at least 1", field="dense_second_fires")
+
+    @property
+    def dense_per_group(self) -> int:
+        """Fires of one second this group sends before the rest count as a burst."""
+        return max(1, self.dense_second_fires // self.groups)
 
     @property
     def lease_name(self) -> str:
@@ -252,6 +285,9 @@ class Ticker:
         # round reads every shard; a cold ticker, or one behind, sizes its rounds by pace.
         self._kept_up = False
         self._round_entries = self.config.round_entries_min
+        # Fires this invocation sent, by the whole second they are due (epoch seconds):
+        # past TickerConfig.dense_per_group, a second's further fires are a burst's.
+        self._sent_per_second: dict[int, int] = {}
 
     # --- the invocation loop ---------------------------------------------------------------
 
@@ -641,9 +677,11 @@ class Ticker:
         pending: list[dispatch.Outbound] = []
         fire_times: dict[str, datetime] = {}
         sending_at = self._hold_until_send_phase(pickups, now)
+        self._forget_seconds_before(now)
         for pickup in pickups:
             for fire_time in pickup.plan.fires:
-                out = dispatch.outbound(pickup.item, fire_time, sending_at)
+                lead = self._burst_lead(pickup.item, fire_time)
+                out = dispatch.outbound(pickup.item, fire_time, sending_at, lead=lead)
                 pickup.keys.append(out.key)
                 pending.append(out)
                 fire_times[out.key] = fire_time
@@ -670,6 +708,26 @@ class Ticker:
             kept = [p for p in pickups if not failed.intersection(p.keys)]
             report.held_back += len(pickups) - len(kept)
             pickups[:] = kept
+
+    def _burst_lead(self, item: model.Schedule, fire_time: datetime) -> timedelta:
+        """How long before its time this fire is to be visible: none, unless its second
+        is a burst's (see TickerConfig.burst_lead_seconds)."""
+        config = self.config
+        if not config.burst_lead_seconds or item.job_class not in config.burst_classes:
+            return timedelta(0)
+        second = math.floor(fire_time.timestamp())
+        sent = self._sent_per_second.get(second, 0) + 1
+        self._sent_per_second[second] = sent
+        if sent <= config.dense_per_group:
+            return timedelta(0)
+        key = occurrence.occurrence_key(item.schedule_id, item.version, fire_time)
+        return dispatch.burst_lead(key, config.burst_lead_seconds)
+
+    def _forget_seconds_before(self, now: datetime) -> None:
+        # Seconds gone by are sent and done: the count is for those still ahead.
+        if len(self._sent_per_second) > 1_000:
+            past = math.floor(now.timestamp())
+            self._sent_per_second = {s: n for s, n in self._sent_per_second.items() if s >= past}
 
     def _hold_until_send_phase(self, pickups: list[_Pickup], now: datetime) -> datetime:
         """Wait until ``send_phase`` into the second, less the last round's send span,

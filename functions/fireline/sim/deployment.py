@@ -53,6 +53,8 @@ class Deployment:
     ticker_groups: int
     ticker_memory_mb: int
     workers: Mapping[str, WorkerSettings]  # by job class
+    # How long before its second a burst's fires are made visible (BurstLeadSeconds).
+    burst_lead_seconds: int = 0
 
     def worker(self, job_class: str = "default") -> WorkerSettings:
         return self.workers[job_class]
@@ -80,6 +82,9 @@ def from_template(template: Mapping[str, Any]) -> Deployment:
         ticker_groups=int(resolve.value(parameters.get("TickerGroups", 1), "TickerGroups")),
         ticker_memory_mb=int(resolve.value(ticker.get("MemorySize", 1769), "TickerFunction")),
         workers=workers,
+        burst_lead_seconds=int(
+            resolve.value(parameters.get("BurstLeadSeconds", 0), "BurstLeadSeconds")
+        ),
     )
 
 

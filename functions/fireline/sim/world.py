@@ -20,6 +20,7 @@ from fireline.adapters import memory
 from fireline.domain import model, occurrence, schedule, signing
 from fireline.services import dispatch, targets
 from fireline.services import worker as worker_service
+from fireline.services.worker import gathered
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import lambdas
 from fireline.sim import network as sim_network
@@ -340,9 +341,16 @@ def worker_for(
     class_max_concurrency: int = 0,
     python: targets.PythonRunner = lambdas.run_inline,
     runner: targets.TargetRunner | None = None,
+    burst_lead_seconds: float = 0.0,
+    in_flight: int = 1,
+    pool_member: str | None = None,
 ) -> worker_service.Worker:
     """The real worker service over the world's simulated stores, running simulated jobs
-    (``runner``: a :class:`SimTargets` for HTTP targets, built with :func:`runner_args`)."""
+    (``runner``: a :class:`SimTargets` for HTTP targets, built with :func:`runner_args`).
+    ``burst_lead_seconds``: the deployment's BurstLeadSeconds (how early a burst's fire
+    may come, and be held); ``in_flight`` and ``pool_member`` as the deployed worker
+    has them (WORKER_IN_FLIGHT, and its container in the class's register): a tenant's
+    share of the class counts ``class_max_concurrency`` times ``in_flight`` jobs."""
     runner = runner or targets.TargetRunner(**runner_args(jobs, python))
     return worker_service.Worker(
         schedules=world.schedules,
@@ -355,7 +363,12 @@ def worker_for(
             job_class=job_class,
             tenant_limit=tenant_limit,
             class_max_concurrency=class_max_concurrency,
+            early_hold_seconds=worker_service.early_hold_for(job_class, burst_lead_seconds),
+            in_flight=in_flight,
+            pool_member=pool_member,
         ),
+        # Simulated threads wait only on the kernel's clock.
+        reads=gathered.GatheredReads(world.clock, poll=True),
     )
 
 

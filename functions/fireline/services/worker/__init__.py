@@ -56,6 +56,7 @@ from fireline.services.worker.config import (
     STOP_MARGIN_SECONDS,
     TIME_SLACK_SECONDS,
     WorkerConfig,
+    early_hold_for,
 )
 from fireline.services.worker.intake import Worker
 from fireline.services.worker.outcomes import Busy, Result
@@ -76,4 +77,5 @@ __all__ = [
     "Result",
     "Worker",
     "WorkerConfig",
+    "early_hold_for",
 ]

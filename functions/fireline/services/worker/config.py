@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fireline.domain import quota
-from fireline.services import pool
+from fireline.services import dispatch, pool
 
 DEFER_SECONDS = 10
 # The ticker's delays put a fire on the queue at most a second early; a little more
@@ -37,7 +37,9 @@ class WorkerConfig:
     job_class: str = "default"
     tenant_limit: int = quota.DEFAULT_LIMIT
     defer_seconds: int = DEFER_SECONDS
-    # A message visible before its fire time is held until then, up to this long.
+    # A message visible before its fire time is held until then, up to this long: the
+    # clocks' margin, and for a class the ticker spreads bursts of, the burst lead (see
+    # :func:`early_hold_for`).
     early_hold_seconds: float = EARLY_HOLD_SECONDS
     # The class's maximum concurrency (its workers' invocations; the long class: its
     # runners'). A tenant runs at most quota.class_limit of the class's jobs at once (this
@@ -61,3 +63,13 @@ class WorkerConfig:
     @property
     def class_limit(self) -> int:
         return quota.class_limit(self.class_max_concurrency * self.in_flight)
+
+
+def early_hold_for(job_class: str, burst_lead_seconds: float) -> float:
+    """How long a worker of ``job_class`` holds a fire that came early: the clocks'
+    margin, plus the burst lead for the classes the ticker spreads bursts of
+    (dispatch.BURST_CLASSES: the ticker makes a burst's fires visible up to the lead
+    before their time)."""
+    if job_class in dispatch.BURST_CLASSES:
+        return EARLY_HOLD_SECONDS + burst_lead_seconds
+    return EARLY_HOLD_SECONDS
