@@ -98,12 +98,15 @@ class Settings:
     slots_table: str
     queue_urls: dict[str, str]
     dead_letter_urls: dict[str, str]
+    # The classes' burst queues (QUEUE_URL_<CLASS>_BURST), by class: absent, a class's
+    # bursts go to its own queue.
+    burst_queue_urls: dict[str, str] = field(default_factory=dict)
     shards: int = model.DEFAULT_SHARDS
     ticker_groups: int = 1
     lookahead_seconds: int = 300
     horizon_seconds: int = 900
-    # How long before their second a burst's fires are made visible (BurstLeadSeconds):
-    # the ticker spreads them over it, the workers hold them until their time.
+    # How long before their second a burst's fires are visible on their burst queue
+    # (BurstLeadSeconds); the workers hold them until their time.
     burst_lead_seconds: int = ticker.TickerConfig.burst_lead_seconds
     tenant_limit: int = quota.DEFAULT_LIMIT
     job_class: str = "default"  # the worker's class (JOB_CLASS)
@@ -170,6 +173,11 @@ class Settings:
             api_keys_table=env.get("API_KEYS_TABLE", ""),
             slots_table=env.get("SLOTS_TABLE", ""),
             queue_urls={c: need(f"QUEUE_URL_{c.upper()}") for c in JOB_CLASSES},
+            burst_queue_urls={
+                c: url
+                for c in model.BURST_QUEUES
+                if (url := env.get(f"QUEUE_URL_{c.upper()}_BURST", ""))
+            },
             dead_letter_urls={
                 c: env.get(f"DEAD_LETTER_QUEUE_URL_{c.upper()}", "") for c in JOB_CLASSES
             },
@@ -330,6 +338,7 @@ def lease_store() -> leases_dynamodb.DynamoLeaseStore:
 def work_queue() -> sqs.SqsWorkQueue:
     s = settings()
     urls = dict(s.queue_urls)
+    urls.update({model.BURST_QUEUES[c]: url for c, url in s.burst_queue_urls.items()})
     if s.workflow_queue_url:
         urls[workflow.CONTROL_QUEUE] = s.workflow_queue_url
     return sqs.SqsWorkQueue(sqs_client(), urls, s.dead_letter_urls)
@@ -444,6 +453,7 @@ def aws_target_policy() -> aws_target.AwsTargetPolicy:
         stack_name=s.stack_name,
         own_resources=[
             *s.queue_urls.values(),
+            *s.burst_queue_urls.values(),
             *s.dead_letter_urls.values(),
             s.workflow_queue_url,
             s.long_task_queue_url,
@@ -709,6 +719,7 @@ def ticker_for(
             lookahead_seconds=s.lookahead_seconds,
             horizon_seconds=s.horizon_seconds,
             burst_lead_seconds=s.burst_lead_seconds,
+            burst_queues={c: model.BURST_QUEUES[c] for c in s.burst_queue_urls},
         ),
         metrics=metrics(),
         parallel=parallel,

@@ -52,12 +52,14 @@ from typing import Any, TypeVar
 import pytest
 
 from bench.report import record
+from bench.size import SCALE
 
 T = TypeVar("T")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+# A reduced run (make bench-quick) runs the same load for a shorter window.
 JOBS = int(os.environ.get("FIRELINE_PEER_JOBS", "30000"))
-SECONDS = int(os.environ.get("FIRELINE_PEER_SECONDS", "180"))
+SECONDS = int(os.environ.get("FIRELINE_PEER_SECONDS", str(max(30, round(180 * SCALE)))))
 # Run before the window (a scheduler settling after its start), and after it for the
 # window's last fires to start.
 WARMUP_SECONDS = 10

@@ -10,6 +10,7 @@ every key's figures flattened to dotted names.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -32,17 +33,20 @@ COST_COLUMNS = (
 
 
 def record(key: str, figures: Any) -> None:
-    """Store ``figures`` under ``key`` (e.g. "scale.steady_580") and print them."""
+    """Store ``figures`` under ``key`` (e.g. "scale.steady_580") and print them. Under a
+    lock on the report: make bench runs its modules in two processes side by side."""
     REPORT.parent.mkdir(exist_ok=True)
-    report: dict[str, Any] = json.loads(REPORT.read_text()) if REPORT.exists() else {}
-    report[key] = figures
-    report["machine"] = {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "written_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    REPORT.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    SUMMARY.write_text(markdown(report))
+    with open(REPORT.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        report: dict[str, Any] = json.loads(REPORT.read_text()) if REPORT.exists() else {}
+        report[key] = figures
+        report["machine"] = {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "written_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        REPORT.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        SUMMARY.write_text(markdown(report))
     print(f"\n{key}: {json.dumps(figures, indent=2, sort_keys=True)}")
 
 

@@ -15,6 +15,7 @@ small and pins their counts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import io
 import json
@@ -22,7 +23,7 @@ import logging
 import random
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -72,6 +73,9 @@ class Measured:
     jobs: int
     usage: model.Usage
     calls: dict[str, float]  # API calls per job by "service.Operation"
+    # The worker's CPU metered here, per job, where its billed time is the simulation's
+    # (see with_worker_wall).
+    metered_worker_cpu_ms: float | None = None
 
     def plus_fixed(self, minute: Measured, jobs_per_minute: float) -> Measured:
         """This path with the deployment's fixed cost of a minute spread over
@@ -80,7 +84,38 @@ class Measured:
             op: self.calls.get(op, 0.0) + minute.calls.get(op, 0.0) / jobs_per_minute
             for op in sorted({*self.calls, *minute.calls})
         }
-        return Measured(self.jobs, self.usage.plus(minute.usage, 1 / jobs_per_minute), calls)
+        return Measured(
+            self.jobs,
+            self.usage.plus(minute.usage, 1 / jobs_per_minute),
+            calls,
+            self.metered_worker_cpu_ms,
+        )
+
+    def with_worker_wall(self, *, invocations: float, wall_seconds: float) -> Measured:
+        """This path with its worker invocations as the latency-model simulation of the
+        design load measured them (per job: ``invocations``, and ``wall_seconds`` of
+        their wall time, the waits on early fires and on targets and the CPU included):
+        Lambda bills the wall time, and how many records an invocation carries is the
+        event source mapping's doing at that load, which a metered run here cannot show.
+        The worker's CPU metered here stays in ``cpu_ms_per_fire`` and is not billed
+        again."""
+        u = self.usage
+
+        def worker(values: Mapping[str, float], value: float | None) -> dict[str, float]:
+            kept = {f: v for f, v in values.items() if f != "worker"}
+            return kept if value is None else {**kept, "worker": value}
+
+        usage = dataclasses.replace(
+            u,
+            invocations=worker(u.invocations, invocations),
+            wall_seconds=worker(u.wall_seconds, wall_seconds),
+            network_seconds=worker(u.network_seconds, 0.0),
+            aws_calls=worker(u.aws_calls, None),
+            target_seconds=worker(u.target_seconds, None),
+            wait_seconds=worker(u.wait_seconds, None),
+            cpu_seconds=worker(u.cpu_seconds, None),
+        ).traced()
+        return Measured(self.jobs, usage, self.calls, u.cpu_seconds.get("worker", 0.0) * 1000)
 
     @classmethod
     def of(cls, log: meter.Meter, jobs: int, **extra: Any) -> Measured:
@@ -102,7 +137,14 @@ class Measured:
             "product_log_bytes_per_fire": round(u.log_bytes, 1),
             "requests_per_fire": {op: round(n, 4) for op, n in u.billed.items()},
             "lambda_invocations_per_fire": {f: round(n, 4) for f, n in u.invocations.items()},
-            "cpu_ms_per_fire": {f: round(s * 1000, 4) for f, s in u.cpu_seconds.items()},
+            "cpu_ms_per_fire": {
+                **{f: round(s * 1000, 4) for f, s in u.cpu_seconds.items()},
+                **(
+                    {}
+                    if self.metered_worker_cpu_ms is None
+                    else {"worker": round(self.metered_worker_cpu_ms, 4)}
+                ),
+            },
         }
 
 

@@ -29,12 +29,14 @@ from helpers.system import System
 # due).
 # Rounded to 4 decimals. A worker reads the register of limit overrides once per cache
 # period (one GetItem per path here), and a tenant without a limit reads nothing of its
-# slots per fire (no Query).
+# slots per fire (no Query). A fire the ticker sent without its row has its schedule read
+# after its claim by a BatchGetItem (services.worker.gathered: a moment's claims gathered,
+# here one each, the records running in turn).
 EXPECTED: dict[str, dict[str, Any]] = {
     "minutely": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.1515,
-            "dynamodb.GetItem": 1.0303,
+            "dynamodb.BatchGetItem": 1.1515,
+            "dynamodb.GetItem": 0.0303,
             "dynamodb.Query": 0.4848,
             "dynamodb.UpdateItem": 2.0909,
             "sqs.DeleteMessageBatch": 0.1212,
@@ -48,8 +50,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
     "every_second": {
         "requests": {
-            "dynamodb.BatchGetItem": 0.1167,
-            "dynamodb.GetItem": 1.0167,
+            "dynamodb.BatchGetItem": 1.1167,
+            "dynamodb.GetItem": 0.0167,
             "dynamodb.Query": 0.2667,
             "dynamodb.UpdateItem": 2.0167,
             "sqs.DeleteMessageBatch": 0.1,
@@ -128,8 +130,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "backfill": {
         "requests": {
             "apigateway.Request": 0.04,
-            "dynamodb.BatchGetItem": 0.24,
-            "dynamodb.GetItem": 2.08,
+            "dynamodb.BatchGetItem": 1.24,
+            "dynamodb.GetItem": 1.08,
             "dynamodb.PutItem": 2.12,
             "dynamodb.Query": 1.04,
             "dynamodb.UpdateItem": 2.0,
@@ -255,8 +257,8 @@ def test_a_worker_invocation_is_billed_its_wait_for_the_fire_time() -> None:
     with cost_paths.deployed_system() as system:
         usage = SYSTEM_PATHS["minutely"](system).usage
     lines = model.per_million(usage)["usd_by_service"]
-    # THEN each worker invocation is billed that wait at 512 MB, as a line of its own
-    gb_seconds = usage.invocations["worker"] * 0.15 * 512 / 1024
+    # THEN each worker invocation is billed that wait at its memory, as a line of its own
+    gb_seconds = usage.invocations["worker"] * 0.15 * model.FUNCTIONS["worker"].memory_mb / 1024
     assert lines["lambda.wait"] == pytest.approx(
         gb_seconds * prices.LAMBDA_GB_SECOND_ARM.usd * 1e6, abs=1e-4
     )

@@ -59,6 +59,7 @@ ENVIRONMENT = {
     "QUEUE_URL_DEFAULT": {"Ref": "DefaultQueue"},
     "QUEUE_URL_SHORT": {"Ref": "ShortQueue"},
     "QUEUE_URL_LONG": {"Ref": "LongQueue"},
+    "QUEUE_URL_DEFAULT_BURST": {"Ref": "DefaultBurstQueue"},
     "DEAD_LETTER_QUEUE_URL_DEFAULT": {"Ref": "DefaultDeadLetterQueue"},
     "DEAD_LETTER_QUEUE_URL_SHORT": {"Ref": "ShortDeadLetterQueue"},
     "DEAD_LETTER_QUEUE_URL_LONG": {"Ref": "LongDeadLetterQueue"},
@@ -89,15 +90,15 @@ ENVIRONMENT = {
 
 # job class -> (queue, dead-letter queue, visibility timeout = 6 x the class's worker timeout)
 QUEUE_CLASSES = {
-    "default": ("DefaultQueue", "DefaultDeadLetterQueue", 6 * 180),
-    "short": ("ShortQueue", "ShortDeadLetterQueue", 6 * 100),
+    "default": ("DefaultQueue", "DefaultDeadLetterQueue", 6 * 240),
+    "short": ("ShortQueue", "ShortDeadLetterQueue", 6 * 30),
     "long": ("LongQueue", "LongDeadLetterQueue", 6 * 60),
 }
 # worker -> (job class, timeout in seconds, memory in MB, maximum concurrency of its event
 # source mapping). The long class's worker only starts executions and records outcomes.
 WORKERS = {
-    "DefaultWorkerFunction": ("default", 180, 512, 50),
-    "ShortWorkerFunction": ("short", 100, 512, 100),
+    "DefaultWorkerFunction": ("default", 240, 1769, 50),
+    "ShortWorkerFunction": ("short", 30, 1769, 100),
     "LongWorkerFunction": ("long", 60, 256, 10),
 }
 # The long runner runs one attempt of a long job, handed out by the state machine.
@@ -410,6 +411,7 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
         "LookaheadSeconds",
         "HorizonSeconds",
         "BurstLeadSeconds",
+        "BurstBatchSize",
         "LagAlarmThresholdSeconds",
         "TenantConcurrencyLimit",
         "HttpTargetAllowHttp",
@@ -462,13 +464,13 @@ def test_parameters_have_their_defaults_and_bounds(sam_template: dict[str, Any])
     lead = parameters["BurstLeadSeconds"]
     assert (lead["Type"], lead["Default"], lead["MinValue"], lead["MaxValue"]) == (
         "Number",
-        60,
+        90,
         0,
-        60,
+        120,
     )
     # One group by default; each group a rule of its own, so the count is bounded.
     groups = parameters["TickerGroups"]
-    assert (groups["Default"], groups["AllowedValues"]) == ("1", [str(g) for g in range(1, 9)])
+    assert (groups["Default"], groups["AllowedValues"]) == ("2", [str(g) for g in range(1, 9)])
     assert parameters["LagAlarmThresholdSeconds"]["Default"] == "10"
     limit = parameters["TenantConcurrencyLimit"]
     # 0 means no limit.
@@ -846,17 +848,69 @@ def test_definitions_bucket_is_private_encrypted_retained_and_expires_uploads(
 # ---------------------------------------------------------------- queues
 
 
-def test_there_are_nine_queues_one_pair_per_job_class_the_long_task_queue_and_a_workflow_pair(
+def test_there_are_ten_queues_a_pair_per_job_class_the_bursts_long_tasks_and_a_workflow_pair(
     translated: dict[str, Any],
 ) -> None:
     queues = _resources_of_type(translated, "AWS::SQS::Queue")
     class_queues = {name for pair in QUEUE_CLASSES.values() for name in pair[:2]}
 
     assert set(queues) == class_queues | {
+        "DefaultBurstQueue",
         "LongTaskQueue",
         "WorkflowQueue",
         "WorkflowDeadLetterQueue",
     }
+
+
+def test_the_default_class_bursts_have_a_queue_and_a_mapping_of_their_own(
+    translated: dict[str, Any],
+) -> None:
+    # GIVEN the queue the ticker sends a burst's default-class fires to
+    resources = translated["Resources"]
+    burst = resources["DefaultBurstQueue"]["Properties"]
+    # THEN it keeps them as the class's queue does, its failures among the class's dead
+    # letters
+    assert burst == {
+        **resources["DefaultQueue"]["Properties"],
+        "RedrivePolicy": {
+            "deadLetterTargetArn": {"Fn::GetAtt": ["DefaultDeadLetterQueue", "Arn"]},
+            "maxReceiveCount": 5,
+        },
+    }
+    # AND the default worker takes it by a mapping of its own: batches of BurstBatchSize
+    # gathered for a second, failures reported per record, up to 500 invocations
+    mappings = [
+        r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["DefaultBurstQueue", "Arn"]}
+    ]
+    assert [
+        (
+            m["FunctionName"],
+            m["BatchSize"],
+            m["MaximumBatchingWindowInSeconds"],
+            m["FunctionResponseTypes"],
+            m["ScalingConfig"],
+        )
+        for m in mappings
+    ] == [
+        (
+            {"Ref": "DefaultWorkerFunction"},
+            {"Ref": "BurstBatchSize"},
+            1,
+            ["ReportBatchItemFailures"],
+            {"MaximumConcurrency": 500},
+        )
+    ]
+    # AND only the ticker sends to it
+    senders = {
+        name
+        for name, r in resources.items()
+        if r["Type"] == "AWS::IAM::Role"
+        and "DefaultBurstQueue" in json.dumps(r["Properties"].get("Policies", []))
+    }
+    assert senders == {"TickerFunctionRole"}
 
 
 def test_workflow_queue_redrives_to_its_own_dead_letter_queue_after_five_receives(
@@ -1221,15 +1275,19 @@ def test_long_runner_may_take_lambdas_whole_limit_with_no_reserved_concurrency(
 def test_each_queue_reader_is_fed_by_exactly_one_mapping_on_its_own_queue(
     translated: dict[str, Any],
 ) -> None:
-    mappings = _resources_of_type(translated, "AWS::Lambda::EventSourceMapping")
+    everything = _resources_of_type(translated, "AWS::Lambda::EventSourceMapping")
+    queues = [_referenced(m["Properties"]["EventSourceArn"]).pop() for m in everything.values()]
+    # (the default worker's second mapping, on the bursts' queue: see
+    # test_the_default_class_bursts_have_a_queue_and_a_mapping_of_their_own)
+    mappings = {name: m for name, m in everything.items() if not _on_burst_queue(m)}
     by_function = {
         _referenced(m["Properties"]["FunctionName"]).pop(): m["Properties"]
         for m in mappings.values()
     }
-    queues = [_referenced(m["Properties"]["EventSourceArn"]).pop() for m in mappings.values()]
 
     # One mapping per worker, one for the long runner and one for the workflow controller.
     assert len(mappings) == len(EVENT_SOURCE_MAPPINGS) == 5
+    assert len(everything) == 6
     assert by_function == EVENT_SOURCE_MAPPINGS
     # No two share a queue.
     assert len(set(queues)) == len(queues)
@@ -1259,12 +1317,19 @@ def test_the_workers_batch_and_in_flight_defaults_start_a_whole_batch_at_once(
         assert mapping["MaximumBatchingWindowInSeconds"] >= 1
 
 
+def _on_burst_queue(resource: dict[str, Any]) -> bool:
+    arn = resource["Properties"]["EventSourceArn"]
+    return bool(arn == {"Fn::GetAtt": ["DefaultBurstQueue", "Arn"]})
+
+
 def _mapping_of(template: dict[str, Any], function: str) -> dict[str, Any]:
+    """The function's mapping on its class's own queue (not the bursts')."""
     [mapping] = [
         r["Properties"]
         for r in template["Resources"].values()
         if r["Type"] == "AWS::Lambda::EventSourceMapping"
         and r["Properties"]["FunctionName"] == {"Ref": function}
+        and not _on_burst_queue(r)
     ]
     return mapping  # type: ignore[no-any-return]
 
@@ -1441,7 +1506,7 @@ def test_authorizer_is_a_request_authorizer_on_the_api_key_header(
         (
             "TickerFunction",
             {"SchedulesTable", "OccurrencesTable", "LeasesTable"},
-            {"DefaultQueue", "ShortQueue", "LongQueue"},
+            {"DefaultQueue", "DefaultBurstQueue", "ShortQueue", "LongQueue"},
         ),
         ("AuthorizerFunction", {"ApiKeysTable"}, set()),
         *(

@@ -1,7 +1,7 @@
-"""A burst's fires are made visible spread over the lead before their second, and the worker
-that takes one early holds it until its time: an event source mapping adds invocations
-only while messages wait (300 a minute), so a burst visible in its second would wait
-minutes for invocations to start it (the end-to-end figures are bench_e2e's)."""
+"""A burst's fires go to their class's burst queue, visible a lead before their second, and
+the worker that takes one early holds it until its time: an event source mapping adds
+invocations only while messages wait (300 a minute), so a burst visible in its second would
+wait minutes for invocations to start it (the end-to-end figures are bench_e2e's)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import pytest
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import model, occurrence, policies, schedule
-from fireline.services import dispatch, schedules, ticker
+from fireline.services import schedules, ticker
 from fireline.services.worker import Result
+from fireline.services.worker import config as worker_config
 from helpers.memory_system import REMAINING_MS, MemorySystem
 
 
@@ -86,27 +87,31 @@ def due_in_two_minutes(system: MemorySystem) -> datetime:
     return due
 
 
-def test_a_bursts_fires_past_the_threshold_are_visible_spread_over_the_lead() -> None:
-    # GIVEN 3,000 fires due in one second, two minutes ahead, and a ticker that spreads
-    # a second's fires past its first 1,000 over the 60 s before it
+BURSTING = {"default": model.BURST_QUEUES["default"]}
+
+
+def test_a_bursts_fires_past_the_threshold_go_to_the_burst_queue_a_lead_early() -> None:
+    # GIVEN 3,000 fires due in one second, two minutes ahead, and a ticker that sends a
+    # second's fires past its first 1,000 to the class's burst queue, 60 s early
     system = MemorySystem()
     due = due_in_two_minutes(system)
     hourly(system, 3_000, due)
-    config = ticker.TickerConfig(burst_lead_seconds=60, dense_second_fires=1_000)
+    config = ticker.TickerConfig(
+        burst_lead_seconds=60, dense_second_fires=1_000, burst_queues=BURSTING
+    )
     # WHEN it sends them
     queue = tick_until_sent(system, config, 3_000)
-    # THEN the first 1,000 it sent turn visible within the second before their time, as
-    # any fire does; the other 2,000 over the minute before it, about a sixth in each
-    # ten seconds (their keys decide where), and none after its time
-    early = [(due - visible).total_seconds() for _, _, visible in queue.sent]
-    assert all(0 <= e <= 1.1 for e in early[:1_000])
-    assert all(0 <= e <= 61 for e in early[1_000:])
-    tens = Counter(min(5, int(e // 10)) for e in early[1_000:])
-    assert sorted(tens) == [0, 1, 2, 3, 4, 5]
-    assert all(250 <= n <= 420 for n in tens.values()), tens
-    # AND the spread a fire gets is its key's: sent again, it gets the same
-    _, key, _ = queue.sent[1_500]
-    assert dispatch.burst_lead(key, 60) == dispatch.burst_lead(key, 60)
+    # THEN the first 1,000 it sent went to the class's queue, visible within the second
+    # before their batching window, as any fire of the class does; the other 2,000 to the
+    # burst queue, visible the lead before that, all together (their batches full)
+    window = config.batching_window_seconds
+    by_queue = Counter(name for name, _, _ in queue.sent)
+    assert by_queue == {"default": 1_000, "default-burst": 2_000}
+    for name, _, visible in queue.sent:
+        lead = 60.0 if name == "default-burst" else 0.0
+        assert 0 <= (due - visible).total_seconds() - window - lead <= 1.1
+    # AND each is one fire of the burst, sent once
+    assert len({key for _, key, _ in queue.sent}) == 3_000
 
 
 def test_groups_count_their_own_share_of_the_threshold() -> None:
@@ -115,24 +120,35 @@ def test_groups_count_their_own_share_of_the_threshold() -> None:
 
 
 @pytest.mark.parametrize(
-    ("job_class", "lead"),
+    ("job_class", "lead", "bursting"),
     [
-        # a long job's runner starts its execution and is done: it is not held for
-        ("long", 60),
-        # the spread turned off
-        ("default", 0),
+        # a class without a burst queue (a long job's runner starts its execution and is
+        # done: its fires are not held for)
+        ("long", 60, BURSTING),
+        # the lead turned off
+        ("default", 0, BURSTING),
+        # a deployment without a burst queue
+        ("default", 60, {}),
     ],
 )
-def test_no_spread_for_the_long_class_or_a_lead_of_zero(job_class: str, lead: int) -> None:
+def test_no_burst_queue_for_a_class_without_one_or_a_lead_of_zero(
+    job_class: str, lead: int, bursting: dict[str, str]
+) -> None:
     # GIVEN 1,500 fires of one second past a threshold of 1,000
     system = MemorySystem()
     due = due_in_two_minutes(system)
     hourly(system, 1_500, due, job_class=job_class)
-    config = ticker.TickerConfig(burst_lead_seconds=lead, dense_second_fires=1_000)
+    config = ticker.TickerConfig(
+        burst_lead_seconds=lead, dense_second_fires=1_000, burst_queues=bursting
+    )
     # WHEN the ticker sends them
     queue = tick_until_sent(system, config, 1_500)
-    # THEN every one turns visible within the second before its time
-    assert all(0 <= (due - visible).total_seconds() <= 1.1 for _, _, visible in queue.sent)
+    # THEN every one goes to its class's queue, visible within the second before its time
+    # (and its class's batching window, if its worker holds it)
+    assert {name for name, _, _ in queue.sent} == {job_class}
+    window = config.batching_window_seconds if job_class in config.held_classes else 0.0
+    early = [(due - visible).total_seconds() - window for _, _, visible in queue.sent]
+    assert all(0 <= e <= 1.1 for e in early)
 
 
 def test_a_lead_longer_than_a_worker_holds_is_refused_naming_it() -> None:
@@ -144,9 +160,10 @@ def test_a_lead_longer_than_a_worker_holds_is_refused_naming_it() -> None:
 @pytest.mark.parametrize(
     ("early_seconds", "result"),
     [
-        # within the lead (and the clocks' margin): held until its time, then run
+        # within the lead (and the batching window and the clocks' margin): held until
+        # its time, then run
         (50.0, Result.SUCCEEDED),
-        (61.5, Result.SUCCEEDED),
+        (62.5, Result.SUCCEEDED),
         # further ahead than any burst's fire comes: back to the queue until its time
         (70.0, Result.DEFERRED),
     ],
@@ -163,7 +180,7 @@ def test_a_worker_holds_a_bursts_fire_until_its_time(early_seconds: float, resul
     )
     fire = view.fire_time
     body = system.materialize(view.job.schedule_id, fire_time=fire)
-    worker = system.worker(early_hold_seconds=ticker.TickerConfig().burst_lead_seconds + 2.0)
+    worker = system.worker(early_hold_seconds=worker_config.early_hold_for("default", 60))
     # WHEN it handles the fire
     outcome = worker.handle(body, remaining_ms=lambda: REMAINING_MS * 3)
     # THEN it ran at its time (the clock waited for it), or went back to the queue

@@ -314,11 +314,12 @@ def test_the_model_prices_units_and_requests_from_the_price_file() -> None:
         write_units=2.0,
         index_write_units=1.0,
         read_units=1.0,
-        invocations={"worker": 0.1},
-        aws_calls={"worker": 3.0},
-        cpu_seconds={"worker": 0.001},
+        invocations={"target": 0.1},
+        aws_calls={"target": 3.0},
+        cpu_seconds={"target": 0.001},
         log_bytes=100.0,
     )
+    assert model.FUNCTIONS["target"].memory_mb == 512
     lines = model.per_million(usage)["usd_by_service"]
     # THEN each line is its count times its price, per million
     assert lines["dynamodb.writes"] == pytest.approx(1.25)

@@ -96,12 +96,15 @@ def test_a_fire_sent_by_a_tick_at_the_phase_is_visible_that_much_before_its_time
     # WHEN the ticker runs for ten seconds
     ticks_of(system, config, 10)
     # THEN the tick that picked it up (0.6 into a second) sent it at the send phase, 0.85
-    # into the second: its message turns visible what was left of that second, 0.15 s
-    # before its fire time (sends at any phase: anything up to 1.1 s)
+    # into the second: its message turns visible the event source mapping's batching
+    # window before its fire time (its batch is gathered by then), and what was left of
+    # that second, 0.15 s, more (sends at any phase: anything up to 1.1 s more)
     visible = system.queue.next_visible_at("default")
     assert visible is not None
-    assert config.send_phase == 0.85
-    assert (fire - visible).total_seconds() == pytest.approx(1 - config.send_phase)
+    assert (config.send_phase, config.batching_window_seconds) == (0.85, 1.0)
+    assert (fire - visible).total_seconds() == pytest.approx(
+        1 - config.send_phase + config.batching_window_seconds
+    )
     # AND the message says it was sent then (a claim's row keeps it as its queued time)
     system.clock.advance((visible - system.clock.now()).total_seconds())
     [message] = system.queue.receive("default")
@@ -114,9 +117,10 @@ def test_a_fire_sent_by_a_tick_at_the_phase_is_visible_that_much_before_its_time
         # a round at the tick's phase with a fire due 0.6 s ago: visible at once
         (0.6, -0.6, 0.0),
         # a round whose reads ran past the send phase: sent at once, so a fire on the
-        # next whole second but one is visible a second on, 1.05 s before its time (its
-        # delay, counted from 0.1 s on, crosses into the next second)
-        (0.95, 2.05, 1.0),
+        # next whole second but two is visible a second on, 2.05 s before its time (the
+        # batching window and 1.05 s: its delay, counted from 0.1 s on, crosses into the
+        # next second)
+        (0.95, 3.05, 1.0),
     ],
 )
 def test_a_round_sends_at_once_when_holding_would_make_a_fire_later_or_its_phase_has_passed(
@@ -244,8 +248,9 @@ def test_a_round_holds_its_sends_to_end_by_the_send_phase_as_long_as_the_last_on
     system.clock.advance((start + timedelta(seconds=3.6) - system.clock.now()).total_seconds())
     report = tk.tick()
     # THEN it sent at the send phase less those 0.2 s, 0.65 into the second: the fire is
-    # visible 0.35 s early (a send at 0.85 that took as long would leave what came after
-    # it past the phase, visible over a second early)
+    # visible 0.35 s before the batching window (a send at 0.85 that took as long would
+    # leave what came after it past the phase, visible over a second more early)
     assert report.dispatched.sent == 1
     [key] = report.dispatched.keys
-    assert (second - queue.visible[key]).total_seconds() == pytest.approx(0.35)
+    window = config.batching_window_seconds
+    assert (second - queue.visible[key]).total_seconds() == pytest.approx(0.35 + window)

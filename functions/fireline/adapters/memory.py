@@ -765,7 +765,8 @@ class MemoryWorkQueue:
     def __init__(self, clock: ports.Clock, configs: dict[str, QueueConfig] | None = None) -> None:
         self._clock = clock
         self._configs = configs or {
-            name: QueueConfig() for name in (*model.JOB_CLASSES, workflow.CONTROL_QUEUE)
+            name: QueueConfig()
+            for name in (*model.JOB_CLASSES, *model.BURST_QUEUES.values(), workflow.CONTROL_QUEUE)
         }
         self._queues: dict[str, _Queue] = {name: _Queue() for name in self._configs}
         self._receipts: dict[str, tuple[str, str]] = {}  # receipt -> (queue, message id)

@@ -97,7 +97,7 @@ class Function:
 #: The deployed functions' memory (infra/template.yaml's defaults) and architecture.
 FUNCTIONS = {
     "ticker": Function(1769),
-    "worker": Function(512),
+    "worker": Function(1769),
     "api": Function(256),
     "sweep": Function(256),
     "workflow": Function(1024),

@@ -67,11 +67,16 @@ def _preview(value: Any) -> str:
 
 
 JOB_CLASSES = ("default", "short", "long")
+# The queue a class's bursts go to, apart from its steady fires (see services.ticker): the
+# workers' event source mapping on it scales out on the burst alone, while the steady
+# fires on the class's own queue never wait behind it.
+BURST_QUEUES = {"default": "default-burst"}
 # The longest attempt each class can give a job, which is also its deadline when it names
-# none: the function that runs the attempt (short worker 30 s, default worker 120 s, long
+# none: the function that runs the attempt (short worker 100 s, default worker 180 s, long
 # runner 900 s, Lambda's own limit; infra/template.yaml) less the time to claim, stop the
-# job and record its outcome. A longer deadline could never be kept: Lambda would kill the
-# attempt first, every attempt, so it is refused at registration.
+# job and record its outcome, and the longest a worker holds a fire that came early (a
+# burst's). A longer deadline could never be kept: Lambda would kill the attempt first,
+# every attempt, so it is refused at registration.
 DEADLINES = {"short": 20, "default": 100, "long": 840}
 # A long attempt is held to a heartbeat interval shorter than its deadline, of a second
 # at least.

@@ -28,6 +28,7 @@ import boto3
 
 from fireline.adapters import api_keys_dynamodb, memory_keys, secretsmanager
 from fireline.domain import errors
+from fireline.domain import lease as lease_rules
 from fireline.local import deploy, emulator, runtime, state
 from fireline.services import keys
 
@@ -433,12 +434,18 @@ class LocalCloud:
         ):
             for item in page["Items"]:
                 counts[item["state"]["S"]] += 1
-        lease = ddb.get_item(
-            TableName=self.deployed.physical("LeasesTable"), Key={"name": {"S": "ticker"}}
-        ).get("Item")
-        holder = None
-        if lease and int(lease["expires_at_ms"]["N"]) > time.time() * 1000:
-            holder = f"{lease['owner']['S'][:8]} (token {lease['token']['N']})"
+        # Each ticker group's lease: the holders of those held now, or None.
+        ticker = self.hosts.get("TickerFunction")
+        groups = int(ticker.spec.environment.get("TICKER_GROUPS", "1")) if ticker else 1
+        holders = []
+        for group in range(groups):
+            name = lease_rules.ticker_lease_name(group, groups)
+            lease = ddb.get_item(
+                TableName=self.deployed.physical("LeasesTable"), Key={"name": {"S": name}}
+            ).get("Item")
+            if lease and int(lease["expires_at_ms"]["N"]) > time.time() * 1000:
+                holders.append(f"{lease['owner']['S'][:8]} (token {lease['token']['N']})")
+        holder = ", ".join(holders) or None
         return {
             "classes": classes,
             "occurrences": dict(counts),

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import math
 import random
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -137,12 +136,14 @@ def outbound(
     *,
     row_written: bool = False,
     lead: timedelta = timedelta(0),
+    queue: str | None = None,
 ) -> Outbound:
     """The message for one fire, sent at ``now``. ``row_written``: the sender wrote the
     fire's row before it (a trigger); else the message says so, and the worker need not
     read for a row on its first delivery (the claim writes it, conditional on the key).
-    ``lead``: how long before its time the fire is to be visible (a burst's, see
-    :func:`burst_lead`); the worker that takes it holds it until its time."""
+    ``lead``: how long before its time the fire is to be visible (its batch gathered
+    before then, or a burst's: see services.ticker); the worker that takes it holds it
+    until its time. ``queue``: where it goes, if not its class's queue (a burst's)."""
     # When the fire was handed to the queue: the row the first delivery writes keeps it
     # as its creation time, so the ledger shows each fire's enqueue lag.
     body = {**fire_message(item, fire_time), "sent_at_ms": int(now.timestamp() * 1000)}
@@ -154,7 +155,7 @@ def outbound(
         body["in_holder"] = True
     deliver_at = deliver_time(item, fire_time) - lead
     message = ports.OutboundMessage(body=body, delay_seconds=delay_until(deliver_at, now))
-    return Outbound(item.job_class, body["occurrence_key"], message, deliver_at)
+    return Outbound(queue or item.job_class, body["occurrence_key"], message, deliver_at)
 
 
 def dispatch(
@@ -431,19 +432,15 @@ def deliver_time(item: model.Schedule, fire_time: datetime) -> datetime:
     return schedule.jittered(fire_time, item.jitter, rng)
 
 
-# The classes whose fires a burst's lead may make visible early (see
-# TickerConfig.burst_lead_seconds): their workers hold a fire that long, their functions'
-# timeouts allowing the lead and a deadline. A long job's runner starts its execution and
-# is done; it is not held for.
-BURST_CLASSES = frozenset({"default", "short"})
-
-
-def burst_lead(key: str, lead_seconds: float) -> timedelta:
-    """How long before its time a fire of a burst is made visible: a share of
-    ``lead_seconds`` drawn from its occurrence key, so a burst's fires are spread evenly
-    over the lead (and a fire sent again after a crash gets the same share)."""
-    share = (zlib.crc32(key.encode()) % 1000) / 1000
-    return timedelta(seconds=round(share * lead_seconds, 3))
+# The classes whose fires the ticker makes visible early, for their workers to hold until
+# their time: their event source mappings gather a batch for up to
+# BATCHING_WINDOW_SECONDS (MaximumBatchingWindowInSeconds, which a batch over ten
+# records needs), so a fire visible only at its time would wait that long before its
+# invocation starts. (A burst's fires come earlier still, on their class's burst queue:
+# see services.ticker.) A long job's runner starts its execution and is done; its fires
+# are not held for.
+HELD_CLASSES = frozenset({"default", "short"})
+BATCHING_WINDOW_SECONDS = 1.0
 
 
 def delay_until(deliver_at: datetime, now: datetime) -> int:

@@ -18,9 +18,10 @@ delivered with DelaySeconds. So whatever capacity the ticker has left over goes 
 fires minutes ahead, and a burst known in advance (50,000 hourly jobs at the top of the
 hour) is sent over the five minutes before it rather than the second it is due: no
 burst detector, no extra index state. What the ticker counts is how many fires of each
-second ahead it has sent: past a threshold, that second's further fires are made visible
-spread over the minute before it (``burst_lead_seconds``), so the workers' event source
-mapping has scaled out by the second they are due (see TickerConfig). A frequent schedule
+second ahead it has sent: past a threshold, that second's further fires go to their
+class's burst queue, visible a minute before their time (``burst_lead_seconds``), so the
+workers' event source mapping there has scaled out by the second they are due, and the
+steady fires never wait behind them (see TickerConfig). A frequent schedule
 is picked up once per several fires (a minutely one every 10 minutes), which is one index
 write per several fires.
 
@@ -45,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -53,7 +54,7 @@ from typing import TypeVar
 from aws_lambda_powertools import Logger
 
 from fireline import ports
-from fireline.domain import errors, exclusions, lease, model, occurrence, policies, schedule
+from fireline.domain import errors, exclusions, lease, model, policies, schedule
 from fireline.services import dispatch
 
 logger = Logger(service="fireline", child=True)
@@ -104,19 +105,25 @@ class TickerConfig:
     send_phase: float = 0.85
     # Bursts. A second this ticker has sent more than dense_second_fires fires for
     # (divided among the groups: each counts its own) is a burst, such as the top of an
-    # hour: each further fire of it is made visible up to burst_lead_seconds before its
-    # time, a share of the lead drawn from its key (dispatch.burst_lead), so the burst
-    # reaches the workers spread over the lead rather than all in its second. An event
-    # source mapping adds invocations only while messages wait (300 a minute, as AWS
-    # scales a standard queue's), so a burst visible in its second would wait minutes
-    # for the invocations to start it; spread over the lead, the mapping has scaled out,
-    # and warm invocations hold its fires until their second (the worker holds an early
-    # fire up to the lead). Only the classes whose workers hold a fire that long
-    # (burst_classes: their functions' timeouts allow the lead and a deadline); 0 turns
-    # it off.
-    burst_lead_seconds: int = 60
+    # hour: each further fire of it goes to its class's burst queue (burst_queues, where
+    # the deployment has one: model.BURST_QUEUES), visible burst_lead_seconds before its
+    # time. An event source mapping adds invocations only while messages wait (300 a
+    # minute, as AWS scales a standard queue's), so a burst visible in its second would
+    # wait minutes for the invocations to start it. Visible a minute ahead on a queue of
+    # its own, the burst's mapping has scaled out by its second (its invocations warm,
+    # each holding a full batch until the fires' time), and the class's steady fires on
+    # their own queue never wait behind it. The first dense_second_fires of a second are
+    # the steady load's share: they stay on the class's queue. 0 turns it off.
+    burst_lead_seconds: int = 90
     dense_second_fires: int = 1_000
-    burst_classes: frozenset[str] = dispatch.BURST_CLASSES
+    burst_queues: Mapping[str, str] = field(default_factory=dict)
+    # The classes whose fires are visible early, their workers holding them until their
+    # time: by the event source mapping's batching window (a batch is gathered for up to
+    # that long from its first record, so a fire visible at its time would start that
+    # much late: visible a window early, its batch is gathered before its time), and by
+    # a burst's lead.
+    held_classes: frozenset[str] = dispatch.HELD_CLASSES
+    batching_window_seconds: float = dispatch.BATCHING_WINDOW_SECONDS
     # A pass starts again from the top of the index after this long, so fires that
     # became due meanwhile are not left behind the rest of a long pass.
     pass_seconds: float = 5.0
@@ -680,8 +687,11 @@ class Ticker:
         self._forget_seconds_before(now)
         for pickup in pickups:
             for fire_time in pickup.plan.fires:
-                lead = self._burst_lead(pickup.item, fire_time)
-                out = dispatch.outbound(pickup.item, fire_time, sending_at, lead=lead)
+                lead = self._window_lead(pickup.item)
+                burst = self._burst(pickup.item, fire_time)
+                if burst is not None:
+                    lead += timedelta(seconds=self.config.burst_lead_seconds)
+                out = dispatch.outbound(pickup.item, fire_time, sending_at, lead=lead, queue=burst)
                 pickup.keys.append(out.key)
                 pending.append(out)
                 fire_times[out.key] = fire_time
@@ -709,19 +719,25 @@ class Ticker:
             report.held_back += len(pickups) - len(kept)
             pickups[:] = kept
 
-    def _burst_lead(self, item: model.Schedule, fire_time: datetime) -> timedelta:
-        """How long before its time this fire is to be visible: none, unless its second
-        is a burst's (see TickerConfig.burst_lead_seconds)."""
-        config = self.config
-        if not config.burst_lead_seconds or item.job_class not in config.burst_classes:
+    def _window_lead(self, item: model.Schedule) -> timedelta:
+        """How much earlier than its time a fire of ``item``'s class is visible, for its
+        batch to be gathered before then (see TickerConfig.batching_window_seconds)."""
+        if item.job_class not in self.config.held_classes:
             return timedelta(0)
+        return timedelta(seconds=self.config.batching_window_seconds)
+
+    def _burst(self, item: model.Schedule, fire_time: datetime) -> str | None:
+        """The burst queue this fire goes to, visible the burst lead early, or None: its
+        class has none, or its second is not (yet) a burst's (see
+        TickerConfig.burst_lead_seconds)."""
+        config = self.config
+        queue = config.burst_queues.get(item.job_class)
+        if queue is None or not config.burst_lead_seconds:
+            return None
         second = math.floor(fire_time.timestamp())
         sent = self._sent_per_second.get(second, 0) + 1
         self._sent_per_second[second] = sent
-        if sent <= config.dense_per_group:
-            return timedelta(0)
-        key = occurrence.occurrence_key(item.schedule_id, item.version, fire_time)
-        return dispatch.burst_lead(key, config.burst_lead_seconds)
+        return queue if sent > config.dense_per_group else None
 
     def _forget_seconds_before(self, now: datetime) -> None:
         # Seconds gone by are sent and done: the count is for those still ahead.
@@ -743,7 +759,11 @@ class Ticker:
             return now
         hold = phase - into
         earliest = min(
-            (dispatch.deliver_time(p.item, f) for p in pickups for f in p.plan.fires),
+            (
+                dispatch.deliver_time(p.item, f) - self._window_lead(p.item)
+                for p in pickups
+                for f in p.plan.fires
+            ),
             default=None,
         )
         if earliest is None or earliest < now + timedelta(seconds=hold) + dispatch.IN_FLIGHT:

@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 import resource
+import ssl
 import statistics
 import subprocess
 import sys
@@ -277,3 +278,109 @@ def fork_cpu_seconds(repeats: int = 40) -> float:
         os.waitpid(pid, 0)
         runs.append(used() - before)
     return statistics.median(runs)
+
+
+# --- an HTTP target's call ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _https_receiver() -> Iterator[tuple[int, ssl.SSLContext]]:
+    """An HTTPS server on 127.0.0.1 answering every POST at once (its own threads), and a
+    client TLS context that trusts its certificate: a new self-signed one, its key a P-256
+    key, as public endpoints' usually are."""
+    import http.server
+    import tempfile
+    import threading
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        cert_path, key_path = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+        with open(cert_path, "wb") as out:
+            out.write(certificate.public_bytes(serialization.Encoding.PEM))
+        with open(key_path, "wb") as out:
+            out.write(
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
+        server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_tls.load_cert_chain(cert_path, key_path)
+        client_tls = ssl.create_default_context(cafile=cert_path)
+
+        class Answer(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        server.socket = server_tls.wrap_socket(server.socket, server_side=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield int(server.server_address[1]), client_tls
+        finally:
+            server.shutdown()
+
+
+def http_target_cpu_seconds(repeats: int = 100) -> float:
+    """Client CPU (seconds of this machine's) of one HTTP target's call as a worker makes
+    it (services.targets' HTTP target: the body built and signed, the URL and every
+    address its name resolves to checked, a pinned connection, TLS's handshake, the POST
+    and its answer), to an HTTPS endpoint on this machine answering at once. The
+    connection is new each call (a target's address is checked and pinned at every
+    send), so the handshake is in every call, as deployed."""
+    from fireline.domain import egress, signing
+    from fireline.services import targets, webhook
+
+    key = signing.SigningKey("sig_calibration", "calibration-secret", created_ms=0)
+    with _https_receiver() as (port, tls):
+        runner = targets.TargetRunner(
+            registry=targets.Registry(),
+            signing_key=lambda tenant_id: key,
+            lambda_client=lambda timeout, credentials: None,
+            sqs_client=lambda credentials: None,
+            # The loopback allowed (the endpoint is here), https as deployed.
+            egress=webhook.Egress(
+                policy=egress.EgressPolicy.parse("", "127.0.0.0/8"),
+                resolve=lambda host, port: ["127.0.0.1"],
+                tls=tls,
+            ),
+        )
+        target = {"type": "http", "url": f"https://localhost:{port}/hook"}
+        start = datetime(2026, 5, 1, 12, tzinfo=UTC)
+
+        def call(n: int) -> object:
+            context = targets.JobContext(
+                occurrence_key=occurrence.occurrence_key("sch00001", 1, start),
+                tenant_id="tenant-1",
+                schedule_id="sch00001",
+                fire_time=start,
+                attempt=1,
+                payload={"n": n},
+            )
+            return runner.run(target, context, timeout=10.0)
+
+        return _cpu_per_call(call, repeats)

@@ -14,7 +14,7 @@ anything else is an error naming the property, never a guess.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # The names a worker's in-flight bound may go by: a parameter of the template or a
@@ -52,12 +52,17 @@ class Deployment:
     tenant_limit: int
     ticker_groups: int
     ticker_memory_mb: int
-    workers: Mapping[str, WorkerSettings]  # by job class
+    workers: Mapping[str, WorkerSettings]  # by job class: its queue's event source
     # How long before its second a burst's fires are made visible (BurstLeadSeconds).
     burst_lead_seconds: int = 0
+    # A class's burst queue's event source, on the same function, where it has one.
+    bursts: Mapping[str, WorkerSettings] = field(default_factory=dict)
 
     def worker(self, job_class: str = "default") -> WorkerSettings:
         return self.workers[job_class]
+
+    def burst(self, job_class: str = "default") -> WorkerSettings | None:
+        return self.bursts.get(job_class)
 
 
 def from_template(template: Mapping[str, Any]) -> Deployment:
@@ -68,42 +73,60 @@ def from_template(template: Mapping[str, Any]) -> Deployment:
     resources = template.get("Resources") or {}
     resolve = _Resolver(parameters, resources)
     workers: dict[str, WorkerSettings] = {}
+    bursts: dict[str, WorkerSettings] = {}
     for logical, resource in resources.items():
         if resource.get("Type") != "AWS::Serverless::Function":
             continue
         props = resource.get("Properties") or {}
         if props.get("Handler") != "fireline.handlers.worker.handler":
             continue
-        settings = _worker(logical, props, resolve, parameters)
+        sqs_events = [
+            e.get("Properties") or {}
+            for e in (props.get("Events") or {}).values()
+            if e.get("Type") == "SQS"
+        ]
+        main = [e for e in sqs_events if not _is_burst_queue(e)]
+        if len(main) != 1:
+            raise TemplateError(
+                f"{logical}: expected one SQS event of its class, found {len(main)}"
+            )
+        settings = _worker(logical, props, main[0], resolve, parameters)
         workers[settings.job_class] = settings
+        for event in sqs_events:
+            if _is_burst_queue(event):
+                bursts[settings.job_class] = _worker(logical, props, event, resolve, parameters)
     ticker = resources.get("TickerFunction", {}).get("Properties", {})
     return Deployment(
         tenant_limit=int(resolve.value(parameters.get("TenantConcurrencyLimit", 0), "tenant")),
         ticker_groups=int(resolve.value(parameters.get("TickerGroups", 1), "TickerGroups")),
         ticker_memory_mb=int(resolve.value(ticker.get("MemorySize", 1769), "TickerFunction")),
         workers=workers,
+        bursts=bursts,
         burst_lead_seconds=int(
             resolve.value(parameters.get("BurstLeadSeconds", 0), "BurstLeadSeconds")
         ),
     )
 
 
+def _is_burst_queue(event: Mapping[str, Any]) -> bool:
+    """Whether an SQS event's queue is a class's burst queue (DefaultBurstQueue)."""
+    queue = event.get("Queue")
+    queue_id = queue.get("Fn::GetAtt", [None])[0] if isinstance(queue, dict) else None
+    return isinstance(queue_id, str) and queue_id.endswith("BurstQueue")
+
+
 def _worker(
-    logical: str, props: Mapping[str, Any], resolve: _Resolver, parameters: Mapping[str, Any]
+    logical: str,
+    props: Mapping[str, Any],
+    event: Mapping[str, Any],
+    resolve: _Resolver,
+    parameters: Mapping[str, Any],
 ) -> WorkerSettings:
     env = {
         str(k): str(resolve.value(v, f"{logical}.Environment.{k}"))
         for k, v in ((props.get("Environment") or {}).get("Variables") or {}).items()
         if not isinstance(v, dict) or "Ref" in v
     }
-    sqs_events = [
-        e.get("Properties") or {}
-        for e in (props.get("Events") or {}).values()
-        if e.get("Type") == "SQS"
-    ]
-    if len(sqs_events) != 1:
-        raise TemplateError(f"{logical}: expected one SQS event, found {len(sqs_events)}")
-    event = sqs_events[0]
     where = f"{logical}.Events"
     scaling = event.get("ScalingConfig") or {}
     provisioned = event.get("ProvisionedPollerConfig") or {}

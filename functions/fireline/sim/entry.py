@@ -228,6 +228,10 @@ class HandlerEntry:
         """One invocation's pools: its threads are the calling invocation's."""
         return SimPools(self.kernel, self.limits, self.peaks)
 
+    @property
+    def installed(self) -> bool:
+        return bool(self._saved)
+
     def install(self, make_worker: Callable[[], Any]) -> None:
         import os
 

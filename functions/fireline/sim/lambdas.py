@@ -233,8 +233,13 @@ class WorkerFleet:
 
     def start(self, at: float = 0.0) -> None:
         if self.entry is not None:
-            self.entry.peaks = self.peaks
-            self.entry.install(self.make_worker)
+            if self.entry.installed:
+                # Another event source of the same function (a class's burst queue): its
+                # handler is installed already, and the peaks are the function's.
+                self.peaks = self.entry.peaks
+            else:
+                self.entry.peaks = self.peaks
+                self.entry.install(self.make_worker)
         for poller in range(self.max_concurrency):
             self.kernel.spawn(self._poller(poller), at=at, name=f"esm-{self.job_class}-{poller}")
         self.kernel.spawn(self._scaler, at=at, name=f"esm-{self.job_class}-scaling")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fireline.domain import quota
+from fireline.domain import model, quota
 from fireline.services import dispatch, pool
 
 DEFER_SECONDS = 10
@@ -67,9 +67,12 @@ class WorkerConfig:
 
 def early_hold_for(job_class: str, burst_lead_seconds: float) -> float:
     """How long a worker of ``job_class`` holds a fire that came early: the clocks'
-    margin, plus the burst lead for the classes the ticker spreads bursts of
-    (dispatch.BURST_CLASSES: the ticker makes a burst's fires visible up to the lead
-    before their time)."""
-    if job_class in dispatch.BURST_CLASSES:
-        return EARLY_HOLD_SECONDS + burst_lead_seconds
-    return EARLY_HOLD_SECONDS
+    margin; for the classes whose fires the ticker makes visible early
+    (dispatch.HELD_CLASSES), the event source mapping's batching window too; and for a
+    class with a burst queue (model.BURST_QUEUES), the burst lead."""
+    hold = EARLY_HOLD_SECONDS
+    if job_class in dispatch.HELD_CLASSES:
+        hold += dispatch.BATCHING_WINDOW_SECONDS
+    if job_class in model.BURST_QUEUES:
+        hold += burst_lead_seconds
+    return hold

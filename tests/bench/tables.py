@@ -1,0 +1,284 @@
+"""The figures the README and the docs quote, written from .bench/report.json.
+
+``make bench`` ends with ``python -m bench.tables``: each block between
+``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in the files of :data:`BLOCKS` is
+written again from the report of that run, every figure beside the report key it comes
+from and the calibration it ran under (the SDK's client CPU per call measured on the
+machine, the scale). So a figure the docs quote is always the latest run's on the code it
+describes; a key the run did not measure reads "not measured", never an older value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / ".bench" / "report.json"
+NOT_MEASURED = "not measured"
+
+Report = Mapping[str, Any]
+
+
+def get(report: Report, key: str, *path: str) -> Any:
+    """``report[key][path...]``, or None where any part is missing."""
+    node: Any = report.get(key)
+    for part in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def num(value: Any, digits: int = 2, suffix: str = "") -> str:
+    if value is None:
+        return NOT_MEASURED
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer():
+        text = f"{int(value):,}"
+    else:
+        text = f"{value:,.{digits}f}"
+    return text + suffix
+
+
+def share(value: Any) -> str:
+    return NOT_MEASURED if value is None else f"{value * 100:.2f}%"
+
+
+def spread(report: Report, key: str, *path: str) -> str:
+    """A p50 / p99 / max spread, in seconds."""
+    found = get(report, key, *path)
+    if not isinstance(found, Mapping) or not found.get("count"):
+        return NOT_MEASURED
+    return " / ".join(num(found.get(q), 2) for q in ("p50", "p99", "max")) + " s"
+
+
+def calibration(report: Report, key: str) -> str:
+    """The run's calibration: the SDK's client CPU per call (the median of the
+    operations measured), the scale and the day written."""
+    calibrated = get(report, key, "calibration", "sdk_client_cpu_us_per_call")
+    scale = get(report, key, "scale")
+    if not isinstance(calibrated, Mapping) or not calibrated:
+        return NOT_MEASURED
+    values = sorted(calibrated.values())
+    median_ms = values[len(values) // 2] / 1000
+    at = f"scale {num(scale, 2)}" if scale not in (None, 1, 1.0) else "full size"
+    return f"SDK client CPU {median_ms:.2f} ms a call (median of {len(values)} operations), {at}"
+
+
+def table(rows: list[tuple[str, str, str]]) -> str:
+    lines = ["| figure | `.bench/report.json` key | result |", "| --- | --- | --- |"]
+    lines += [f"| {what} | `{key}` | {value} |" for what, key, value in rows]
+    return "\n".join(lines)
+
+
+def headline(report: Report) -> str:
+    """The README's: what a user of the defaults sees, end to end, and what it costs."""
+    burst = "e2e.burst_50k.defaults"
+    doubled = "e2e.burst_50k.defaults_cpu_x2"
+    rows = [
+        (
+            "50,000 one-second HTTP jobs due in one second, on top of 580 a second: started "
+            "within 2 s of due",
+            burst,
+            share(get(report, burst, "started_within_2s_share")),
+        ),
+        ("the same: start lag p50 / p99 / max", burst, spread(report, burst, "start_lag_seconds")),
+        (
+            "the same: lost, started twice",
+            burst,
+            f"{num(get(report, burst, 'lost'))}, {num(get(report, burst, 'started_twice'))}",
+        ),
+        (
+            "the same at twice the SDK's CPU per call: visible by their second; start lag "
+            "p50 / p99 / max",
+            doubled,
+            f"{share(get(report, doubled, 'visible_by_due_share'))}; "
+            f"{spread(report, doubled, 'start_lag_seconds')}",
+        ),
+        (
+            "one tenant with 500 jobs a second and a 10,000 burst of its own: lateness "
+            "p50 / p99 / max, throttled writes",
+            "e2e.big_tenant",
+            f"{spread(report, 'e2e.big_tenant', 'lateness_seconds')}, "
+            f"{num(get(report, 'e2e.big_tenant', 'throttled_writes'))}",
+        ),
+    ]
+    for path, what in (
+        ("http_1s", "an HTTP target answering in 1 s"),
+        ("http_3s", "an HTTP target answering in 3 s"),
+        ("lambda_3s", "a tenant's Lambda answering in 3 s"),
+        ("minutely", "an every-minute schedule's fire (no-op Python target)"),
+    ):
+        rows.append(
+            (
+                f"$ per million jobs, all in, at the design load: {what}",
+                f"cost.{path}",
+                num(get(report, f"cost.{path}", "usd_per_million"), 2),
+            )
+        )
+    return (
+        table(rows)
+        + f"\n\nCalibration: {calibration(report, burst)}; written "
+        + f"{get(report, 'machine', 'written_at') or NOT_MEASURED}."
+    )
+
+
+def scale(report: Report) -> str:
+    """docs/scale.md's: the end-to-end runs and the ticker's."""
+    burst, doubled = "e2e.burst_50k.defaults", "e2e.burst_50k.defaults_cpu_x2"
+    python, big = "e2e.python_jobs", "e2e.big_tenant"
+    rows = []
+    for key, what in ((burst, "as measured"), (doubled, "at twice the SDK's CPU per call")):
+        rows += [
+            (
+                f"50,000 one-second HTTP jobs due in one second over 10,000 tenants, on top "
+                f"of 580 a second, {what}: started within 2 s; start lag p50 / p99 / max",
+                key,
+                f"{share(get(report, key, 'started_within_2s_share'))}; "
+                f"{spread(report, key, 'start_lag_seconds')}",
+            ),
+            (
+                "the same: visible by their second; finished by their second + 10 s; lost; "
+                "started twice",
+                key,
+                f"{share(get(report, key, 'visible_by_due_share'))}; "
+                f"{share(get(report, key, 'finished_by_due_plus_10s_share'))}; "
+                f"{num(get(report, key, 'lost'))}; {num(get(report, key, 'started_twice'))}",
+            ),
+            (
+                "the same: the steady load's start lag p50 / p99 / max; worker invocations; "
+                "cold starts; GB-s a job",
+                key,
+                f"{spread(report, key, 'steady_load_start_lag_seconds')}; "
+                f"{num(get(report, key, 'worker_invocations'))}; "
+                f"{num(get(report, key, 'worker_cold_starts'))}; "
+                f"{num(get(report, key, 'worker_gb_seconds_per_job_started'), 4)}",
+            ),
+        ]
+    rows += [
+        (
+            "the largest tenant (30,000 every-minute schedules of 4 KB, its own 10,000 "
+            "burst, its limit override): lateness p50 / p99 / max; throttled writes; lost; "
+            "its burst started within 2 s",
+            big,
+            f"{spread(report, big, 'lateness_seconds')}; "
+            f"{num(get(report, big, 'throttled_writes'))}; {num(get(report, big, 'lost'))}; "
+            f"{share(get(report, big, 'started_within_2s_share'))}",
+        ),
+        (
+            "one-second Python jobs (a second of CPU each, a child process an attempt): "
+            "started a second at the defaults",
+            python,
+            num(get(report, python, "jobs_started_per_second"), 1),
+        ),
+        (
+            "Python jobs: invocations to start 50,000 within 10 s, by memory",
+            python,
+            ", ".join(
+                f"{mb}: {num(n)}"
+                for mb, n in (
+                    get(report, python, "derived_invocations_for_50k_within_10s") or {}
+                ).items()
+            )
+            or NOT_MEASURED,
+        ),
+    ]
+    ticker_rows: list[tuple[str, str, Callable[[str], str]]] = [
+        (
+            "steady 580 fires a second, one ticker group: lost, duplicates, lateness p99",
+            "scale.steady_580",
+            lambda k: (
+                f"{num(get(report, k, 'lost'))}, "
+                f"{num(get(report, k, 'duplicate_messages'))}, "
+                f"{num(get(report, k, 'lateness_seconds', 'p99'), 2)} s"
+            ),
+        ),
+        (
+            "50,000 due in one second on the steady load, one group: visible by their second",
+            "scale.burst_50k.groups_1",
+            lambda k: share(get(report, k, "enqueued_visible_by_due_share")),
+        ),
+        (
+            "the same, two groups",
+            "scale.burst_50k",
+            lambda k: share(get(report, k, "enqueued_visible_by_due_share")),
+        ),
+    ]
+    rows += [(what, key, render(key)) for what, key, render in ticker_rows]
+    return table(rows) + f"\n\nCalibration: {calibration(report, burst)}."
+
+
+COST_PATHS = (
+    ("minutely", "every-minute schedule"),
+    ("every_second", "every-second schedule"),
+    ("one_off", "one-off job, one per request"),
+    ("one_off_batched", "one-off jobs, 100 per request"),
+    ("tenant_limited", "every-minute schedule, its tenant limited"),
+    ("http_1s", "HTTP target answering in 1 s"),
+    ("http_3s", "HTTP target answering in 3 s"),
+    ("lambda_3s", "tenant's Lambda answering in 3 s"),
+    ("workflow_node", "workflow node"),
+)
+
+
+def cost(report: Report) -> str:
+    """docs/cost.md's: each path's dollars per million and its worker's billed time."""
+    lines = [
+        "| path | key | $ per million at the design load | marginal | Lambda GB-s a job "
+        "(worker) | worker invocations per 1,000 jobs |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for path, what in COST_PATHS:
+        key = f"cost.{path}"
+        lines.append(
+            f"| {what} | `{key}` | {num(get(report, key, 'usd_per_million'))} | "
+            f"{num(get(report, key, 'marginal_usd_per_million'))} | "
+            f"{num(get(report, key, 'lambda_gb_seconds_per_fire', 'worker'), 4)} | "
+            f"{num(get(report, key, 'worker_invocations_per_1000_fires'), 1)} |"
+        )
+    lines.append("")
+    lines.append(
+        "Calibration of the workers' simulated wall time: "
+        + calibration(report, "cost.simulated_workers.remote_3s")
+        + f"; written {get(report, 'machine', 'written_at') or NOT_MEASURED}."
+    )
+    return "\n".join(lines)
+
+
+BLOCKS: dict[str, tuple[Path, Callable[[Report], str]]] = {
+    "headline": (ROOT / "README.md", headline),
+    "scale": (ROOT / "docs" / "scale.md", scale),
+    "cost": (ROOT / "docs" / "cost.md", cost),
+}
+
+
+def rewrite(text: str, name: str, body: str) -> str:
+    """``text`` with the block ``name`` holding ``body``; an error where it has none."""
+    pattern = re.compile(
+        rf"(<!-- bench:{re.escape(name)} -->\n).*?(\n<!-- /bench:{re.escape(name)} -->)",
+        re.DOTALL,
+    )
+    if not pattern.search(text):
+        raise ValueError(f"no <!-- bench:{name} --> block")
+    return pattern.sub(lambda m: m.group(1) + body + m.group(2), text, count=1)
+
+
+def main(report_path: Path = REPORT) -> int:
+    if not report_path.exists():
+        print(f"{report_path} is missing: run make bench first", file=sys.stderr)
+        return 2
+    report = json.loads(report_path.read_text())
+    for name, (path, render) in BLOCKS.items():
+        path.write_text(rewrite(path.read_text(), name, render(report)))
+        print(f"{path.relative_to(ROOT)}: {name} written from {report_path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
