@@ -206,6 +206,32 @@ def test_a_python_job_that_waited_past_its_bound_for_a_vcpu_goes_back_unstarted(
     assert "short-1" not in ran and "short-2" not in ran
 
 
+def test_a_python_jobs_hold_until_its_fire_time_is_not_time_waited_for_a_vcpu() -> None:
+    # GIVEN one vCPU and three Python jobs of a burst that came 60 s early (each holds
+    # until its time, the first in the lane's one slot), a second each, a bound of 5 s
+    left = [900_000]
+    ran: list[str] = []
+
+    def job(name: str, hold: float) -> str:
+        ran.append(name)
+        left[0] -= int((hold + 1) * 1000)  # its hold (the first's alone), then a second
+        return name
+
+    limits = Limits(in_flight=4, compute=1, compute_wait_seconds=5)
+    # WHEN the batch runs
+    results = Dispatcher(limits, lambda: left[0]).run(
+        [
+            Job(lambda: job("first", 60), lane=Lane.COMPUTE, order=0.0, hold_seconds=60),
+            Job(lambda: job("second", 0), lane=Lane.COMPUTE, order=0.0, hold_seconds=60),
+            Job(lambda: job("third", 0), lane=Lane.COMPUTE, order=0.0, hold_seconds=60),
+        ]
+    )
+    # THEN each started in its turn once their time came: the minute they held is not a
+    # wait for the vCPU (counted from their time, the third waited 2 s)
+    assert results == ["first", "second", "third"]
+    assert ran == ["first", "second", "third"]
+
+
 def test_a_jobs_exception_is_its_own_outcome() -> None:
     def boom() -> None:
         raise RuntimeError("target broke")

@@ -105,6 +105,9 @@ class Job(Generic[R]):
     order: float = 0.0  # the record's fire time (epoch seconds): lower starts first
     # How much of the invocation must be left for it to start (0: the limits' reserve).
     needs_seconds: float = 0.0
+    # How long from the batch's start it holds until its fire time (a fire that came
+    # early): time in its lane's queue before then is not time waited for a vCPU.
+    hold_seconds: float = 0.0
 
 
 class Pools:
@@ -199,7 +202,7 @@ class Dispatcher:
         remaining = self._remaining_ms()
         if remaining < needs * 1000:
             raise NotStarted(f"less than the {needs:.0f} s it needs was left of the invocation")
-        waited = (self._started_ms - remaining) / 1000
+        waited = (self._started_ms - remaining) / 1000 - job.hold_seconds
         if job.lane is Lane.COMPUTE and waited > self.limits.compute_wait_seconds:
             raise NotStarted(f"waited {waited:.0f} s for a vCPU: another invocation may have one")
         return job.call()

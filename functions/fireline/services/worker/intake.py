@@ -178,11 +178,12 @@ class Worker(steps.Steps):
 
     def _place(
         self, body: dict[str, Any], prefetched: Prefetch
-    ) -> tuple[worker_dispatch.Lane, float, float]:
+    ) -> tuple[worker_dispatch.Lane, float, float, float]:
         """A record's lane (a Python job is compute: see services.worker.dispatcher), its
-        place in the batch (its fire time) and how much of the invocation it needs left
-        to start: its whole deadline, the margin to record its outcome and its hold until
-        its fire time, so that starting late in a batch never shortens its run. Lane and
+        place in the batch (its fire time), how much of the invocation it needs left
+        to start (its whole deadline, the margin to record its outcome and its hold until
+        its fire time, so that starting late in a batch never shortens its run) and that
+        hold (a Python job's wait for a vCPU counts from its fire time). Lane and
         deadline are read from the batch's read of the schedule; a record it did not read
         (a workflow node, a failed batch read) goes in the remote lane with the
         dispatcher's reserve, and its Python run, if it is one, still waits for a vCPU
@@ -193,7 +194,7 @@ class Worker(steps.Steps):
         except errors.ValidationError:
             parsed = None
         if parsed is None:  # refused at once by its own handling: first, it costs nothing
-            return worker_dispatch.Lane.REMOTE, -math.inf, 0.0
+            return worker_dispatch.Lane.REMOTE, -math.inf, 0.0, 0.0
         tenant_id = body.get("tenant_id")
         item = (
             prefetched.known_schedule(tenant_id, parsed.schedule_id)
@@ -201,23 +202,20 @@ class Worker(steps.Steps):
             else None
         )
         if item is None:
-            return worker_dispatch.Lane.REMOTE, parsed.fire_time.timestamp(), 0.0
+            return worker_dispatch.Lane.REMOTE, parsed.fire_time.timestamp(), 0.0, 0.0
         python = item.target.get("type") == "python"
         lane = worker_dispatch.Lane.COMPUTE if python else worker_dispatch.Lane.REMOTE
-        # Its hold: until its fire time (a burst's fire comes up to the burst lead early),
-        # and the clocks' margin.
-        hold = min(
-            self.config.early_hold_seconds,
-            max(0.0, (parsed.fire_time - self.clock.now()).total_seconds()) + EARLY_HOLD_SECONDS,
-        )
+        # Its hold: until its fire time (a burst's fire comes up to the burst lead early).
+        early = max(0.0, (parsed.fire_time - self.clock.now()).total_seconds())
+        hold = min(self.config.early_hold_seconds, early)
         needs = (
             0.0  # a long job's record only starts its execution
             if self.long_jobs is not None
             else model.deadline_for(item.job_class, item.deadline_seconds)
             + STOP_MARGIN_SECONDS
-            + hold
+            + min(self.config.early_hold_seconds, early + EARLY_HOLD_SECONDS)
         )
-        return lane, parsed.fire_time.timestamp(), needs
+        return lane, parsed.fire_time.timestamp(), needs, hold
 
     def _hand_back(
         self, bodies: Sequence[dict[str, Any]], outcomes: list[Result | Exception]
