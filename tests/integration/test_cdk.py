@@ -210,14 +210,20 @@ def test_props_replace_their_template_parameters_with_the_apps_values(
     # The worker's batch and in-flight bound no prop sets: still the template's parameters
     # (`parameters=` sets them by name), the batching window with them.
     assert worker["Environment"]["Variables"]["WORKER_IN_FLIGHT"] == {"Ref": "WorkerInFlight"}
-    [jobs] = [
-        r["Properties"]
+    mappings = {
+        r["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]: r["Properties"]
         for r in resources.values()
         if r["Type"] == "AWS::Lambda::EventSourceMapping"
         and r["Properties"]["FunctionName"] == {"Ref": "DefaultWorkerFunction"}
-    ]
+    }
+    assert sorted(mappings) == ["DefaultBurstQueue", "DefaultQueue"]
+    jobs, bursts = mappings["DefaultQueue"], mappings["DefaultBurstQueue"]
     assert (jobs["BatchSize"], jobs["MaximumBatchingWindowInSeconds"]) == (
         {"Ref": "WorkerBatchSize"},
+        1,
+    )
+    assert (bursts["BatchSize"], bursts["MaximumBatchingWindowInSeconds"]) == (
+        {"Ref": "BurstBatchSize"},
         1,
     )
     assert resources["StartLagAlarm"]["Properties"]["Threshold"] == {"Fn::Sub": "5000"}

@@ -92,11 +92,14 @@ def test_second_ticker_invocation_while_the_first_holds_the_lease_does_nothing(
 ) -> None:
     from fireline.handlers import ticker as handler
 
+    # GIVEN someone else holds the lease of the group the rule's event names (group 0 of
+    # the template's default groups)
+    config = wiring.ticker_for("x").config
     held = wiring.lease_store().acquire(
-        "ticker",
+        config.lease_name,
         "someone-else",
         int(datetime.now(UTC).timestamp() * 1000),
-        wiring.ticker_for("x").config.lease_terms,
+        config.lease_terms,
     )
     assert held is not None
     result = handler.handler(

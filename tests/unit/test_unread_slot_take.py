@@ -98,3 +98,20 @@ def test_a_limit_above_the_class_share_reads_to_take_the_share_too() -> None:
     assert result is Result.SUCCEEDED
     assert slots.calls["held"] == 1
     assert quota.class_limit(4) == 2
+
+
+def test_a_tenant_whose_slots_this_worker_took_lately_reads_instead_of_guessing() -> None:
+    # GIVEN a tenant limited to 2 jobs at once whose job this worker just ran (its
+    # finished run's slot is handed on, not given back: its number is held still)
+    system, slots = system_with(2)
+    worker = system.worker(tenant_limit=2)
+    first = system.due_job()
+    assert worker.handle(first, remaining_ms=lambda: REMAINING_MS) is Result.SUCCEEDED
+    slots.calls.clear()
+    # WHEN the same worker handles the tenant's next job's first delivery
+    result = worker.handle(system.due_job(), remaining_ms=lambda: REMAINING_MS)
+    # THEN it read the tenant's slots and took one: no take at random spent on a number
+    # likely held
+    assert result is Result.SUCCEEDED
+    assert slots.calls == Counter({"held": 1, "take": 1})
+    assert system.metrics.values("SlotTakeUnreadRefused") == []

@@ -121,6 +121,7 @@ RESOURCES = {
         for queue in ("Default", "Short", "Long", "Workflow")
         for kind in ("Queue", "DeadLetterQueue")
     },
+    "DefaultBurstQueue": {"AwsSolutions-SQS4": QUEUES_OVER_HTTPS},
     "LongTaskQueue": {
         "AwsSolutions-SQS4": QUEUES_OVER_HTTPS,
         "AwsSolutions-SQS3": (

@@ -85,6 +85,7 @@ class Worker(steps.Steps):
         self._overrides_until = -math.inf
         self._overrides_lock = threading.Lock()
         self._told_unbuilt = False
+        self._slots_taken_until = {}
         # The longest an invocation of this worker has had at its start (see
         # _note_invocation); until one is seen, nothing is decided on it.
         self._longest_invocation_ms = 0

@@ -27,6 +27,9 @@ RUN_CLAIM_WINDOW_SECONDS = 5
 AT_CLASS_SHARE = "tenant share of the class"
 AT_INVOCATION_SHARE = "tenant share of the class's running invocations"
 
+# Tenants a worker remembers taking slots of (see SlotKeeping._note_slots_taken).
+SLOTS_REMEMBERED = 10_000
+
 # Outcomes whose row no run ever leaves: the run's tenant slots are handed on, not given back.
 HANDED_ON = frozenset(s.value for s in occurrence.TERMINAL)
 
@@ -155,6 +158,15 @@ class SlotKeeping(state.WorkerState):
             number = self._take_unread(tenant_id, key, registered, now, held_for)
             if number is not None:
                 return (number,)
+        taken = self._take_read(tenant_id, key, held_for, now)
+        if not isinstance(taken, str) and taken:
+            self._note_slots_taken(tenant_id, now, held_for)
+        return taken
+
+    def _take_read(
+        self, tenant_id: str, key: str, held_for: timedelta, now: datetime
+    ) -> tuple[int, ...] | str:
+        """_take_slot's take on a read of the tenant's slots."""
         held, override = self.slots.held(tenant_id, consistent=False)
         limit = self.config.tenant_limit if override is None else override
         if limit == quota.UNLIMITED:
@@ -215,6 +227,11 @@ class SlotKeeping(state.WorkerState):
         if share and share < limit:
             return None
         now_ms = int(now.timestamp() * 1000)
+        # A tenant this worker took slots of lately holds them still, or its finished
+        # runs do (handed on, not given back): a number at random would mostly be
+        # refused, a write unit spent for a read that follows anyway.
+        if self._slots_taken_until.get(tenant_id, 0) > now_ms:
+            return None
         number = self.rng.randrange(limit)
         expires = now_ms + int(held_for.total_seconds() * 1000)
         try:
@@ -226,7 +243,22 @@ class SlotKeeping(state.WorkerState):
             )
             return None
         self.metrics.add_metric("SlotTakenUnread" if taken else "SlotTakeUnreadRefused", "Count", 1)
+        self._note_slots_taken(tenant_id, now, held_for)
         return number if taken else None
+
+    def _note_slots_taken(self, tenant_id: str, now: datetime, held_for: timedelta) -> None:
+        """Remember that ``tenant_id``'s slots are held (or were refused: held by others)
+        for ``held_for`` from ``now``. Bounded: past SLOTS_REMEMBERED tenants, the lapsed
+        ones go, and if none has, all do (a forgotten tenant only costs one refused take)."""
+        now_ms = int(now.timestamp() * 1000)
+        until_ms = now_ms + int(held_for.total_seconds() * 1000)
+        remembered = self._slots_taken_until
+        if len(remembered) >= SLOTS_REMEMBERED and tenant_id not in remembered:
+            for tenant in [t for t, ms in remembered.items() if ms <= now_ms]:
+                del remembered[tenant]
+            if len(remembered) >= SLOTS_REMEMBERED:
+                remembered.clear()
+        remembered[tenant_id] = max(until_ms, remembered.get(tenant_id, 0))
 
     def _held_already(
         self,

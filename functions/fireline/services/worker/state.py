@@ -82,6 +82,10 @@ class WorkerState:
     _overrides_until: float
     _overrides_lock: threading.Lock
     _told_unbuilt: bool
+    # Tenants whose slots this worker took lately, and until when (epoch ms) those slots
+    # are held: their numbers are likely held still (a finished run's is handed on, not
+    # given back), so a take of one at random, unread, would mostly be refused.
+    _slots_taken_until: dict[str, int]
     # The longest an invocation of this worker has had at its start.
     _longest_invocation_ms: int
     # The class's invocations as really running (None: not shared out by invocations).
