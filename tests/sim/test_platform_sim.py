@@ -462,6 +462,49 @@ def test_the_deployed_handler_runs_a_batch_in_virtual_time(world: sim_world.Worl
     assert world.memory_queue.next_visible_at("default") is None
 
 
+def test_the_deployed_handler_keeps_one_worker_per_warm_environment(
+    world: sim_world.World,
+) -> None:
+    # GIVEN two batches due a minute apart, then two at once, through the deployed
+    # handler, each environment's worker built by a counting factory
+    _, runner = http_jobs(world, 10)
+    for name, due, count in (("later", 60, 10), ("pair-a", 120, 10), ("pair-b", 120, 10)):
+        keys = sim_world.one_off(count, DUE + timedelta(seconds=due), prefix=name)
+        world.add(keys)
+        sim_world.enqueue(world, [(i, DUE + timedelta(seconds=due)) for i in keys])
+    env = dict(deployment.from_template(aws.load_template()).worker().environment)
+    entry = sim_entry.HandlerEntry(world.kernel, env)
+    jobs = sim_world.Jobs(world.kernel)
+    built: list[Any] = []
+
+    def make_worker() -> Any:
+        built.append(sim_world.worker_for(world, jobs, runner=runner, tenant_limit=0))
+        return built[-1]
+
+    workers = lambdas.WorkerFleet(
+        world.kernel,
+        world.queue,
+        sim_world.next_visible(world),
+        make_worker,
+        measure_cpu=False,
+        max_concurrency=2,
+        provisioned=True,
+        batch_size=10,
+        entry=entry,
+    )
+    try:
+        workers.start()
+        world.kernel.run(world.seconds(DUE) + 180)
+    finally:
+        entry.remove()
+    # THEN every job ran once, and there were as many workers as environments: the
+    # handler's wiring.worker() is one per container, as deployed, not one per invocation
+    assert len(runner.started) == 40 and set(runner.runs.values()) == {1}
+    assert workers.invocations >= 4
+    assert len(built) == workers.containers.cold_starts == 2
+    assert len({id(w) for w in built}) == 2
+
+
 def test_the_handler_entry_is_removed_after_a_run(world: sim_world.World) -> None:
     from fireline import wiring
     from fireline.adapters import threads

@@ -23,6 +23,7 @@ from fireline.domain import errors
 from fireline.services.worker import dispatcher as worker_dispatch
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import network as sim_network
+from fireline.sim import platform as sim_platform
 
 # Lambda's vCPUs: one per 1,769 MB, six at most (10,240 MB).
 MAX_VCPUS = 6
@@ -198,7 +199,9 @@ class Context:
 class HandlerEntry:
     """The deployed entry point, fireline.handlers.worker.handler, run as Lambda runs
     it: an SQS event of the batch's records and a context, its partial batch response
-    read back. While installed, the handler's worker is the simulation's (wiring.worker),
+    read back. While installed, the handler's worker is the simulation's (wiring.worker,
+    one for each execution environment, built on its first invocation as the deployed
+    module-level cache builds it; ``make_worker`` builds it),
     its thread pools are simulated threads (adapters.threads.ThreadPool), and its
     dispatcher's bounds and pools (wiring.dispatch_limits, wiring.dispatch_pools) are
     the deployed function's (:func:`limits_for` its ``environment`` and ``memory_mb``)
@@ -223,6 +226,17 @@ class HandlerEntry:
         self.peaks: dict[str, int] = {}
         self._saved: list[tuple[Any, str, Any]] = []
         self._saved_env: dict[str, str | None] = {}
+        # Each running invocation's environment, by the invocation's process.
+        self._environments: dict[sim_kernel.Process, sim_platform.Environment] = {}
+        self._make_worker: Callable[[], Any] | None = None
+
+    def _worker(self) -> Any:
+        """wiring.worker() as the calling invocation's environment caches it."""
+        environment = self._environments[self.kernel.current().process]
+        if environment.worker is None:
+            assert self._make_worker is not None
+            environment.worker = self._make_worker()
+        return environment.worker
 
     def dispatch_pools(self) -> SimPools:
         """One invocation's pools: its threads are the calling invocation's."""
@@ -244,8 +258,9 @@ class HandlerEntry:
             return _SimThreadPool(kernel, max_workers, name)
 
         limits = self.limits
+        self._make_worker = make_worker
         replacements: list[tuple[Any, str, Any]] = [
-            (wiring, "worker", make_worker),
+            (wiring, "worker", self._worker),
             (threads, "ThreadPool", pool),
             (wiring, "dispatch_limits", lambda: limits),
             (wiring, "dispatch_pools", self.dispatch_pools),
@@ -274,8 +289,18 @@ class HandlerEntry:
         self,
         received: list[ports.ReceivedMessage],
         context: Context,
+        environment: sim_platform.Environment,
     ) -> list[bool]:
-        """Each record's outcome: True if the handler reported it failed."""
+        """Each record's outcome: True if the handler reported it failed. Called on the
+        invocation's own thread, in ``environment``."""
+        process = self.kernel.current().process
+        self._environments[process] = environment
+        try:
+            return self._call(received, context)
+        finally:
+            del self._environments[process]
+
+    def _call(self, received: list[ports.ReceivedMessage], context: Context) -> list[bool]:
         from fireline.handlers import worker as worker_handler
 
         event = {

@@ -179,7 +179,7 @@ class WorkerFleet:
     kernel: sim_kernel.Kernel
     queue: ports.WorkQueue
     peek: Callable[[], float | None]  # virtual time the next message becomes visible
-    make_worker: Callable[[], Any]  # a services.worker.Worker for one invocation
+    make_worker: Callable[[], Any]  # a services.worker.Worker for one environment
     job_class: str = "default"
     max_concurrency: int = 50
     batch_size: int = 10
@@ -364,10 +364,10 @@ class WorkerFleet:
         deadline = k.now() + self.timeout_seconds
         k.kill_at(process, deadline)
         outcomes: list[Any] = []
-        cold = self.containers.take()
+        environment = self.containers.take()
 
         def handler() -> None:
-            if cold:
+            if environment.cold:
                 # The new environment imports the handler's module first: on the
                 # invocation's clock, before any record.
                 k.charge(self.containers.init_cpu_seconds)
@@ -378,10 +378,13 @@ class WorkerFleet:
                     aws_request_id=process.name,
                     remaining=lambda: int((deadline - k.now()) * 1000),
                 )
-                for failed in self.entry.call(received, context):
+                for failed in self.entry.call(received, context, environment):
                     outcomes.append(RuntimeError("reported failed") if failed else None)
                 return
-            worker = self.make_worker()
+            # One worker an environment, as the deployed handler's wiring.worker().
+            if environment.worker is None:
+                environment.worker = self.make_worker()
+            worker = environment.worker
             # The real dispatcher, as the handler builds it, on this invocation's
             # simulated threads.
             limits = worker_dispatch.Limits(
@@ -412,7 +415,7 @@ class WorkerFleet:
         k.join([k.spawn(handler, process=process, name=process.name)])
         # Lambda bills the invocation's wall time, waits on targets included.
         self.durations.append(k.now() - began)
-        self.containers.give_back()
+        self.containers.give_back(environment)
         # What the mapping deletes: the records that did not fail (none if it was killed).
         done = [
             m.receipt

@@ -8,6 +8,7 @@ invocation may start, whether it starts cold, and how many invokes a mapping all
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 # --- the account ------------------------------------------------------------------------------
 
@@ -56,27 +57,47 @@ class Account:
 
 
 @dataclass
+class Environment:
+    """One execution environment of a function: what its module-level caches hold for
+    every invocation it serves, as the deployed handler's ``wiring.worker()`` (one
+    worker a container, built on its first invocation)."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.worker: Any = None
+        self.invocations = 0
+
+    @property
+    def cold(self) -> bool:
+        """True while its first invocation runs: it pays the module's import."""
+        return self.invocations == 1
+
+
+@dataclass
 class Containers:
     """A function's execution environments. An invocation takes a warm one if one is
-    idle, else Lambda starts a new one, which first imports the handler's module: its
-    init CPU (measured on this machine, ``calibrate.import_cpu_seconds``) is charged to
-    the invocation at the function's CPU share. Environments stay warm for the run (a
+    idle (the one idle longest: Lambda reuses environments, and which one is not
+    specified), else Lambda starts a new one, which first imports the handler's module:
+    its init CPU (measured on this machine, ``calibrate.import_cpu_seconds``) is charged
+    to the invocation at the function's CPU share. Environments stay warm for the run (a
     simulated hour is well inside the time Lambda keeps an idle one)."""
 
     init_cpu_seconds: float = 0.0
-    idle: int = 0
+    idle: list[Environment] = field(default_factory=list)
     cold_starts: int = 0
 
-    def take(self) -> bool:
-        """True: this invocation starts a new environment (a cold start)."""
-        if self.idle > 0:
-            self.idle -= 1
-            return False
-        self.cold_starts += 1
-        return True
+    def take(self) -> Environment:
+        """An environment for one invocation: a warm one, or a new one (a cold start)."""
+        if self.idle:
+            environment = self.idle.pop(0)
+        else:
+            self.cold_starts += 1
+            environment = Environment(self.cold_starts)
+        environment.invocations += 1
+        return environment
 
-    def give_back(self) -> None:
-        self.idle += 1
+    def give_back(self, environment: Environment) -> None:
+        self.idle.append(environment)
 
 
 # --- the event source mapping's scaling ---------------------------------------------------------
