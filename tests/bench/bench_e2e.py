@@ -168,8 +168,8 @@ def test_the_largest_tenant(
     platform_costs: dict[str, float],
 ) -> None:
     # GIVEN one tenant with 30,000 every-minute schedules of 4 KB (500 one-second HTTP
-    # jobs a second) and 10,000 more of its own due at 12:00:00, its limit override 600,
-    # every DynamoDB partition key at 1,000 write units a second
+    # jobs a second) and 10,000 more of its own due at 12:00:00, its limit override
+    # BIG_TENANT_LIMIT, every DynamoDB partition key at 1,000 write units a second
     run = Run(
         sdk,
         deployed,
