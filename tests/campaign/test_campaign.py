@@ -109,6 +109,8 @@ FLAKY = {"type": "python", "handler": "flaky"}
 # A job that needs SLOW_SECONDS of its JOB_DEADLINE_SECONDS: it fits its deadline, so it
 # fails as "deadline" only when started with less time left than that.
 SLOW = {"type": "python", "handler": "slow"}
+# The workflow's nodes run under the default retry policy.
+NODE_ATTEMPTS = retry.RetryPolicy().max_attempts
 SLOW_SECONDS = 7
 JOB_DEADLINE_SECONDS = 10
 # A flooding tenant's job: runs HOLD_SECONDS when a worker of the small pool takes it.
@@ -992,7 +994,11 @@ class Campaign(RuleBasedStateMachine):
             if run is None:
                 continue  # the start failed before the run was stored
             if run.state is not workflow.RunState.SUCCEEDED:
-                problems.append(f"run {run_id} ended {run and run.state.value}")
+                why = self._run_failed_by_its_retries(run, by_key)
+                if why is None:
+                    STATS["workflow run failed, a node's attempts all used"] += 1
+                    continue
+                problems.append(f"run {run_id} ended {run.state.value}: {why}")
                 continue
             for node in self.m_workflows.all_nodes(run_id):
                 if node.state is not dag.NodeState.SUCCEEDED:
@@ -1007,6 +1013,30 @@ class Campaign(RuleBasedStateMachine):
                 _tally(problems)
                 return
             raise Violation("; ".join(problems[:8]))
+
+    def _run_failed_by_its_retries(
+        self, run: workflow.Run, rows: dict[str, occurrence.Occurrence]
+    ) -> str | None:
+        """None when a failed run is one its retry policy allows: a node dead after every
+        attempt it had (the flaky node's first attempt fails; kills and faults may take
+        the rest, as they may take a schedule's fire to dead). Otherwise what is wrong."""
+        if run.state is not workflow.RunState.FAILED:
+            return f"not failed but {run.state.value}"
+        found = []
+        for node in self.m_workflows.all_nodes(run.run_id):
+            if node.state is not dag.NodeState.FAILED:
+                continue
+            row = rows.get(workflow.node_occurrence_key(run, node))
+            if row is None:
+                found.append(f"{node.node_id} failed with no row")
+                continue
+            if row.state is occurrence.State.DEAD and row.attempts >= NODE_ATTEMPTS:
+                return None
+            found.append(
+                f"{node.node_id} failed, its row {row.state.value} after {row.attempts} "
+                f"attempts ({row.exit_reason})"
+            )
+        return "; ".join(found) or "no node failed"
 
     def _owed(
         self, schedule_id: str, versions: list[Version], rows: dict[str, occurrence.Occurrence]

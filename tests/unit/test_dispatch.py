@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from fireline.adapters import memory
@@ -98,6 +99,38 @@ def test_a_summary_whose_first_fire_ran_starts_at_the_next_and_counts_one_less()
     assert second.exit_reason == (
         "skipped: misfire (19 fires from 2026-05-01T12:01:00Z to 2026-05-01T12:19:00Z)"
     )
+
+
+def test_a_summary_walks_past_a_fire_skipped_for_overlap_and_records_the_rest() -> None:
+    # GIVEN a range of 20 missed fires held on the schedule, whose first two were sent by
+    # an interrupted tick: the first ran, the second was skipped by a worker as overlap
+    item = every_minute()
+    store = memory.MemoryOccurrenceStore()
+    ran = dispatch.row_for(item, T0, T0)
+    assert store.put_new(ran)
+    overlapped = dispatch.row_for(
+        item,
+        T0 + MINUTE,
+        T0 + MINUTE,
+        state=occurrence.State.SKIPPED,
+        exit_reason="skipped: overlap",
+    )
+    assert store.put_new(overlapped)
+    held = policies.SkippedRange(1, T0, T0 + 19 * MINUTE, 20, at=NOW)
+    report = dispatch.DispatchReport()
+    # WHEN the next pickup records the held range
+    dispatch.record_range(
+        dataclasses.replace(item, skipped=held), now=NOW, occurrences=store, report=report
+    )
+    # THEN the overlap row stays that fire's record, and the 18 fires after it get their
+    # summary row, keyed at the third fire: no fire is left without a record
+    assert store.get(overlapped.key).exit_reason == "skipped: overlap"  # type: ignore[union-attr]
+    third = store.get(occurrence.occurrence_key("minutely", 1, T0 + 2 * MINUTE))
+    assert third is not None and third.state is occurrence.State.SKIPPED
+    assert third.exit_reason == (
+        "skipped: misfire (18 fires from 2026-05-01T12:02:00Z to 2026-05-01T12:19:00Z)"
+    )
+    assert report.skipped == 1
 
 
 def test_a_fires_message_carries_its_send_time_and_its_row_is_created_then() -> None:

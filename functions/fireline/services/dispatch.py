@@ -297,12 +297,8 @@ def _record_summary(
     counts a fire that ran, nor is it lost."""
     first, count = summary.first, summary.count
     while count > 0:
-        text = (
-            f"{reason} ({count} fires from {occurrence.format_fire_time(first)} to "
-            f"{occurrence.format_fire_time(summary.last)})"
-        )
         covers = policies.SkippedSummary(count, first, summary.last)
-        if _record_skip(item, first, text, now, occurrences, report, covers=covers):
+        if _record_skip(item, first, reason, now, occurrences, report, covers=covers):
             return
         following = schedule.next_fire(item.timing, first)
         if following is None or following > summary.last:
@@ -320,9 +316,16 @@ def _record_skip(
     *,
     covers: policies.SkippedSummary | None = None,
 ) -> bool:
-    """True when the fire is now recorded as skipped; False when it ran (or runs).
+    """True when the fire is now recorded as skipped for ``reason``; False when it has a
+    row of another kind (it ran, runs, or was skipped for another reason, as overlap).
     ``covers``: the row is the summary of that range of fires."""
-    row = row_for(item, fire_time, now, state=occurrence.State.SKIPPED, exit_reason=reason)
+    text = reason
+    if covers is not None and covers.count > 1:
+        text = (
+            f"{reason} ({covers.count} fires from {occurrence.format_fire_time(covers.first)}"
+            f" to {occurrence.format_fire_time(covers.last)})"
+        )
+    row = row_for(item, fire_time, now, state=occurrence.State.SKIPPED, exit_reason=text)
     if covers is not None and covers.count > 1:
         row = replace(row, skipped_last=covers.last, skipped_count=covers.count)
     if occurrences.put_new(row):
@@ -337,8 +340,15 @@ def _record_skip(
     # queue; a failed one ran and waits for its retry; a running one runs. A plan redone
     # after a failed advance lists such fires as missed, but they were sent in time, so
     # they keep their delivery, as a fire that ran keeps its row. (Settling a queued row
-    # here skipped a deferred fire its message was about to run.)
-    return existing is not None and existing.state is occurrence.State.SKIPPED
+    # here skipped a deferred fire its message was about to run.) A row skipped for
+    # another reason (a worker's "skipped: overlap") is that fire's own record, not this
+    # plan's: a summary walking its range goes on past it, or the fires after it would
+    # be left with no record at all.
+    return (
+        existing is not None
+        and existing.state is occurrence.State.SKIPPED
+        and (existing.exit_reason or "").startswith(reason)
+    )
 
 
 def send(queue: ports.WorkQueue, pending: Sequence[Outbound], report: DispatchReport) -> None:
