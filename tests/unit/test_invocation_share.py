@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from fireline.domain import occurrence, quota
-from fireline.services import targets
+from fireline.services import pool, targets
 from fireline.services.worker import Result, Worker
 from helpers.memory_system import REMAINING_MS, MemorySystem
 
@@ -239,3 +239,39 @@ def test_the_pool_counts_only_containers_alive() -> None:
     # THEN the pool is the two alive
     pool = workers[1]._pool
     assert pool is not None and pool.size == 2 and pool.share == 1
+
+
+def test_a_record_held_until_its_fire_time_decides_its_share_on_the_pool_as_it_is_then() -> None:
+    # GIVEN a container whose invocation started when it was the class's only one alive
+    # (a burst's first, its records held until their fire time, a lead early), and a
+    # tenant already running in another container
+    system = MemorySystem()
+    first = pool.Pool(
+        slots=system.slots,
+        clock=system.clock,
+        job_class="default",
+        member="first",
+        configured=CONFIGURED,
+    )
+    first.observe(REMAINING_MS)
+    assert first.share == quota.class_limit(1)
+    others = [
+        pool.Pool(
+            slots=system.slots,
+            clock=system.clock,
+            job_class="default",
+            member=f"c{n}",
+            configured=CONFIGURED,
+        )
+        for n in range(9)
+    ]
+    for other in others:  # the event source scaled out meanwhile: 10 containers alive
+        other.observe(REMAINING_MS)
+    assert others[0].enter("tenant-a", REMAINING_MS)
+    # WHEN its held record of the tenant comes due, past the register's refresh period
+    system.clock.advance(pool.REFRESH_SECONDS + 1)
+    # THEN its share is decided on the 10 containers alive now (5 each), not on the one
+    # alive as its invocation started (1, which the other container's slot fills): it runs
+    assert first.enter("tenant-a", REMAINING_MS)
+    assert first.size == 10
+    assert first.share == quota.class_limit(10)

@@ -86,6 +86,7 @@ class Pool:
         self._next_refresh = float("-inf")
         self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
+        self._refreshing = threading.Lock()  # one register call at a time (see observe)
 
     @property
     def share(self) -> int:
@@ -103,13 +104,24 @@ class Pool:
         return quota.class_limit(max(1, self.size))
 
     def observe(self, remaining_ms: int) -> None:
-        """At an invocation's start: say this container is alive (until its invocation
-        may end, and a refresh period), once per period, and learn how many are."""
-        now = self.clock.monotonic()
-        with self._lock:
-            if now < self._next_refresh:
-                return
-            self._next_refresh = now + self.refresh_seconds
+        """Say this container is alive (until its invocation may end, and a refresh
+        period), once per period, and learn how many are: as an invocation starts, and
+        again before a share is decided on a reading older than the period (a record
+        held until its fire time, a burst's up to its lead early, is decided then, when
+        the pool may be ten times the size it was as its invocation started). One call
+        refreshes; the others that find the reading old wait for its answer rather than
+        decide on the old one."""
+        if self.clock.monotonic() < self._next_refresh:
+            return
+        with self._refreshing:
+            now = self.clock.monotonic()
+            with self._lock:
+                if now < self._next_refresh:
+                    return  # another call refreshed it while this one waited
+                self._next_refresh = now + self.refresh_seconds
+            self._refresh(remaining_ms)
+
+    def _refresh(self, remaining_ms: int) -> None:
         now_ms = self._now_ms()
         until = now_ms + remaining_ms + int(self.refresh_seconds * 1000)
         try:
@@ -133,6 +145,8 @@ class Pool:
         No record waits on another: two of one tenant's jobs starting together each take
         the slot themselves, and they meet on one number (taken in order, and a slot
         this container holds is taken again by it: see _take)."""
+        if self.size is not None:  # (one not known is read again as an invocation starts)
+            self.observe(remaining_ms)
         if self.share == 0:
             return True
         with self._lock:
