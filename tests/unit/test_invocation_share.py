@@ -275,3 +275,50 @@ def test_a_record_held_until_its_fire_time_decides_its_share_on_the_pool_as_it_i
     assert first.enter("tenant-a", REMAINING_MS)
     assert first.size == 10
     assert first.share == quota.class_limit(10)
+
+
+class _ReadBeforeTheRace:
+    """The slot store as containers starting at one instant see it: every eventually
+    consistent read answers what was there before any of them took a slot."""
+
+    def __init__(self, inner: Any, tenant_id: str) -> None:
+        self._inner = inner
+        self._before = inner.held(tenant_id, consistent=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def held(self, tenant_id: str, *, consistent: bool = False) -> Any:
+        return self._inner.held(tenant_id, consistent=True) if consistent else self._before
+
+
+def test_containers_starting_one_tenants_jobs_at_one_instant_all_run_within_its_share() -> None:
+    # GIVEN 20 containers of the class alive (a tenant's share: 10 of them), and 8 of
+    # them starting a job of one tenant at the same instant (a burst's second), each
+    # reading the tenant's slots before any of the others has taken one
+    system = MemorySystem()
+    racing = _ReadBeforeTheRace(system.slots, "tenant-a")
+    containers_alive = [
+        pool.Pool(
+            slots=racing,
+            clock=system.clock,
+            job_class="default",
+            member=f"container-{n}",
+            configured=CONFIGURED,
+        )
+        for n in range(20)
+    ]
+    for _ in range(2):  # each says it is alive, then learns how many are
+        for container in containers_alive:
+            container.observe(REMAINING_MS)
+        system.clock.advance(pool.REFRESH_SECONDS)
+    assert containers_alive[0].share == 10
+    # WHEN each of the 8 enters the tenant
+    entered = [c.enter("tenant-a", REMAINING_MS) for c in containers_alive[:8]]
+    # THEN all 8 run it (the share has room for 10): none is deferred for a race it lost
+    assert entered == [True] * 8
+    held, _ = system.slots.held("tenant-a", consistent=True)
+    assert len({s.holder for s in held}) == 8
+    # AND the share still holds: of 4 more at the same instant, 2 run and 2 are deferred
+    more = [c.enter("tenant-a", REMAINING_MS) for c in containers_alive[8:12]]
+    assert sorted(more) == [False, False, True, True]

@@ -38,6 +38,7 @@ slots taken in a larger share count until their invocations end.
 from __future__ import annotations
 
 import threading
+import zlib
 from dataclasses import dataclass, field
 
 from aws_lambda_powertools import Logger
@@ -51,6 +52,11 @@ logger = Logger(service="fireline", child=True)
 REFRESH_SECONDS = 10.0
 # An invocation slot outlives its container's invocation by this much (a dead container).
 SLOT_MARGIN_SECONDS = 60
+# A take's rounds (a read, then conditional puts on up to TAKES_PER_ROUND free numbers)
+# before a job the share had room for is deferred: containers racing for a tenant's last
+# free numbers lose some.
+TAKE_ROUNDS = 3
+TAKES_PER_ROUND = 3
 
 
 @dataclass
@@ -193,31 +199,52 @@ class Pool:
 
     def _take(self, tenant_id: str, remaining_ms: int) -> int | None:
         """One of the tenant's invocation slots for this container, or None when the
-        tenant occupies its share. Read eventually consistently: every take is a
-        conditional put on its number, so a stale read costs a refused take at most."""
+        tenant occupies its share. Read eventually consistently first: every take is a
+        conditional put on its number, so a stale read costs a refused take at most.
+
+        Containers that start the tenant's jobs at one instant (a burst's, each container
+        holding its records until the same second) race for its free numbers. Each tries
+        them in an order of its own (a permutation its name picks), so racing containers
+        mostly try different numbers; one whose every try lost reads again, consistently,
+        and tries what is still free (TAKE_ROUNDS in all) before it defers a job the share
+        has room for. Two jobs of one container share its order, so they meet on one
+        number."""
+        for attempt in range(TAKE_ROUNDS):
+            number, lost = self._take_once(tenant_id, remaining_ms, consistent=attempt > 0)
+            if not lost:
+                return number
+        return None
+
+    def _take_once(
+        self, tenant_id: str, remaining_ms: int, *, consistent: bool
+    ) -> tuple[int | None, bool]:
+        """(the number taken, False); (None, False): the tenant is at its share; (None,
+        True): every try lost a race while the share had room."""
         share = self.share
         now_ms = self._now_ms()
         expires = now_ms + remaining_ms + SLOT_MARGIN_SECONDS * 1000
         index = model.JOB_CLASSES.index(self.job_class)
         widest = set(quota.invocation_band(index, quota.class_limit(self.configured)))
-        held, _ = self.slots.held(tenant_id, consistent=False)
+        held, _ = self.slots.held(tenant_id, consistent=consistent)
         live = [s for s in held if s.number in widest and not s.free(now_ms)]
         # This container's own (another of its jobs just took it, or a give-back that
-        # failed left it), else the first free ones, in order: two jobs of one container
-        # racing meet on one number. Every take is "free, or held by this container".
+        # failed left it), else free ones in this container's order. Every take is "free,
+        # or held by this container".
         mine = [s.number for s in live if s.holder == self.member]
         others = {s.number for s in live if s.holder != self.member}
         # Slots above the share (taken while the pool was larger) count until they end.
         if not mine and len(live) >= share:
-            return None
+            return None, False
         # A slot of its own (left by an earlier invocation whose give-back failed) lets
         # this container in only while fewer than the share of the others' come before
         # it: containers left holding more slots than the share would each run the tenant
         # by their own slot otherwise. (Ordered by number, one of them always may.)
         if mine and sum(1 for n in others if n < min(mine)) >= share:
-            return None
-        band = [n for n in quota.invocation_band(index, share) if n not in others]
-        for number in sorted(mine)[:1] + [n for n in band if n not in mine][:3]:
+            return None, False
+        free = [n for n in quota.invocation_band(index, share) if n not in others]
+        free.sort(key=lambda n: zlib.crc32(f"{self.member}#{n}".encode()))
+        tries = sorted(mine)[:1] + [n for n in free if n not in mine][:TAKES_PER_ROUND]
+        for number in tries:
             if self.slots.take(
                 tenant_id,
                 number,
@@ -226,8 +253,8 @@ class Pool:
                 expires_at_ms=expires,
                 replacing=self.member,
             ):
-                return number
-        return None
+                return number, False
+        return None, bool(tries)
 
     def _now_ms(self) -> int:
         return int(self.clock.now().timestamp() * 1000)
