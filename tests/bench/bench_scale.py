@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from bench import e2e
 from bench.report import record
 from bench.size import SCALE, scaled
 from fireline import ports
@@ -194,21 +195,6 @@ def test_steady_580_fires_a_second(sdk: sim_network.SdkCost) -> None:
 # --- 50,000 due in one second -------------------------------------------------------------------
 
 
-def hourly_burst(count: int, due: datetime) -> list[model.Schedule]:
-    timing = schedule.Timing(spec=schedule.parse_spec("cron(0 0 * * * *)"))
-    return [
-        model.Schedule(
-            tenant_id=f"tenant-{n % 10_000:05d}",
-            schedule_id=f"hour{n:07d}",
-            timing=timing,
-            spec_text="cron(0 0 * * * *)",
-            misfire=policies.Misfire(),
-            next_fire=due,
-        )
-        for n in range(count)
-    ]
-
-
 @pytest.mark.parametrize(("count", "groups"), [(50_000, 1), (50_000, 2), (100_000, 2)])
 def test_burst_due_in_one_second(sdk: sim_network.SdkCost, count: int, groups: int) -> None:
     # GIVEN the steady 580 fires/s, and `count` hourly schedules all due at 12:00:00,
@@ -219,7 +205,7 @@ def test_burst_due_in_one_second(sdk: sim_network.SdkCost, count: int, groups: i
     steady = sim_world.every_minute_at(scaled(34_800), start=start)
     settled = sim_world.steady_state(world, steady, lookahead=LOOKAHEAD, horizon=HORIZON)
     nominal, count = count, scaled(count)
-    burst = hourly_burst(count, due)
+    burst = e2e.hourly_burst(count, due=due)
     world.add([*settled, *burst])
     # WHEN the ticker groups run until just after the burst is due
     started = time.perf_counter()

@@ -129,7 +129,10 @@ def fleet_of(w: deployment.WorkerSettings, scale: float = 1.0) -> dict[str, Any]
     return {"max_invokes": most, "minimum_pollers": minimum, "scaled_by": min(1.0, scale)}
 
 
-def hourly_burst(count: int, target: dict[str, Any], tenants: int) -> list[model.Schedule]:
+def hourly_burst(
+    count: int, target: dict[str, Any] | None = None, tenants: int = TENANTS, *, due: datetime = DUE
+) -> list[model.Schedule]:
+    """``count`` top-of-the-hour schedules, all next due at ``due``, over ``tenants``."""
     timing = schedule.Timing(spec=schedule.parse_spec("cron(0 0 * * * *)"))
     return [
         model.Schedule(
@@ -137,9 +140,9 @@ def hourly_burst(count: int, target: dict[str, Any], tenants: int) -> list[model
             schedule_id=f"hour{n:07d}",
             timing=timing,
             spec_text="cron(0 0 * * * *)",
-            target=dict(target),
+            target=dict(target or {}),
             misfire=policies.Misfire(),
-            next_fire=DUE,
+            next_fire=due,
         )
         for n in range(count)
     ]
