@@ -131,6 +131,10 @@ def test_a_summary_walks_past_a_fire_skipped_for_overlap_and_records_the_rest() 
         "skipped: misfire (18 fires from 2026-05-01T12:02:00Z to 2026-05-01T12:19:00Z)"
     )
     assert report.skipped == 1
+    print(
+        f"\na range of {held.count}: 1 ran, 1 skipped as overlap, the summary counts "
+        f"{third.skipped_count} from the third fire"
+    )
 
 
 def test_a_fires_message_carries_its_send_time_and_its_row_is_created_then() -> None:

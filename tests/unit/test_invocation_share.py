@@ -322,3 +322,8 @@ def test_containers_starting_one_tenants_jobs_at_one_instant_all_run_within_its_
     # AND the share still holds: of 4 more at the same instant, 2 run and 2 are deferred
     more = [c.enter("tenant-a", REMAINING_MS) for c in containers_alive[8:12]]
     assert sorted(more) == [False, False, True, True]
+    print(
+        f"\n{entered.count(True)} of 8 containers starting the tenant at one instant ran it "
+        f"(its share: 10 of 20 alive); of 4 more, {more.count(True)} ran and "
+        f"{more.count(False)} were deferred"
+    )
