@@ -150,6 +150,7 @@ STORIES := tests/failure \
 	tests/unit/test_ticker_skip_records.py::test_skipped_fires_keep_their_record_when_the_tick_ends_right_after_the_advance \
 	tests/unit/test_dispatch.py::test_a_summary_walks_past_a_fire_skipped_for_overlap_and_records_the_rest \
 	tests/unit/test_invocation_share.py::test_containers_starting_one_tenants_jobs_at_one_instant_all_run_within_its_share \
+	tests/unit/test_invocation_share.py::test_a_record_held_until_its_fire_time_decides_its_share_on_the_pool_as_it_is_then \
 	tests/unit/test_ticker_skip_records.py::test_held_fires_are_dated_when_they_were_skipped_even_after_the_clock_steps_back \
 	tests/unit/test_deadlines.py::test_a_job_the_invocation_cannot_give_its_deadline_goes_back_to_the_queue_unrun \
 	tests/integration/test_noisy_neighbour_local.py::test_a_tenant_holding_40_long_jobs_leaves_room_for_another_tenants_job \

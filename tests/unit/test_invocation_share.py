@@ -275,6 +275,10 @@ def test_a_record_held_until_its_fire_time_decides_its_share_on_the_pool_as_it_i
     assert first.enter("tenant-a", REMAINING_MS)
     assert first.size == 10
     assert first.share == quota.class_limit(10)
+    print(
+        f"\nshare read as its invocation started: {quota.class_limit(1)}; at its fire time, "
+        f"with {first.size} containers alive: {first.share}; its job ran"
+    )
 
 
 class _ReadBeforeTheRace:
