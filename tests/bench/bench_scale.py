@@ -274,9 +274,10 @@ def test_throughput_grows_with_ticker_groups(sdk: sim_network.SdkCost) -> None:
     # GIVEN a backlog no group count drains in a minute: one-off jobs, one fire (and so
     # one advance) each, the ticker's most expensive kind of fire
     figures: dict[str, Any] = {}
+    backlog = scaled(120_000)
     for groups in (1, 2, 4):
         world = world_of(sdk)
-        world.add(one_off_jobs(scaled(120_000), START))
+        world.add(one_off_jobs(backlog, START))
         # WHEN the groups run for one invocation
         fleet = run_fleet(world, groups=groups, seconds=60, minutes=1)
         sent = len(world.send_log.sent)
@@ -285,6 +286,7 @@ def test_throughput_grows_with_ticker_groups(sdk: sim_network.SdkCost) -> None:
             "fires_per_second": round(sent / 55),
             "vcpu_busy": busy(fleet),
             "throttled_writes": sum(world.network.throttled.values()),
+            "backlog_drained": sent >= backlog,
         }
         world.close()
     one = figures["groups_1"]["fires_per_second"]
@@ -294,7 +296,12 @@ def test_throughput_grows_with_ticker_groups(sdk: sim_network.SdkCost) -> None:
         if name.startswith("groups_")
     }
     record("scale.groups", figures)
-    assert figures["groups_4"]["fires_per_second"] > figures["groups_1"]["fires_per_second"]
+    if figures["groups_1"]["backlog_drained"]:
+        # A reduced run's backlog (FIRELINE_BENCH_SCALE) is one group's minute of work or
+        # less: every count drains it, and the rates measure the backlog, not the groups.
+        assert all(figures[f"groups_{g}"]["backlog_drained"] for g in (1, 2, 4))
+    else:
+        assert figures["groups_4"]["fires_per_second"] > figures["groups_1"]["fires_per_second"]
 
 
 # --- workers under a burst ----------------------------------------------------------------------
