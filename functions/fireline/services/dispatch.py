@@ -319,15 +319,18 @@ def _record_skip(
     """True when the fire is now recorded as skipped for ``reason``; False when it has a
     row of another kind (it ran, runs, or was skipped for another reason, as overlap).
     ``covers``: the row is the summary of that range of fires."""
-    text = reason
+    row = row_for(item, fire_time, now, state=occurrence.State.SKIPPED, exit_reason=reason)
     if covers is not None and covers.count > 1:
-        text = (
-            f"{reason} ({covers.count} fires from {occurrence.format_fire_time(covers.first)}"
-            f" to {occurrence.format_fire_time(covers.last)})"
+        row = replace(
+            row,
+            exit_reason=(
+                f"{reason} ({covers.count} fires from "
+                f"{occurrence.format_fire_time(covers.first)} to "
+                f"{occurrence.format_fire_time(covers.last)})"
+            ),
+            skipped_last=covers.last,
+            skipped_count=covers.count,
         )
-    row = row_for(item, fire_time, now, state=occurrence.State.SKIPPED, exit_reason=text)
-    if covers is not None and covers.count > 1:
-        row = replace(row, skipped_last=covers.last, skipped_count=covers.count)
     if occurrences.put_new(row):
         report.created += 1
         report.skipped += 1
