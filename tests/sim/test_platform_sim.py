@@ -130,6 +130,19 @@ def test_standard_mode_starts_at_five_and_adds_300_a_minute_while_messages_wait(
     assert scaling.allowed() == 1_000
 
 
+def test_standard_mode_ramps_while_messages_wait_though_new_invokes_are_still_gathering() -> None:
+    # GIVEN a standard mapping whose newest invokes are still gathering their batch (not
+    # busy yet) each time the mapping looks, while messages wait on the queue
+    scaling = sim_platform.Scaling(1_000)
+    for second in range(31):
+        scaling.observe(float(second), busy=max(0, scaling.allowed() - 5), waiting=True)
+    # THEN it still adds 5 a second, as AWS's "while messages are still available" says
+    assert scaling.allowed() == 155
+    # AND with nothing waiting it does not rise, however few are busy
+    scaling.observe(31.0, busy=0, waiting=False)
+    assert scaling.allowed() == 155
+
+
 def test_standard_mode_scales_in_after_a_quiet_minute_and_not_while_busy() -> None:
     scaling = sim_platform.Scaling(50)
     scaling.level = 50.0

@@ -104,11 +104,13 @@ class Containers:
 
 # Standard mode (AWS Lambda developer guide, "Configuring scaling behavior for SQS event
 # source mappings"): five concurrent invokes when messages appear; while messages are still
-# available, up to 300 more a minute; at most 1,250 at once (MaximumConcurrency, where
-# set, caps it lower); back to five when traffic is low.
+# available, up to 300 more a minute; at most 1,000 batches at once (MaximumConcurrency,
+# where set, caps it lower); back to five when traffic is low. The ramp's condition is
+# only that messages are still available: invokes that are still gathering their batch or
+# starting count as reading batches, so the level does not wait for them to turn busy.
 ESM_START = 5
 ESM_RAMP_PER_SECOND = 300 / 60
-ESM_MAX_INVOKES = 1_250
+ESM_MAX_INVOKES = 1_000
 # How long the mapping sees idle pollers before it scales in to what is busy: AWS says
 # only "when traffic is low"; a minute is this model's choice.
 ESM_SCALE_IN_AFTER_SECONDS = 60.0
@@ -128,8 +130,8 @@ class Scaling:
     ``minimum_pollers`` None and ``provisioned`` False: standard mode. Provisioned mode
     starts at ``minimum_pollers`` worth of invokes (None: all of ``maximum`` at once, the
     idealized mapping of older runs) and ramps at the provisioned rate. The level rises
-    while every allowed invoke is busy and messages wait, and falls back to what is busy
-    (never below the start) after a quiet spell."""
+    while messages wait (visible and not taken by any poller), and falls back to what is
+    busy (never below the start) after a quiet spell."""
 
     maximum: int
     provisioned: bool = False
@@ -161,7 +163,7 @@ class Scaling:
         ``waiting`` (visible, not taken)."""
         elapsed = 0.0 if self._last is None else max(0.0, now - self._last)
         self._last = now
-        if waiting and busy >= self.allowed():
+        if waiting:
             self.level = min(float(self.maximum), self.level + self.rate * elapsed)
             self._quiet_since = None
             return
