@@ -375,7 +375,10 @@ def signing_keys() -> keys.SigningKeys:
 
 @functools.cache
 def slot_store() -> slots_dynamodb.DynamoSlotStore:
-    return slots_dynamodb.DynamoSlotStore(dynamodb_client(), settings().slots_table)
+    s = settings()
+    return slots_dynamodb.DynamoSlotStore(
+        dynamodb_client(), s.slots_table, default_limit=s.tenant_limit
+    )
 
 
 @functools.cache

@@ -332,6 +332,35 @@ def test_given_two_tenants_then_their_slots_and_limits_are_independent(
     assert slot_store.held(OTHER_TENANT) == ([quota.Slot(0, JOB_B, NOW + 2 * TTL)], None)
 
 
+def test_given_an_override_past_a_keys_block_then_every_number_below_it_is_held_and_given_back(
+    slot_store: ports.SlotStore,
+) -> None:
+    # GIVEN a tenant whose override (800) reaches past the first block of numbers, so its
+    # slots lie on several keys, and slots taken in each block and in its class band
+    slot_store.set_limit(TENANT, 800)
+    numbers = [0, quota.SLOT_KEY_BLOCK - 1, quota.SLOT_KEY_BLOCK, 520, 799]
+    band = quota.class_band(1, 800)
+    numbers += [band[0], band[quota.SLOT_KEY_BLOCK + 3], quota.invocation_band(1, 10)[9]]
+    for n, number in enumerate(numbers):
+        assert slot_store.take(TENANT, number, f"job-{n}", now_ms=NOW, expires_at_ms=NOW + TTL)
+    if isinstance(slot_store, slots_dynamodb.DynamoSlotStore):
+        # (on DynamoDB, over four partition keys of the tenant's)
+        items = slot_store._client.scan(TableName=slot_store._table)["Items"]
+        keys = {i["tenant_id"]["S"] for i in items if int(i["slot"]["N"]) >= 0}
+        assert keys == {TENANT, f"{TENANT}#1", f"{TENANT}#2", f"{TENANT}#3"}
+    # THEN one read lists every one of them, the override beside them
+    held, limit = slot_store.held(TENANT)
+    assert limit == 800
+    assert sorted(s.number for s in held) == sorted(numbers)
+    # AND a number held elsewhere is refused, and each gives back where it lies
+    assert not slot_store.take(TENANT, 520, "another", now_ms=NOW, expires_at_ms=NOW + TTL)
+    for n, number in enumerate(numbers):
+        slot_store.give_back(TENANT, number, f"job-{n}")
+    assert slot_store.held(TENANT) == ([], 800)
+    # AND those keys are nobody else's: the tenant without the override holds nothing
+    assert slot_store.held(OTHER_TENANT) == ([], None)
+
+
 def test_given_workers_racing_for_one_slot_then_exactly_one_holds_it(
     slot_store: ports.SlotStore,
 ) -> None:

@@ -49,6 +49,7 @@ DOCUMENTED = [
     "fireline admin migrate overrides",
     "fireline admin migrate overrides --stack fireline",
     "fireline admin migrate listings --stack fireline",
+    "fireline admin migrate schedule-keys --stack fireline",
 ]
 
 
@@ -164,6 +165,10 @@ def test_every_documented_admin_command_runs_on_the_local_cloud_as_written(
     # ...and the migrations ran to their end
     assert outputs["fireline admin migrate overrides"].startswith("done: the register holds")
     assert "done:" in outputs["fireline admin migrate listings --stack fireline"]
+    assert (
+        "schedules moved to their keys"
+        in outputs["fireline admin migrate schedule-keys --stack fireline"]
+    )
 
 
 def test_without_the_emulator_named_a_command_says_which_region_is_missing(

@@ -472,7 +472,7 @@ def test_a_batch_job_never_written_is_freed_only_once_no_create_can_write_it(
     written, lost = cloud.create_batch(0, 0, dying_before_send=True)
     cloud.ddb.delete_item(
         TableName=cloud.tables["SchedulesTable"],
-        Key={"tenant_id": {"S": cloud.tenant}, "schedule_id": {"S": lost}},
+        Key={"tenant_id": {"S": model.tenant_key(cloud.tenant, lost)}, "schedule_id": {"S": lost}},
     )
     # WHEN the sweep visits the holder within the settling time of its creation
     cloud.clock.advance(90)

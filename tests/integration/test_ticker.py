@@ -331,7 +331,10 @@ def test_pause_removes_from_index_and_resume_applies_the_misfire_policy(system: 
     # THEN it left the due index (the raw item has neither index attribute)
     raw = system.ddb.get_item(
         TableName=system.stack.tables["SchedulesTable"],
-        Key={"tenant_id": {"S": "tenant-a"}, "schedule_id": {"S": item.schedule_id}},
+        Key={
+            "tenant_id": {"S": model.tenant_key("tenant-a", item.schedule_id)},
+            "schedule_id": {"S": item.schedule_id},
+        },
     )["Item"]
     assert "next_fire_ms" not in raw and "due_shard" not in raw
     assert not in_index(system, item.schedule_id)

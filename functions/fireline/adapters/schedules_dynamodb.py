@@ -1,6 +1,9 @@
 """DynamoDB implementation of the ScheduleStore port.
 
-The schedules table (see infra/template.yaml): (tenant_id, schedule_id); sparse GSI
+The schedules table (see infra/template.yaml): (tenant_id, schedule_id), where the
+partition key holds the tenant's key for the schedule (fireline.domain.model.tenant_key:
+the tenant id, or ``{tenant id}#{n}`` for the schedule's shard n), so one tenant's writes
+spread over TENANT_KEY_SHARDS keys; items read back carry the plain tenant id. Sparse GSI
 ``due`` on (due_shard, next_fire_ms), KEYS_ONLY. Only active schedules carry the two index
 attributes. Sparse GSI ``held`` on (held_by, held_fire_ms), KEYS_ONLY: a one-off job enters
 it with its quota mark and leaves it with the mark's removal, so it lists each tenant's
@@ -15,7 +18,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,13 +31,15 @@ from fireline.adapters.dynamodb import (
     Unwritten,
     _batch_get,
     _batch_write,
+    _cancellation_reasons,
     _code,
     _decode,
+    _decode_cursor,
     _encode,
+    _encode_cursor,
     _from_ms,
     _ms,
     _opt_from_ms,
-    _query_page,
     _translated,
 )
 from fireline.domain import errors, exclusions, model, policies, quota, retry, schedule
@@ -55,7 +60,7 @@ HELD_INDEX = "held"
 def schedule_to_item(item: model.Schedule, shards: int) -> dict[str, Any]:
     timing = item.timing
     record: dict[str, Any] = {
-        "tenant_id": item.tenant_id,
+        "tenant_id": model.tenant_key(item.tenant_id, item.schedule_id),
         "schedule_id": item.schedule_id,
         "kind": item.kind.value,
         "spec": item.spec_text,
@@ -122,7 +127,7 @@ def schedule_from_item(record: dict[str, Any]) -> model.Schedule:
     )
     deadline = record.get("deadline_seconds")
     return model.Schedule(
-        tenant_id=record["tenant_id"],
+        tenant_id=model.tenant_of_key(record["tenant_id"]),
         schedule_id=record["schedule_id"],
         timing=timing,
         spec_text=record["spec"],
@@ -179,6 +184,16 @@ def skipped_from_text(text: str) -> policies.SkippedRange:
     )
 
 
+@dataclass(frozen=True)
+class KeyMoves:
+    """What one page of :meth:`DynamoScheduleStore.move_to_tenant_keys` did."""
+
+    scanned: int  # items read
+    moved: int  # items moved to their tenant key
+    changed: int  # items changed while being moved: the next pass moves them
+    cursor: str | None  # where the next page starts; None at the end of the table
+
+
 # A job's release sends its mark's removal this many times while its fate is unknown.
 RELEASE_ATTEMPTS = 3
 
@@ -204,7 +219,9 @@ class DynamoScheduleStore:
         self._sleep(min(BACKOFF_SECONDS * 2**attempt, 1.0))
 
     def _key(self, tenant_id: str, schedule_id: str) -> dict[str, Any]:
-        return _encode({"tenant_id": tenant_id, "schedule_id": schedule_id})
+        return _encode(
+            {"tenant_id": model.tenant_key(tenant_id, schedule_id), "schedule_id": schedule_id}
+        )
 
     def _counted(self) -> DynamoQuotaStore:
         if self._quotas is None:
@@ -374,7 +391,10 @@ class DynamoScheduleStore:
         items = _batch_get(
             self._client,
             self._table,
-            [{"tenant_id": t, "schedule_id": s} for t, s in dict.fromkeys(keys)],
+            [
+                {"tenant_id": model.tenant_key(t, s), "schedule_id": s}
+                for t, s in dict.fromkeys(keys)
+            ],
             what="schedules",
             sleep=self._sleep,
             consistent=consistent,
@@ -399,15 +419,47 @@ class DynamoScheduleStore:
     def list(
         self, tenant_id: str, *, limit: int, cursor: str | None = None
     ) -> ports.Page[model.Schedule]:
-        items, next_cursor = _query_page(
-            self._client,
-            table=self._table,
-            partition=("tenant_id", tenant_id),
-            cursor_keys=("tenant_id", "schedule_id"),
-            limit=limit,
-            cursor=cursor,
+        """A page of the tenant's schedules by id, merged from each of its keys: every
+        key's query starts after the page's cursor (the last id shown) and reads up to
+        ``limit`` items, so the merged page is the ``limit`` smallest ids after it."""
+        start = _decode_cursor(cursor, keys=("tenant_id", "schedule_id"))
+        if start is not None and start["tenant_id"] != tenant_id:
+            raise errors.ValidationError("belongs to another listing", field="cursor")
+        after = None if start is None else str(start["schedule_id"])
+        merged: builtins.list[dict[str, Any]] = []
+        more = False
+        for key in model.tenant_keys(tenant_id):
+            items, key_more = self._query_key(key, after=after, limit=limit)
+            merged.extend(items)
+            more = more or key_more
+        merged.sort(key=lambda r: str(r["schedule_id"]))
+        page, rest = merged[:limit], merged[limit:]
+        next_cursor = (
+            _encode_cursor({"tenant_id": tenant_id, "schedule_id": page[-1]["schedule_id"]})
+            if page and (rest or more)
+            else None
         )
-        return ports.Page([schedule_from_item(r) for r in items], next_cursor)
+        return ports.Page([schedule_from_item(r) for r in page], next_cursor)
+
+    def _query_key(
+        self, key: str, *, after: str | None, limit: int
+    ) -> tuple[builtins.list[dict[str, Any]], bool]:
+        """Up to ``limit`` items of one partition key, ids after ``after``; and whether
+        the key holds more."""
+        kwargs: dict[str, Any] = {}
+        if after is not None:
+            kwargs["ExclusiveStartKey"] = _encode({"tenant_id": key, "schedule_id": after})
+        with _translated():
+            response = self._client.query(
+                TableName=self._table,
+                KeyConditionExpression="#pk = :pk",
+                ExpressionAttributeNames={"#pk": "tenant_id"},
+                ExpressionAttributeValues={":pk": {"S": key}},
+                Limit=limit,
+                **kwargs,
+            )
+        items = [_decode(r) for r in response.get("Items", [])]
+        return items, "LastEvaluatedKey" in response
 
     def replace(self, item: model.Schedule, *, expected_version: int) -> None:
         try:
@@ -493,7 +545,11 @@ class DynamoScheduleStore:
         last = response.get("LastEvaluatedKey")
         return ports.Page(
             [
-                ports.DueEntry(e["tenant_id"], e["schedule_id"], _from_ms(e["next_fire_ms"]))
+                ports.DueEntry(
+                    model.tenant_of_key(e["tenant_id"]),
+                    e["schedule_id"],
+                    _from_ms(e["next_fire_ms"]),
+                )
                 for e in entries
             ],
             json.dumps(_decode(last), default=int) if last else None,
@@ -548,7 +604,7 @@ class DynamoScheduleStore:
             with _translated():
                 self._client.update_item(
                     TableName=self._table,
-                    Key=_encode({"tenant_id": tenant_id, "schedule_id": schedule_id}),
+                    Key=self._key(tenant_id, schedule_id),
                     UpdateExpression=update,
                     # Only the next fire and version we read may move: a stale ticker cannot
                     # move a schedule backwards or advance past a newer version's fire.
@@ -560,6 +616,90 @@ class DynamoScheduleStore:
             if _code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
+        return True
+
+    def move_to_tenant_keys(self, *, cursor: str | None = None, limit: int = 500) -> KeyMoves:
+        """One page of a Scan that moves each item not on its tenant key (one written
+        before a tenant's schedules were spread over keys, all on the tenant id) to it:
+        one transaction puts it on its key and deletes it where it was, as read (its
+        version and next fire), so an advance or an update meanwhile cancels the move and
+        the next pass takes it up. Idempotent; resume from the returned cursor."""
+        kwargs: dict[str, Any] = {"TableName": self._table, "Limit": limit}
+        start = _decode_cursor(cursor, keys=("tenant_id", "schedule_id"))
+        if start is not None:
+            kwargs["ExclusiveStartKey"] = _encode(start)
+        with _translated():
+            response = self._client.scan(**kwargs)
+        moved = changed = 0
+        for raw in response.get("Items", []):
+            record = _decode(raw)
+            where, schedule_id = str(record["tenant_id"]), str(record["schedule_id"])
+            key = model.tenant_key(model.tenant_of_key(where), schedule_id)
+            if key == where:
+                continue
+            if self._move(record, key):
+                moved += 1
+            else:
+                changed += 1
+        last = response.get("LastEvaluatedKey")
+        return KeyMoves(
+            scanned=int(response.get("Count", 0)),
+            moved=moved,
+            changed=changed,
+            cursor=_encode_cursor(_decode(last)) if last else None,
+        )
+
+    def _move(self, record: dict[str, Any], key: str) -> bool:
+        as_read: dict[str, Any] = {":v": {"N": str(record["version"])}}
+        condition = "#v = :v AND "
+        if "next_fire_ms" in record:
+            condition += "#next = :next"
+            as_read[":next"] = {"N": str(record["next_fire_ms"])}
+        else:
+            condition += "attribute_not_exists(#next)"
+        try:
+            with _translated():
+                self._client.transact_write_items(
+                    TransactItems=[
+                        {
+                            "Put": {
+                                "TableName": self._table,
+                                "Item": _encode({**record, "tenant_id": key}),
+                                "ConditionExpression": "attribute_not_exists(#sid)",
+                                "ExpressionAttributeNames": {"#sid": "schedule_id"},
+                            }
+                        },
+                        {
+                            "Delete": {
+                                "TableName": self._table,
+                                "Key": _encode(
+                                    {
+                                        "tenant_id": record["tenant_id"],
+                                        "schedule_id": record["schedule_id"],
+                                    }
+                                ),
+                                "ConditionExpression": condition,
+                                "ExpressionAttributeNames": {
+                                    "#v": "version",
+                                    "#next": "next_fire_ms",
+                                },
+                                "ExpressionAttributeValues": as_read,
+                            }
+                        },
+                    ]
+                )
+        except ClientError as exc:
+            if _code(exc) != "TransactionCanceledException":
+                raise
+            reasons = _cancellation_reasons(exc)
+            if reasons[0] == "ConditionalCheckFailed":
+                # The id is on its tenant key already (made there since): two items of
+                # one id is for an operator to settle, not for this pass to overwrite.
+                raise errors.ConflictError(
+                    f"schedule {record['schedule_id']} of tenant "
+                    f"{model.tenant_of_key(str(record['tenant_id']))} is on two keys"
+                ) from exc
+            return False
         return True
 
     def clear_skipped(

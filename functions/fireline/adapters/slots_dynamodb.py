@@ -3,8 +3,11 @@ overrides.
 
 The slots table (see infra/template.yaml): (tenant_id, slot), one item per held slot, slot
 -1 for the tenant's limit override (slot -2 is its quota use: see
-fireline.adapters.quotas_dynamodb). The register of every tenant's override is one more
-item, changed in one transaction with the override itself.
+fireline.adapters.quotas_dynamodb). A job slot's partition key is its block's
+(fireline.domain.quota.slot_key): the tenant id for the first SLOT_KEY_BLOCK numbers,
+``{tenant_id}#{n}`` past them, so a tenant with a large limit spreads its takes. The
+register of every tenant's override is one more item, changed in one transaction with the
+override itself.
 """
 
 from __future__ import annotations
@@ -74,16 +77,30 @@ class DynamoSlotStore:
         client: DynamoDBClient,
         table_name: str,
         *,
+        default_limit: int = quota.DEFAULT_LIMIT,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._client = client
         self._table = table_name
+        # The deployment's limit for tenants without an override: a read of a tenant's
+        # slots covers the keys of the numbers below it, or below its override.
+        self._default_limit = default_limit
         self._sleep = sleep  # the wait before a change that met another goes again
         # Members of a pool register seen gone at this adapter's last join (see join_pool).
         self._gone: set[str] = set()
 
     def held(
         self, tenant_id: str, *, consistent: bool = True
+    ) -> tuple[builtins.list[quota.Slot], int | None]:
+        # The tenant id's key first: its override says how far its numbers reach.
+        slots, limit = self._held_on(tenant_id, consistent=consistent)
+        reach = max(self._default_limit, limit or 0)
+        for key in quota.slot_keys(tenant_id, reach)[1:]:
+            slots += self._held_on(key, consistent=consistent)[0]
+        return slots, limit
+
+    def _held_on(
+        self, key: str, *, consistent: bool
     ) -> tuple[builtins.list[quota.Slot], int | None]:
         slots: list[quota.Slot] = []
         limit: int | None = None
@@ -93,7 +110,7 @@ class DynamoSlotStore:
             "KeyConditionExpression": "#tid = :tid AND #slot >= :first",
             "ExpressionAttributeNames": {"#tid": "tenant_id", "#slot": "slot"},
             "ExpressionAttributeValues": {
-                ":tid": {"S": tenant_id},
+                ":tid": {"S": key},
                 ":first": {"N": str(LIMIT_SLOT)},
             },
             "ConsistentRead": consistent,
@@ -140,7 +157,7 @@ class DynamoSlotStore:
                     TableName=self._table,
                     Item=_encode(
                         {
-                            "tenant_id": tenant_id,
+                            "tenant_id": quota.slot_key(tenant_id, number),
                             "slot": number,
                             "holder": holder,
                             "expires_at_ms": expires_at_ms,
@@ -165,7 +182,7 @@ class DynamoSlotStore:
             with _translated():
                 self._client.delete_item(
                     TableName=self._table,
-                    Key=_encode({"tenant_id": tenant_id, "slot": number}),
+                    Key=_encode({"tenant_id": quota.slot_key(tenant_id, number), "slot": number}),
                     # Only the holder frees it: after an expiry someone else may hold it.
                     ConditionExpression="#holder = :holder",
                     ExpressionAttributeNames={"#holder": "holder"},

@@ -139,16 +139,35 @@ class DynamoSweepStore:
         last = response.get("LastEvaluatedKey")
         return ports.Page(
             [
-                ports.HeldJob(e["tenant_id"], e["schedule_id"], _from_ms(e["held_fire_ms"]))
+                ports.HeldJob(
+                    model.tenant_of_key(e["tenant_id"]),
+                    e["schedule_id"],
+                    _from_ms(e["held_fire_ms"]),
+                )
                 for e in entries
             ],
             json.dumps(_decode(last), default=int) if last else None,
         )
 
     def marked_jobs(self, tenant_id: str, *, max_reads: int) -> tuple[int | None, int]:
+        """The tenant's jobs holding their mark, counted over every key its schedules lie
+        on (None past ``max_reads`` pages in all), and the items read."""
+        marked = scanned = reads = 0
+        for key in model.tenant_keys(tenant_id):
+            key_marked, key_scanned, key_reads = self._marked_on(key, max_reads - reads)
+            scanned += key_scanned
+            reads += key_reads
+            if key_marked is None:
+                return None, scanned
+            marked += key_marked
+        return marked, scanned
+
+    def _marked_on(self, key: str, max_reads: int) -> tuple[int | None, int, int]:
+        """One partition key's marked jobs (None past ``max_reads`` pages), the items
+        read and the pages read."""
         kwargs: dict[str, Any] = {}
         marked = scanned = 0
-        for _ in range(max_reads):
+        for read in range(1, max_reads + 1):
             with _translated():
                 response = self._client.query(
                     TableName=self._schedules,
@@ -160,7 +179,7 @@ class DynamoSweepStore:
                         "#held": "quota_held",
                     },
                     ExpressionAttributeValues={
-                        ":tenant": {"S": tenant_id},
+                        ":tenant": {"S": key},
                         ":jobs": {"S": f"{model.JOB_PREFIX}_"},
                     },
                     Select="COUNT",
@@ -171,9 +190,9 @@ class DynamoSweepStore:
             scanned += int(response.get("ScannedCount", 0))
             last = response.get("LastEvaluatedKey")
             if not last:
-                return marked, scanned
+                return marked, scanned, read
             kwargs["ExclusiveStartKey"] = last
-        return None, scanned
+        return None, scanned, max(0, max_reads)
 
     def note(self, tenant_id: str, note: ports.SweepNote) -> bool:
         names = {"#last": LAST_WRITE, "#token": NOTE_TOKEN, "#since": NOTE_SINCE}
@@ -258,7 +277,12 @@ class DynamoSweepStore:
             with _translated():
                 self._client.update_item(
                     TableName=self._schedules,
-                    Key=_encode({"tenant_id": tenant_id, "schedule_id": schedule_id}),
+                    Key=_encode(
+                        {
+                            "tenant_id": model.tenant_key(tenant_id, schedule_id),
+                            "schedule_id": schedule_id,
+                        }
+                    ),
                     UpdateExpression="SET #sent = :now",
                     # Still holding its unit (its mark: not ended meanwhile; a batch's
                     # job is checked by its holder's visit), and not sent again lately:

@@ -32,8 +32,26 @@ beside ``fireline admin limits`` (a change made while it runs makes it start aga
 Cost: one read unit per 4 KB of the slots table scanned, once.
 """
 
+SCHEDULE_KEYS_DOC = """``fireline admin migrate schedule-keys``: move each schedule written before a
+tenant's schedules were spread over partition keys (all on the tenant id) to its key
+(fireline.domain.model.tenant_key), so a large tenant's writes are not capped by one key.
+
+Run it once, right after deploying the version that spreads them. Until a schedule is
+moved, the API does not find it and the ticker cannot advance it: its fires wait, and its
+misfire policy settles them (late, or skipped with a record) once it is moved. Shard 0's
+key is the tenant id itself, so about an eighth of the items stay where they are.
+
+It scans the schedules table a page at a time (each page its own requests: resume an
+interrupted pass with ``--cursor``) and moves each item in one transaction (a put on its
+key, the delete as read), so an item advanced or updated meanwhile is left for the next
+pass, which the command runs until a pass moves nothing. Idempotent. Cost: one read unit
+per 4 KB scanned, and two write units per KB of each item moved, twice (a transaction).
+"""
+
 TABLE_ENV = "FIRELINE_WORKFLOWS_TABLE"
 STACK_OUTPUT = "WorkflowsTableName"
+SCHEDULES_TABLE_ENV = "FIRELINE_SCHEDULES_TABLE"
+SCHEDULES_STACK_OUTPUT = "SchedulesTableName"
 
 
 def add_migrate_commands(admin: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,8 +59,8 @@ def add_migrate_commands(admin: argparse._SubParsersAction[argparse.ArgumentPars
         "migrate",
         help="bring older data up to this version's layout",
         description="Bring data written by an older version up to this one's layout: the "
-        "workflows' listings (listings) and the register of limit overrides (overrides). "
-        "Each is idempotent.",
+        "workflows' listings (listings), the register of limit overrides (overrides) and "
+        "the schedules' spread keys (schedule-keys). Each is idempotent.",
     )
     actions = migrate.add_subparsers(dest="migrate_action", metavar="ACTION", required=True)
     listings = actions.add_parser(
@@ -64,6 +82,17 @@ def add_migrate_commands(admin: argparse._SubParsersAction[argparse.ArgumentPars
         overrides, output=quotas.STACK_OUTPUT, env=quotas.TABLE_ENV, what="slots"
     )
     overrides.set_defaults(run=deployment.reported(_overrides))
+    keys = actions.add_parser(
+        "schedule-keys",
+        help="move older schedules onto their tenant's spread keys",
+        description=SCHEDULE_KEYS_DOC,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    deployment.add_table_options(
+        keys, output=SCHEDULES_STACK_OUTPUT, env=SCHEDULES_TABLE_ENV, what="schedules"
+    )
+    keys.add_argument("--cursor", help="resume an interrupted pass where it stopped")
+    keys.set_defaults(run=deployment.reported(_schedule_keys))
 
 
 def _listings(args: argparse.Namespace) -> int:
@@ -106,4 +135,40 @@ def _overrides(args: argparse.Namespace) -> int:
         print(json.dumps({"overrides": count}))
     else:
         print(f"done: the register holds {count} limit overrides")
+    return 0
+
+
+def _schedule_keys(args: argparse.Namespace) -> int:
+    from fireline.adapters import schedules_dynamodb
+
+    client, table = deployment.table(
+        args, output=SCHEDULES_STACK_OUTPUT, env=SCHEDULES_TABLE_ENV, what="schedules"
+    )
+    store = schedules_dynamodb.DynamoScheduleStore(client, table)
+    totals = {"scanned": 0, "moved": 0, "passes": 0}
+    cursor = args.cursor
+    while True:
+        # Passes until one finds nothing changed under it: an item advanced while it was
+        # being moved is taken up again by the next.
+        totals["passes"] += 1
+        changed = 0
+        while True:
+            page = store.move_to_tenant_keys(cursor=cursor)
+            totals["scanned"] += page.scanned
+            totals["moved"] += page.moved
+            changed += page.changed
+            cursor = page.cursor
+            if not args.json:
+                print(f"{totals['scanned']} items scanned; resume with --cursor {cursor}")
+            if cursor is None:
+                break
+        if not changed:
+            break
+    if args.json:
+        print(json.dumps(totals))
+    else:
+        print(
+            f"done: {totals['moved']} schedules moved to their keys, "
+            f"{totals['scanned']} items scanned in {totals['passes']} passes"
+        )
     return 0

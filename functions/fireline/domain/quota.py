@@ -123,6 +123,35 @@ def invocation_band(class_index: int, share: int) -> list[int]:
     return list(range(base, base + share))
 
 
+# A tenant's job slots lie on partition keys of the slots table by block of numbers, so a
+# tenant running hundreds of jobs a second (a take a job) is not capped by one key's
+# 1,000 write units a second: numbers 0..SLOT_KEY_BLOCK-1 (of its limit, or of its class
+# band) on the tenant id, as ever, and block n on ``{tenant_id}#{n}``. A tenant at the
+# default limit has every slot on its id; one whose override is 800 spreads over 4 keys.
+# The limit override, the quota use and the invocation band (a take a container, not a
+# job) stay on the tenant id.
+SLOT_KEY_BLOCK = 250
+
+
+def slot_key(tenant_id: str, number: int) -> str:
+    """The slots table's partition key value of one of ``tenant_id``'s slot numbers (or
+    of a scope's: an overlap scope's numbers are all in block 0)."""
+    if number < 0:
+        return tenant_id
+    offset = number % CLASS_BAND
+    if offset >= INVOCATION_OFFSET:
+        return tenant_id
+    block = offset // SLOT_KEY_BLOCK
+    return tenant_id if block == 0 else f"{tenant_id}#{block}"
+
+
+def slot_keys(tenant_id: str, numbers_below: int) -> list[str]:
+    """Every partition key value of ``tenant_id``'s job slots numbered below
+    ``numbers_below`` (its limit), the tenant id first."""
+    blocks = max(1, -(-numbers_below // SLOT_KEY_BLOCK))
+    return [tenant_id] + [f"{tenant_id}#{block}" for block in range(1, blocks)]
+
+
 def pool_scope(job_class: str) -> str:
     """Where a class's register of live containers lives in the slot store: no tenant
     id has a '#', so it is nobody's."""

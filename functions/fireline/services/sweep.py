@@ -75,7 +75,8 @@ SCAN_PAGE = 500
 MAX_SCAN_PAGES = 200
 HELD_PAGE = 500
 MAX_HELD = 5000
-# Query pages (1 MB each) a count's check against the table may read before it reduces it.
+# Query pages (1 MB each) a count's check against the table may read before it reduces it,
+# in all over the tenant's keys (fireline.domain.model.TENANT_KEY_SHARDS, a page at least each).
 MAX_CHECK_READS = 20
 
 

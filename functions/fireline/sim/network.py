@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from fireline.domain import errors, model
+from fireline.domain import errors, model, quota
 from fireline.sim import kernel as sim_kernel
 
 T = TypeVar("T")
@@ -235,10 +235,11 @@ def _schedule_writes(
     def writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
         tenant_id, schedule_id = args[0], args[1]
         shard = model.due_shard(schedule_id, shards)
-        # The item's partition (tenant), a unit per KB of the item, and its due-index
-        # entry moving (keys only, a unit each): a delete and a put in the index
-        # partition of its shard.
-        return [f"schedules/{tenant_id}"] * item_units + [f"due/{shard}", f"due/{shard}"]
+        # The item's partition key (its tenant's key for it), a unit per KB of the item,
+        # and its due-index entry moving (keys only, a unit each): a delete and a put in
+        # the index partition of its shard.
+        key = model.tenant_key(tenant_id, schedule_id)
+        return [f"schedules/{key}"] * item_units + [f"due/{shard}", f"due/{shard}"]
 
     return writes
 
@@ -264,7 +265,7 @@ def _schedule_item_writes(
     item_units: int,
 ) -> Callable[[tuple[Any, ...], dict[str, Any]], list[str]]:
     def writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
-        return [f"schedules/{args[0]}"] * item_units
+        return [f"schedules/{model.tenant_key(args[0], args[1])}"] * item_units
 
     return writes
 
@@ -302,6 +303,11 @@ LEASE_OPS = {
 
 
 def _slot_writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    """A take's or give-back's partition key: its number's block of the tenant's keys."""
+    return [f"slots/{quota.slot_key(args[0], args[1])}"]
+
+
+def _override_writes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
     return [f"slots/{args[0]}"]
 
 
@@ -309,7 +315,7 @@ SLOT_OPS = {
     "held": Op("dynamodb.Query"),
     "take": Op("dynamodb.PutItem", _slot_writes),
     "give_back": Op("dynamodb.DeleteItem", _slot_writes),
-    "set_limit": Op("dynamodb.TransactWriteItems", _slot_writes),
+    "set_limit": Op("dynamodb.TransactWriteItems", _override_writes),
     "overrides": Op("dynamodb.GetItem"),
 }
 
