@@ -51,6 +51,26 @@ class _InTurn:
         return [call() for call in calls]
 
 
+def pools_alive(system: MemorySystem, count: int, slots: Any = None) -> list[pool.Pool]:
+    """``count`` containers' pools of the default class, each having said it is alive and
+    then learnt how many are (two refresh periods)."""
+    alive = [
+        pool.Pool(
+            slots=slots or system.slots,
+            clock=system.clock,
+            job_class="default",
+            member=f"container-{n}",
+            configured=CONFIGURED,
+        )
+        for n in range(count)
+    ]
+    for _ in range(2):
+        for container in alive:
+            container.observe(REMAINING_MS)
+        system.clock.advance(pool.REFRESH_SECONDS)
+    return alive
+
+
 def held_jobs(
     system: MemorySystem, worker: Worker, tenant_id: str, count: int, gate: Gate
 ) -> tuple[list[dict[str, Any]], threading.Thread]:
@@ -302,20 +322,7 @@ def test_containers_starting_one_tenants_jobs_at_one_instant_all_run_within_its_
     # reading the tenant's slots before any of the others has taken one
     system = MemorySystem()
     racing = _ReadBeforeTheRace(system.slots, "tenant-a")
-    containers_alive = [
-        pool.Pool(
-            slots=racing,
-            clock=system.clock,
-            job_class="default",
-            member=f"container-{n}",
-            configured=CONFIGURED,
-        )
-        for n in range(20)
-    ]
-    for _ in range(2):  # each says it is alive, then learns how many are
-        for container in containers_alive:
-            container.observe(REMAINING_MS)
-        system.clock.advance(pool.REFRESH_SECONDS)
+    containers_alive = pools_alive(system, 20, slots=racing)
     assert containers_alive[0].share == 10
     # WHEN each of the 8 enters the tenant
     entered = [c.enter("tenant-a", REMAINING_MS) for c in containers_alive[:8]]
@@ -330,4 +337,22 @@ def test_containers_starting_one_tenants_jobs_at_one_instant_all_run_within_its_
         f"\n{entered.count(True)} of 8 containers starting the tenant at one instant ran it "
         f"(its share: 10 of 20 alive); of 4 more, {more.count(True)} ran and "
         f"{more.count(False)} were deferred"
+    )
+
+
+def test_a_tenant_with_an_override_above_the_default_runs_in_its_weighted_share_never_all() -> None:
+    # GIVEN 20 containers of the class alive (a tenant's share at the default limit: 10)
+    system = MemorySystem()
+    alive = pools_alive(system, 20)
+    # WHEN every container starts a job of a tenant whose override is 32 times the default
+    # limit, and of a tenant at the default limit
+    big = [c.enter("tenant-big", REMAINING_MS, weight=32.0) for c in alive]
+    usual = [c.enter("tenant-a", REMAINING_MS) for c in alive]
+    # THEN the big tenant runs in all but one, the other in half, as before
+    assert (big.count(True), usual.count(True)) == (19, 10)
+    # AND an override of 1.5 times the default gives one and a half shares
+    assert alive[0].share_of(1.5) == 15
+    print(
+        f"\n20 containers alive: a tenant with 32 times the default limit ran in "
+        f"{big.count(True)}, one at the default in {usual.count(True)}"
     )

@@ -26,10 +26,16 @@ invocation and tenant (not per job: its jobs side by side share it) a read of th
 tenant's slots, the take and the give-back. A container that dies holding a slot frees
 it by expiry: the end of its invocation, and a margin.
 
+A tenant the operator gave a limit above the default (an override: fireline admin limits)
+has a share in proportion: an override of four times the default limit, four times the
+share, but never every live container (one is always left for the others). So a tenant
+sized for 500 jobs a second runs in nearly all of a small pool, as its override says,
+and a tenant at the default limit still in half of it.
+
 What it gives up: like the share of the class's jobs, it holds whether or not another
 tenant waits (a waiting message is not seen by any worker until an invocation takes it),
-so a tenant alone runs in half of the live containers while fewer are alive than
-configured; its other jobs come back after their deferral. A container counts as alive
+so a tenant alone at the default limit runs in half of the live containers while fewer
+are alive than configured; its other jobs come back after their deferral. A container counts as alive
 from its invocation's start until that invocation may end and a period more, so the size
 follows a shrinking pool by up to the function's timeout late; and while it shrinks, the
 slots taken in a larger share count until their invocations end.
@@ -37,6 +43,7 @@ slots taken in a larger share count until their invocations end.
 
 from __future__ import annotations
 
+import math
 import threading
 import zlib
 from dataclasses import dataclass, field
@@ -109,6 +116,15 @@ class Pool:
             return 0
         return quota.class_limit(max(1, self.size))
 
+    def share_of(self, weight: float) -> int:
+        """The share of a tenant whose limit is ``weight`` times the default (1 or less:
+        the share itself): in proportion, never every live container but one."""
+        share = self.share
+        if share == 0 or weight <= 1:
+            return share
+        most = max(share, (self.size or 1) - 1)
+        return min(most, math.ceil(share * weight))
+
     def observe(self, remaining_ms: int) -> None:
         """Say this container is alive (until its invocation may end, and a refresh
         period), once per period, and learn how many are: as an invocation starts, and
@@ -143,10 +159,11 @@ class Pool:
             return
         self.size = size
 
-    def enter(self, tenant_id: str, remaining_ms: int) -> bool:
+    def enter(self, tenant_id: str, remaining_ms: int, *, weight: float = 1.0) -> bool:
         """May this container run one more job of ``tenant_id``? True: it counts in the
         tenant's occupation until :meth:`leave`. False: the tenant occupies its share of
-        the class's invocations already (nothing is held for this job).
+        the class's invocations already (nothing is held for this job). ``weight``: the
+        tenant's limit over the default limit (see :meth:`share_of`).
 
         No record waits on another: two of one tenant's jobs starting together each take
         the slot themselves, and they meet on one number (taken in order, and a slot
@@ -160,7 +177,7 @@ class Pool:
             if entry is not None and entry.numbers:
                 entry.count += 1
                 return True  # held: this job shares it
-        number = self._take(tenant_id, remaining_ms)
+        number = self._take(tenant_id, remaining_ms, self.share_of(weight))
         if number is None:
             return False
         with self._lock:
@@ -197,7 +214,7 @@ class Pool:
                         extra={"action": "worker.pool", "error": f"{type(exc).__name__}: {exc}"},
                     )
 
-    def _take(self, tenant_id: str, remaining_ms: int) -> int | None:
+    def _take(self, tenant_id: str, remaining_ms: int, share: int) -> int | None:
         """One of the tenant's invocation slots for this container, or None when the
         tenant occupies its share. Read eventually consistently first: every take is a
         conditional put on its number, so a stale read costs a refused take at most.
@@ -210,21 +227,21 @@ class Pool:
         has room for. Two jobs of one container share its order, so they meet on one
         number."""
         for attempt in range(TAKE_ROUNDS):
-            number, lost = self._take_once(tenant_id, remaining_ms, consistent=attempt > 0)
+            number, lost = self._take_once(tenant_id, remaining_ms, share, consistent=attempt > 0)
             if not lost:
                 return number
         return None
 
     def _take_once(
-        self, tenant_id: str, remaining_ms: int, *, consistent: bool
+        self, tenant_id: str, remaining_ms: int, share: int, *, consistent: bool
     ) -> tuple[int | None, bool]:
         """(the number taken, False); (None, False): the tenant is at its share; (None,
         True): every try lost a race while the share had room."""
-        share = self.share
         now_ms = self._now_ms()
         expires = now_ms + remaining_ms + SLOT_MARGIN_SECONDS * 1000
         index = model.JOB_CLASSES.index(self.job_class)
-        widest = set(quota.invocation_band(index, quota.class_limit(self.configured)))
+        # Every number any share may have used: a weighted one reaches up to the pool.
+        widest = set(quota.invocation_band(index, self.configured))
         held, _ = self.slots.held(tenant_id, consistent=consistent)
         live = [s for s in held if s.number in widest and not s.free(now_ms)]
         # This container's own (another of its jobs just took it, or a give-back that

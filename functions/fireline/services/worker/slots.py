@@ -44,8 +44,13 @@ class SlotKeeping(state.WorkerState):
     """Taking and giving back the slots a run holds (see the module's docstring)."""
 
     def _enter_pool(self, tenant_id: str, remaining_ms: int) -> bool:
+        """The tenant's turn in the class's invocations (services.pool), its share
+        weighted by its limit as the register says (an override above the default)."""
         assert self._pool is not None
-        return self._pool.enter(tenant_id, remaining_ms)
+        limit = self._registered_limit(tenant_id)
+        default = self.config.tenant_limit
+        weight = limit / default if limit and default else 1.0
+        return self._pool.enter(tenant_id, remaining_ms, weight=weight)
 
     def _leave_pool(self, tenant_id: str) -> None:
         assert self._pool is not None
