@@ -95,10 +95,10 @@ threads-limits:
 
 # Ends by writing the README's and the docs' figure tables from the run's report
 # (tests/bench/tables.py): what they quote is this run's, on this code.
-# Two processes side by side, a module each at a time (the simulations are one core's
-# work each; the report is written under a lock).
+# Two processes side by side, a scenario each at a time (the simulations are one core's
+# work each, and the longest are in one module; the report is written under a lock).
 bench: install $(BENCH_STAMP) threads-limits
-	$(BIN)/python -m pytest -q -s -n $${BENCH_WORKERS:-2} --dist loadfile tests/bench \
+	$(BIN)/python -m pytest -q -s -n $${BENCH_WORKERS:-2} --dist load tests/bench \
 		-o python_files="bench_*.py"
 	$(BIN)/python tests/bench/tables.py
 
@@ -108,7 +108,7 @@ bench: install $(BENCH_STAMP) threads-limits
 BENCH_QUICK_SCALE ?= 0.1
 bench-quick: install $(BENCH_STAMP) threads-limits
 	FIRELINE_BENCH_SCALE=$(BENCH_QUICK_SCALE) $(BIN)/python -m pytest -q -s \
-		-n $${BENCH_WORKERS:-2} --dist loadfile \
+		-n $${BENCH_WORKERS:-2} --dist load \
 		tests/bench/bench_e2e.py tests/bench/bench_scale.py tests/bench/bench_cost.py \
 		tests/bench/bench_peer.py -o python_files="bench_*.py"
 

@@ -23,7 +23,7 @@ from bench.size import SCALE, scaled
 from fireline import ports
 from fireline.adapters import memory
 from fireline.domain import model, policies, schedule
-from fireline.services import dispatch, ticker
+from fireline.services import ticker
 from fireline.sim import calibrate, lambdas
 from fireline.sim import network as sim_network
 from fireline.sim import world as sim_world
@@ -302,102 +302,3 @@ def test_throughput_grows_with_ticker_groups(sdk: sim_network.SdkCost) -> None:
         assert all(figures[f"groups_{g}"]["backlog_drained"] for g in (1, 2, 4))
     else:
         assert figures["groups_4"]["fires_per_second"] > figures["groups_1"]["fires_per_second"]
-
-
-# --- workers under a burst ----------------------------------------------------------------------
-
-
-def worker_burst(
-    sdk: sim_network.SdkCost, *, count: int, concurrency: int, provisioned: bool, memory_mb: int
-) -> dict[str, Any]:
-    """``count`` one-second jobs due at once, their messages already on the queue (visible
-    half a second early, as the ticker's rounded-down delays leave them): how soon does
-    the event source mapping start them all?"""
-    start = datetime(2026, 5, 1, 11, 59, 0, tzinfo=UTC)
-    due = start + timedelta(seconds=60)
-    world = world_of(sdk, start=start)
-    jobs = sim_world.Jobs(world.kernel, seconds=1.0)
-    items = [
-        model.Schedule(
-            tenant_id=f"tenant-{n % 10_000:05d}",
-            schedule_id=f"job{n:07d}",
-            timing=schedule.Timing(spec=schedule.AtSpec(when=due)),
-            spec_text=str(schedule.AtSpec(when=due)),
-            kind=model.Kind.JOB,
-            target={"type": "python", "handler": "sim.work"},
-            state=model.ScheduleState.COMPLETED,
-        )
-        for n in range(count)
-    ]
-    world.add(items)
-    for first in range(0, count, 10):
-        world.memory_queue.send_batch(
-            "default",
-            [
-                ports.OutboundMessage(
-                    body=dispatch.fire_message(item, due), delay_seconds=59, id=str(n)
-                )
-                for n, item in enumerate(items[first : first + 10])
-            ],
-        )
-    world.kernel.run(0.5)
-    fleet = lambdas.WorkerFleet(
-        world.kernel,
-        world.queue,
-        sim_world.next_visible(world),
-        lambda: sim_world.worker_for(world, jobs),
-        max_concurrency=concurrency,
-        memory_mb=memory_mb,
-        provisioned=provisioned,
-    )
-    fleet.start(at=0.5)
-    started = time.perf_counter()
-    while len(jobs.started) < count and world.kernel.now() < 3_600:
-        world.kernel.run(world.kernel.now() + 10)
-    lags = [at - world.seconds(due) for at in jobs.started.values()]
-    spread = sim_world.Spread.of(lags)
-    figures = {
-        "jobs": count,
-        "concurrency": concurrency,
-        "pollers": "provisioned" if provisioned else "standard (5, then +300 a minute)",
-        "worker_memory_mb": memory_mb,
-        "started": len(lags),
-        "seconds_to_start_all": round(max(lags), 1),
-        "start_lag_seconds": spread.as_dict(2),
-        "invocations": fleet.invocations,
-        "ran_twice": sum(1 for n in jobs.runs.values() if n > 1),
-        "wall_seconds": round(time.perf_counter() - started, 1),
-    }
-    world.close()
-    return figures
-
-
-def test_workers_under_a_burst(sdk: sim_network.SdkCost) -> None:
-    # GIVEN 50,000 one-second jobs due in one second
-    # WHEN the default class's event source mapping takes them, at the template's
-    # concurrency (50) and at higher ones
-    variants = [
-        (50, False, 512),
-        (50, True, 512),
-        (500, True, 512),
-        (1_000, True, 512),
-        (1_000, True, 1769),
-        (2_000, True, 1769),
-    ]
-    runs = {
-        f"concurrency_{c}_{'provisioned' if p else 'standard'}_{m}mb": worker_burst(
-            sdk, count=scaled(50_000), concurrency=c, provisioned=p, memory_mb=m
-        )
-        for c, p, m in variants
-    }
-    # THEN every job started once; the figures say how soon
-    assert all(run["started"] == scaled(50_000) and run["ran_twice"] == 0 for run in runs.values())
-    under_5s = [name for name, run in runs.items() if run["start_lag_seconds"]["p99"] < 5.0]
-    record(
-        "scale.worker_burst",
-        {
-            "default": runs["concurrency_50_standard_512mb"],
-            "runs": runs,
-            "p99_under_5_seconds": under_5s,
-        },
-    )
