@@ -421,18 +421,27 @@ class DynamoScheduleStore:
     ) -> ports.Page[model.Schedule]:
         """A page of the tenant's schedules by id, merged from each of its keys: every
         key's query starts after the page's cursor (the last id shown) and reads up to
-        ``limit`` items, so the merged page is the ``limit`` smallest ids after it."""
+        ``limit`` items, so the merged page is the ``limit`` smallest ids after it. A key
+        whose read stopped short (DynamoDB's 1 MB a page) bounds the page at the last id
+        it returned: an id past that bound may lie unread on that key, and the next page
+        starts at the bound."""
         start = _decode_cursor(cursor, keys=("tenant_id", "schedule_id"))
         if start is not None and start["tenant_id"] != tenant_id:
             raise errors.ValidationError("belongs to another listing", field="cursor")
         after = None if start is None else str(start["schedule_id"])
         merged: builtins.list[dict[str, Any]] = []
         more = False
+        bound: str | None = None
         for key in model.tenant_keys(tenant_id):
             items, key_more = self._query_key(key, after=after, limit=limit)
             merged.extend(items)
+            if key_more and items:
+                last = str(items[-1]["schedule_id"])
+                bound = last if bound is None else min(bound, last)
             more = more or key_more
         merged.sort(key=lambda r: str(r["schedule_id"]))
+        if bound is not None:
+            merged = [r for r in merged if str(r["schedule_id"]) <= bound]
         page, rest = merged[:limit], merged[limit:]
         next_cursor = (
             _encode_cursor({"tenant_id": tenant_id, "schedule_id": page[-1]["schedule_id"]})
