@@ -35,10 +35,10 @@ and a tenant at the default limit still in half of it.
 What it gives up: like the share of the class's jobs, it holds whether or not another
 tenant waits (a waiting message is not seen by any worker until an invocation takes it),
 so a tenant alone at the default limit runs in half of the live containers while fewer
-are alive than configured; its other jobs come back after their deferral. A container counts as alive
-from its invocation's start until that invocation may end and a period more, so the size
-follows a shrinking pool by up to the function's timeout late; and while it shrinks, the
-slots taken in a larger share count until their invocations end.
+are alive than configured; its other jobs come back after their deferral. A container
+counts as alive from its invocation's start until that invocation may end and a period
+more, so the size follows a shrinking pool by up to the function's timeout late; and
+while it shrinks, the slots taken in a larger share count until their invocations end.
 """
 
 from __future__ import annotations
