@@ -9,17 +9,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 
-from contract.support import START, TENANT, a_schedule
+from contract.support import MINUTE, START, TENANT, a_schedule
 from fireline.adapters import schedules_dynamodb
 from fireline.adapters.dynamodb import _decode, _encode
 from fireline.cli import main as cli
-from fireline.domain import model
+from fireline.domain import model, occurrence, policies
 from helpers.aws import REGION, Stack
+from helpers.system import START as SYSTEM_START
+from helpers.system import System
 
 IDS = [f"sched-{n:03d}" for n in range(40)]
 
@@ -111,3 +114,93 @@ def test_an_item_advanced_while_it_is_moved_is_left_for_the_next_pass(table: str
     assert (page.moved, page.changed) == (1, 0)
     found = schedules.get(TENANT, schedule_id)
     assert found is not None and found.next_fire == START + timedelta(minutes=1)
+
+
+def test_an_unmoved_schedules_missed_fires_are_settled_by_its_misfire_policy_once_moved(
+    system: System, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN two every-minute schedules off their keys, on the tenant id as an older
+    # version wrote them: one that skips missed fires, one that catches up on them all
+    skip_id, catch_up_id = [s for s in IDS if model.tenant_key(TENANT, s) != TENANT][:2]
+    table = system.stack.tables["SchedulesTable"]
+    older = {
+        skip_id: policies.Misfire(policy=policies.MisfirePolicy.SKIP),
+        catch_up_id: policies.Misfire(policy=policies.MisfirePolicy.FIRE_ALL, catch_up_max=100),
+    }
+    for schedule_id, misfire in older.items():
+        put_on_the_tenant_id(
+            table,
+            a_schedule(
+                schedule_id,
+                next_fire=SYSTEM_START,
+                created_at=SYSTEM_START - timedelta(days=1),
+                target={"type": "python", "handler": "noop"},
+                misfire=misfire,
+            ),
+        )
+    tk = system.ticker(use_lease=False)
+    # WHEN the ticker runs five minutes before the migration
+    for _ in range(5 * 60):
+        tk.tick()
+        system.clock.advance(1)
+    # THEN neither fired: the ticker cannot advance a schedule its key does not hold
+    assert not system.log.sent
+    # WHEN the migration moves them and the ticker runs two minutes more
+    assert migrate(table, "--json") == 0
+    assert json.loads(capsys.readouterr().out)["moved"] == 2
+    for _ in range(2 * 60):
+        tk.tick()
+        system.clock.advance(1)
+    end = system.clock.now()
+    sent = [occurrence.parse_key(k) for k in system.log.sent]
+    minutes = int((end - SYSTEM_START) / MINUTE) + 1
+    every_minute = [SYSTEM_START + n * MINUTE for n in range(minutes)]
+    # THEN the catch-up schedule sent every minute it missed, each once (and the fires of
+    # the ticker's lookahead past the end, ahead of their time)
+    caught = [k.fire_time for k in sent if k.schedule_id == catch_up_id]
+    assert len(caught) == len(set(caught))
+    assert sorted(t for t in caught if t <= end) == every_minute
+    # AND the skipping one recorded those more than its grace late as skipped, sent the
+    # rest, and none twice
+    fired = [k.fire_time for k in sent if k.schedule_id == skip_id]
+    history = system.occurrences.history(TENANT, skip_id, limit=100).items
+    skipped = {o.fire_time: o for o in history if o.state is occurrence.State.SKIPPED}
+    assert all(o.exit_reason == "skipped: misfire" for o in skipped.values())
+    assert len(fired) == len(set(fired)) and not set(fired) & set(skipped)
+    assert sorted({t for t in fired if t <= end} | set(skipped)) == every_minute
+    # the move came five minutes after the first fire: those up to its grace (60 s)
+    # before it were skipped, the later ones sent
+    assert sorted(skipped) == [SYSTEM_START + n * MINUTE for n in range(4)]
+
+
+def test_items_changing_under_every_pass_stop_the_command_at_its_pass_cap_with_exit_1(
+    table: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an older item off its key that an older version writes between every read and
+    # every move
+    schedule_id = next(s for s in IDS if model.tenant_key(TENANT, s) != TENANT)
+    put_on_the_tenant_id(table, a_schedule(schedule_id))
+    client = boto3.client("dynamodb", region_name=REGION)
+    move = schedules_dynamodb.DynamoScheduleStore._move
+
+    def advanced_first(self: schedules_dynamodb.DynamoScheduleStore, record: Any, key: str) -> bool:
+        client.update_item(
+            TableName=table,
+            Key={"tenant_id": {"S": TENANT}, "schedule_id": {"S": schedule_id}},
+            UpdateExpression="SET version = version + :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
+        return move(self, record, key)
+
+    monkeypatch.setattr(schedules_dynamodb.DynamoScheduleStore, "_move", advanced_first)
+    # WHEN the migration runs with a cap of 3 passes
+    code = migrate(table, "--json", "--max-passes", "3")
+    out, err = capsys.readouterr()
+    # THEN it stops after 3, names the item still changing and exits 1, the item whole
+    assert code == 1
+    assert json.loads(out) == {"scanned": 3, "moved": 0, "passes": 3, "still_changing": 1}
+    assert "1 schedules changed while being moved in each of 3 passes" in err
+    assert keys_held(table) == {TENANT}
+    # AND a cap below 1 is refused, naming the option, before any pass
+    assert migrate(table, "--max-passes", "0") == 2
+    assert "argument --max-passes: must be at least 1" in capsys.readouterr().err

@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any
 
-from fireline.cli import deployment, limits, quotas
+from fireline.cli import common, deployment, limits, quotas
 from fireline.domain import errors
 
 OVERRIDES_DOC = """``fireline admin migrate overrides``: build the deployment's register of tenant
@@ -44,9 +44,17 @@ key is the tenant id itself, so about an eighth of the items stay where they are
 It scans the schedules table a page at a time (each page its own requests: resume an
 interrupted pass with ``--cursor``) and moves each item in one transaction (a put on its
 key, the delete as read), so an item advanced or updated meanwhile is left for the next
-pass, which the command runs until a pass moves nothing. Idempotent. Cost: one read unit
-per 4 KB scanned, and two write units per KB of each item moved, twice (a transaction).
+pass, which the command runs until a pass finds nothing changed under it, at most
+``--max-passes`` (10) passes: items still changing then (an older version still writing
+them) are named by count, and the command exits 1 for a later run to finish. Idempotent.
+Cost: one read unit per 4 KB scanned, and two write units per KB of each item moved,
+twice (a transaction).
 """
+
+# Passes a schedule-keys run makes at most: a pass is cancelled only by a write landing on
+# an item between its read and its move, which only a version still writing the old keys
+# keeps doing.
+MAX_KEY_PASSES = 10
 
 TABLE_ENV = "FIRELINE_WORKFLOWS_TABLE"
 STACK_OUTPUT = "WorkflowsTableName"
@@ -92,6 +100,12 @@ def add_migrate_commands(admin: argparse._SubParsersAction[argparse.ArgumentPars
         keys, output=SCHEDULES_STACK_OUTPUT, env=SCHEDULES_TABLE_ENV, what="schedules"
     )
     keys.add_argument("--cursor", help="resume an interrupted pass where it stopped")
+    keys.add_argument(
+        "--max-passes",
+        type=common.positive,
+        default=MAX_KEY_PASSES,
+        help=f"passes to make at most while items change under them (default {MAX_KEY_PASSES})",
+    )
     keys.set_defaults(run=deployment.reported(_schedule_keys))
 
 
@@ -145,9 +159,9 @@ def _schedule_keys(args: argparse.Namespace) -> int:
         args, output=SCHEDULES_STACK_OUTPUT, env=SCHEDULES_TABLE_ENV, what="schedules"
     )
     store = schedules_dynamodb.DynamoScheduleStore(client, table)
-    totals = {"scanned": 0, "moved": 0, "passes": 0}
+    totals = {"scanned": 0, "moved": 0, "passes": 0, "still_changing": 0}
     cursor = args.cursor
-    while True:
+    while totals["passes"] < args.max_passes:
         # Passes until one finds nothing changed under it: an item advanced while it was
         # being moved is taken up again by the next.
         totals["passes"] += 1
@@ -162,6 +176,7 @@ def _schedule_keys(args: argparse.Namespace) -> int:
                 print(f"{totals['scanned']} items scanned; resume with --cursor {cursor}")
             if cursor is None:
                 break
+        totals["still_changing"] = changed
         if not changed:
             break
     if args.json:
@@ -171,4 +186,12 @@ def _schedule_keys(args: argparse.Namespace) -> int:
             f"done: {totals['moved']} schedules moved to their keys, "
             f"{totals['scanned']} items scanned in {totals['passes']} passes"
         )
+    if totals["still_changing"]:
+        print(
+            f"error: {totals['still_changing']} schedules changed while being moved in each of "
+            f"{totals['passes']} passes (--max-passes); run the command again once no older "
+            "version writes them",
+            file=sys.stderr,
+        )
+        return 1
     return 0
