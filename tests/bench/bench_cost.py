@@ -87,7 +87,10 @@ def test_cost_per_path() -> None:
         seconds: e2e.steady_run(sdk, deployed, platform, seconds=seconds) for seconds in (1.0, 3.0)
     }
     for seconds, figures in simulated.items():
-        report.record(f"cost.simulated_workers.remote_{seconds:.0f}s", figures)
+        report.record(
+            f"cost.simulated_workers.remote_{seconds:.0f}s",
+            {**figures, "calibration": e2e.calibration(sdk, platform)},
+        )
 
     def billed_as_simulated(measured: cost_paths.Measured, seconds: float) -> cost_paths.Measured:
         figures = simulated[seconds]

@@ -76,3 +76,62 @@ def test_main_rewrites_every_block_from_the_report(
 
 def test_without_a_report_nothing_is_written(tmp_path: Path) -> None:
     assert tables.main(tmp_path / "missing.json") == 2
+
+
+PEER = {
+    "machine": {"written_at": "2026-12-07T12:00:00Z"},
+    "peer.apscheduler.memory": {
+        "cpu_seconds_per_1k_fires": 0.183,
+        "lateness_seconds": {"p50": 0.052, "p99": 0.123, "max": 0.156},
+        "fires_run": 90_000,
+        "fires_due": 90_000,
+        "lost": 0,
+        "misfires": 0,
+        "duplicates": 0,
+    },
+    "peer.fireline.memory": {
+        "cpu_seconds_per_1k_fires": 0.482,
+        "cpu_seconds_per_1k_fires_with_sdk_client_cpu": 15.06,
+        "lateness_seconds": {"p50": 0.085, "p99": 0.215, "max": 0.304},
+        "fires_run": 89_999,
+        "fires_due": 90_000,
+        "lost": 1,
+        "duplicates": 0,
+        "aws_requests_per_fire": 3.32,
+        "sdk_client_cpu_us_per_call": {"dynamodb.UpdateItem": 3500},
+        "window_seconds": 180,
+    },
+}
+
+
+def test_the_comparison_gives_each_contender_and_fireline_with_its_sdk_cpu() -> None:
+    text = tables.peer(PEER)
+    assert (
+        "| APScheduler 3, memory job store | `peer.apscheduler.memory` | 0.183 | "
+        "0.05 / 0.12 / 0.16 s | 90,000 of 90,000 | 0 (0) | 0 |"
+    ) in text
+    assert "| Fireline, memory adapters | `peer.fireline.memory` | 0.482 | " in text
+    assert "| 89,999 of 90,000 | 1 | 0 |" in text
+    assert "worker spend) | `peer.fireline.memory` | 15.060 |" in text
+    assert "dynamodb.UpdateItem 3.50 ms" in text
+    # the contender this run did not measure
+    assert "| `peer.apscheduler.sqlite` | not measured | not measured |" in text
+
+
+def test_a_cost_path_measured_without_a_figure_says_it_does_not_apply() -> None:
+    report = {**REPORT, "cost.workflow_node": {"usd_per_million": 8.16}}
+    text = tables.cost(report)
+    assert "| `cost.workflow_node` | 8.16 | does not apply | does not apply |" in text
+    assert "| `cost.http_1s` | not measured | not measured |" in text
+
+
+def test_the_costs_calibration_is_its_own_or_says_whose_it_is() -> None:
+    simulated = "cost.simulated_workers.remote_3s"
+    calibrated = {"sdk_client_cpu_us_per_call": {"dynamodb.GetItem": 1800}}
+    own = tables.cost({**REPORT, simulated: {"scale": 1.0, "calibration": calibrated}})
+    assert "wall time: SDK client CPU 1.80 ms a call (median of 1 operations), full size" in own
+    borrowed = tables.cost({**REPORT, simulated: {"scale": 1.0}})
+    assert (
+        "not recorded by the simulated workers; the same run's end-to-end burst measured "
+        "SDK client CPU 2.60 ms a call"
+    ) in borrowed
