@@ -218,6 +218,72 @@ def scale(report: Report) -> str:
     return table(rows) + f"\n\nCalibration: {calibration(report, burst)}."
 
 
+def ticker(report: Report) -> str:
+    """docs/scale.md's second table: the ticker alone (its groups, bursts, CPU per fire)."""
+    groups = "scale.groups"
+    steady = "scale.steady_580"
+    per_call = get(report, "scale.sdk_client_cpu_us_per_call") or {}
+    further = get(report, "scale.sdk_client_cpu_us_per_further_item", "dynamodb.BatchGetItem")
+    rows = [
+        (
+            "fires a second that need an advance each (hourly schedules, one-off jobs), "
+            "a backlog drained by 1 / 2 / 4 groups",
+            groups,
+            " / ".join(
+                num(get(report, groups, f"groups_{n}", "fires_per_second")) for n in (1, 2, 4)
+            ),
+        ),
+        (
+            "steady 580 fires a second, one group: its vCPU busy (mean); fires visible "
+            "before their second p50 / p99 / max",
+            steady,
+            f"{share(get(report, steady, 'ticker_vcpu_busy', 'mean'))}; "
+            f"{spread(report, steady, 'early_seconds')}",
+        ),
+    ]
+    for key, what in (
+        ("scale.burst_50k.groups_1", "50,000 due in one second on the steady load, one group"),
+        ("scale.burst_50k", "the same, two groups"),
+        ("scale.burst_100k", "100,000 due in one second on the steady load, two groups"),
+    ):
+        last = get(report, key, "last_enqueued_seconds_after_due")
+        rows.append(
+            (
+                f"{what}: visible by their second; lateness max; the last sent, seconds "
+                "before its second",
+                key,
+                f"{share(get(report, key, 'enqueued_visible_by_due_share'))}; "
+                f"{num(get(report, key, 'lateness_seconds', 'max'), 2, ' s')}; "
+                f"{num(None if last is None else -last, 1, ' s')}",
+            )
+        )
+    for zone in ("utc", "new_york"):
+        key = f"scale.ticker_cpu_us_per_fire.{zone}"
+        rows.append(
+            (
+                f"the ticker's own CPU per fire ({zone.replace('_', ' ')} schedules), µs: "
+                "compiled timing / croniter",
+                key,
+                f"{num(get(report, key, 'after_compiled'), 1)} / "
+                f"{num(get(report, key, 'before_croniter'), 1)}",
+            )
+        )
+    rows.append(
+        (
+            "the SDK's client CPU per call on this machine, µs (each further item of a "
+            f"BatchGetItem: {num(further)})",
+            "scale.sdk_client_cpu_us_per_call",
+            ", ".join(f"{op} {num(us)}" for op, us in sorted(per_call.items())) or NOT_MEASURED,
+        )
+    )
+    scaled = get(report, steady, "scale")
+    at = NOT_MEASURED if scaled is None else ("full size" if scaled == 1 else f"scale {scaled}")
+    return (
+        table(rows)
+        + f"\n\nRun at {at}; written {get(report, 'machine', 'written_at') or NOT_MEASURED}."
+    )
+
+
 COST_PATHS = (
     ("minutely", "every-minute schedule"),
     ("every_second", "every-second schedule"),
@@ -273,6 +339,143 @@ def cost(report: Report) -> str:
     return "\n".join(lines)
 
 
+def fixed(report: Report) -> str:
+    """docs/cost.md's second table: the ticker's fixed cost, the break-even against
+    EventBridge Scheduler, and the wait a fire visible early costs."""
+    key, minutely = "cost.fixed_per_minute", "cost.minutely"
+    requests = get(report, key, "requests_per_fire") or {}
+    rows = [
+        (
+            "a ticker group's minute: Queries, lease writes",
+            key,
+            f"{num(requests.get('dynamodb.Query'))}, {num(requests.get('dynamodb.UpdateItem'))}",
+        ),
+        (
+            "a ticker group's minute: $ per million minutes; $ a day",
+            key,
+            f"{num(get(report, key, 'usd_per_million'))}; {num(get(report, key, 'usd_per_day'))}",
+        ),
+        (
+            "every-minute fires a minute from which Fireline costs less per fire than the "
+            "idempotent EventBridge Scheduler alternative (one group)",
+            minutely,
+            num(get(report, minutely, "break_even_fires_per_minute")),
+        ),
+        (
+            "an every-minute fire's wait for its time, as the metered tick sends ($ per "
+            "million, `lambda.wait`)",
+            minutely,
+            num(get(report, minutely, "usd_by_service", "lambda.wait"), 3),
+        ),
+        (
+            "fires visible before their second in the latency model, 580 a second on one "
+            "group: p50 / p99 / max",
+            "scale.steady_580",
+            spread(report, "scale.steady_580", "early_seconds"),
+        ),
+    ]
+    return table(rows) + f"\n\nWritten {get(report, 'machine', 'written_at') or NOT_MEASURED}."
+
+
+def isolation(report: Report) -> str:
+    """docs/isolation.md's: what a process per Python job costs beside a thread."""
+    key = "isolation.python_job_overhead"
+
+    def p50_ms(part: str) -> str:
+        us = get(report, key, part, "p50_us")
+        return NOT_MEASURED if us is None else f"{us / 1000:.2f} ms"
+
+    rows = [
+        ("a job that returns at once, in a child process: p50", key, p50_ms("child_process")),
+        ("the same on a thread of the worker's: p50", key, p50_ms("own_thread")),
+        (
+            "a bare fork, exit and reap of the same process: p50",
+            key,
+            p50_ms("bare_fork_exit_wait"),
+        ),
+        (
+            "the worker process forked (its peak resident memory, MB)",
+            key,
+            num(get(report, key, "parent_max_rss_mb")),
+        ),
+    ]
+    return table(rows) + f"\n\nWritten {get(report, 'machine', 'written_at') or NOT_MEASURED}."
+
+
+def workflows(report: Report) -> str:
+    """docs/workflows.md's: a 100,000-node run on the memory adapters, a 2,000-node one on
+    moto, and a node's cost."""
+    memory, moto, cost_key = "workflow.memory_100k", "workflow.moto_2000", "cost.workflow_node"
+    walk = "workflow.walk_against_levels"
+    requests = get(report, moto, "requests_per_node") or {}
+    rows = [
+        (
+            "100,000 nodes on the memory adapters: registering, s; the controller's and the "
+            "workers' CPU per node, µs",
+            memory,
+            f"{num(get(report, memory, 'registered_seconds'), 1)}; "
+            f"{num(get(report, memory, 'controller_us_per_node'))}, "
+            f"{num(get(report, memory, 'worker_us_per_node'))}",
+        ),
+        (
+            "the same, per node: node-row item writes, occurrence writes, SQS send requests",
+            memory,
+            f"{num(get(report, memory, 'node_row_writes_per_node'))}, "
+            f"{num(get(report, memory, 'occurrence_writes_per_node'))}, "
+            f"{num(get(report, memory, 'sqs_send_requests_per_node'))}",
+        ),
+        (
+            "2,000 nodes on moto, per node: node-row item writes; requests by operation",
+            moto,
+            f"{num(get(report, moto, 'node_row_writes_per_node'))}; "
+            + (", ".join(f"{op} {num(n)}" for op, n in sorted(requests.items())) or NOT_MEASURED),
+        ),
+        (
+            "a 20,000-node wide DAG, durations seeded, 1% of nodes slow: the walk's "
+            "makespan against level by level, simulated s",
+            walk,
+            f"{num(get(report, walk, 'walk_makespan_seconds'))} "
+            f"against {num(get(report, walk, 'levels_makespan_seconds'))}",
+        ),
+        (
+            "a node's cost: write units, index write units, $ per million",
+            cost_key,
+            f"{num(get(report, cost_key, 'write_units_per_fire'))}, "
+            f"{num(get(report, cost_key, 'index_write_units_per_fire'))}, "
+            f"{num(get(report, cost_key, 'usd_per_million'))}",
+        ),
+    ]
+    return table(rows) + f"\n\nWritten {get(report, 'machine', 'written_at') or NOT_MEASURED}."
+
+
+def dispatch(report: Report) -> str:
+    """docs/workers.md's: the worker's threads against asyncio for remote targets."""
+    rows = []
+    for seconds in (1, 3):
+        key = f"dispatch.compared.http_{seconds}s"
+        rows += [
+            (
+                f"targets answering in {seconds} s: CPU per fire, ms, threads (warm) / "
+                "threads (cold) / asyncio",
+                key,
+                " / ".join(
+                    num(get(report, key, f"cpu_ms_per_fire_{lane}"), 3)
+                    for lane in ("threads", "threads_cold", "asyncio")
+                ),
+            ),
+            (
+                f"targets answering in {seconds} s: the first wave's start lateness p99, s, "
+                "threads (warm) / threads (cold) / asyncio",
+                key,
+                " / ".join(
+                    num(get(report, key, f"first_wave_p99_lateness_s_{lane}"), 3)
+                    for lane in ("threads", "threads_cold", "asyncio")
+                ),
+            ),
+        ]
+    return table(rows) + f"\n\nWritten {get(report, 'machine', 'written_at') or NOT_MEASURED}."
+
+
 PEER_CONTENDERS = (
     ("peer.apscheduler.memory", "APScheduler 3, memory job store"),
     ("peer.apscheduler.sqlite", "APScheduler 3, SQLAlchemy job store on SQLite"),
@@ -326,8 +529,13 @@ def peer(report: Report) -> str:
 BLOCKS: dict[str, tuple[Path, Callable[[Report], str]]] = {
     "headline": (ROOT / "README.md", headline),
     "scale": (ROOT / "docs" / "scale.md", scale),
+    "ticker": (ROOT / "docs" / "scale.md", ticker),
     "cost": (ROOT / "docs" / "cost.md", cost),
+    "fixed": (ROOT / "docs" / "cost.md", fixed),
     "peer": (ROOT / "docs" / "apscheduler.md", peer),
+    "isolation": (ROOT / "docs" / "isolation.md", isolation),
+    "dispatch": (ROOT / "docs" / "workers.md", dispatch),
+    "workflows": (ROOT / "docs" / "workflows.md", workflows),
 }
 
 
