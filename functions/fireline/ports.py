@@ -206,13 +206,42 @@ class OccurrenceFilter:
         )
 
 
+@dataclass(frozen=True)
+class AwaitingSend:
+    """A row written before its message was sent (a trigger's), still listed as awaiting
+    it since ``since``: its send failed, its process died first, or the listing's clear
+    did not land."""
+
+    key: str
+    since: datetime
+
+
 class OccurrenceStore(Protocol):
-    def put_new(self, item: occurrence.Occurrence) -> bool:
+    def put_new(self, item: occurrence.Occurrence, *, awaiting_send: bool = False) -> bool:
         """Store an occurrence unless its key exists; False for a duplicate.
 
         This conditional put is the correctness boundary of the ticker: racing tickers
-        converge on one row per key.
+        converge on one row per key. ``awaiting_send``: the row is written before its
+        message is sent (a trigger); it is listed by :meth:`awaiting_send`, from its
+        ``created_at``, until :meth:`sent` clears it, so a message that never went is
+        found and sent by the sweep.
         """
+        ...
+
+    def sent(self, key: str) -> None:
+        """Take the row off the awaiting-send listing (its message went, or it no longer
+        waits for one). Nothing where it is not listed."""
+        ...
+
+    def awaiting_send(self, *, before: datetime, limit: int) -> list[AwaitingSend]:
+        """Up to ``limit`` rows listed as awaiting their message since before ``before``.
+        Eventually consistent: a row cleared a moment ago may still be listed."""
+        ...
+
+    def rearm_send(self, key: str, *, since: datetime, now: datetime) -> bool:
+        """List the row as awaiting its message from ``now``, only while it is queued and
+        listed from ``since`` (as read): the sweep's mark before it sends, so of two
+        sweeps one sends, and the next send waits the grace again."""
         ...
 
     def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:

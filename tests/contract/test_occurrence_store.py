@@ -403,3 +403,62 @@ def test_history_up_to_a_time_alone_keeps_the_rows_before_it(
     )
     # THEN only the row before it comes
     assert [o.key for o in page.items] == [before.key]
+
+
+# --- the awaiting-send listing (a trigger's row until its message is confirmed sent) -------
+
+
+def test_a_row_written_awaiting_its_send_is_listed_from_its_creation_until_sent(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN two rows written before their messages, created two seconds before their fire,
+    # and one written plainly
+    first = an_occurrence("nightly", START)
+    second = an_occurrence("hourly", START + MINUTE)
+    assert occurrence_store.put_new(first, awaiting_send=True)
+    assert occurrence_store.put_new(second, awaiting_send=True)
+    assert occurrence_store.put_new(an_occurrence("plain", START))
+    created = first.created_at
+    assert created is not None
+    # THEN each is listed from its creation on, the plain one never
+    assert occurrence_store.awaiting_send(before=created, limit=10) == []
+    listed = occurrence_store.awaiting_send(before=START + 2 * MINUTE, limit=10)
+    assert sorted((e.key, e.since) for e in listed) == sorted(
+        [(first.key, first.created_at), (second.key, second.created_at)]
+    )
+    assert len(occurrence_store.awaiting_send(before=START + 2 * MINUTE, limit=1)) == 1
+    # WHEN one is confirmed sent
+    occurrence_store.sent(first.key)
+    # THEN only the other is listed, and the row itself is unchanged
+    assert [e.key for e in occurrence_store.awaiting_send(before=START + 2 * MINUTE, limit=10)] == [
+        second.key
+    ]
+    assert occurrence_store.get(first.key) == first
+    # AND a clear of a row that does not exist writes nothing
+    occurrence_store.sent(an_occurrence("gone", START).key)
+    assert occurrence_store.get(an_occurrence("gone", START).key) is None
+
+
+def test_a_listed_row_is_rearmed_only_while_queued_and_as_read(
+    occurrence_store: ports.OccurrenceStore,
+) -> None:
+    # GIVEN a row awaiting its send since its creation
+    row = an_occurrence("nightly", START)
+    occurrence_store.put_new(row, awaiting_send=True)
+    since = row.created_at
+    assert since is not None
+    later = START + 20 * MINUTE
+    # WHEN a sweep rearms it as read: it is listed from then on
+    assert occurrence_store.rearm_send(row.key, since=since, now=later)
+    assert occurrence_store.awaiting_send(before=later, limit=10) == []
+    assert [e.since for e in occurrence_store.awaiting_send(before=later + MINUTE, limit=10)] == [
+        later
+    ]
+    # THEN a second sweep that read the old listing is refused
+    assert not occurrence_store.rearm_send(row.key, since=since, now=later + MINUTE)
+    # AND once the row moves on (a put of its next state), it is no longer listed, and
+    # cannot be rearmed
+    running = row.moved(State.RUNNING, attempts=1, started_at=later)
+    assert occurrence_store.transition(running, expected_state=State.QUEUED)
+    assert occurrence_store.awaiting_send(before=later + MINUTE, limit=10) == []
+    assert not occurrence_store.rearm_send(row.key, since=later, now=later + MINUTE)

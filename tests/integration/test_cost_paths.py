@@ -86,7 +86,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
             "dynamodb.BatchGetItem": 0.24,
             "dynamodb.BatchWriteItem": 0.12,
             "dynamodb.GetItem": 0.08,
-            "dynamodb.Query": 0.72,
+            "dynamodb.Query": 1.04,
             "dynamodb.Scan": 0.04,
             "dynamodb.TransactWriteItems": 0.24,
             "dynamodb.UpdateItem": 2.0,
@@ -96,7 +96,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         },
         "write_units": 3.96,
         "index_write_units": 0.0,
-        "read_units": 1.46,
+        "read_units": 1.62,
         "worker_wait_seconds": 0.018,
     },
     # A limited tenant in a class shared out, its worker one container of the 50 the class

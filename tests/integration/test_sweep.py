@@ -29,7 +29,7 @@ from fireline.adapters import (
     slots_dynamodb,
     sweep_dynamodb,
 )
-from fireline.domain import model, occurrence, quota, schedule
+from fireline.domain import errors, model, occurrence, quota, schedule
 from fireline.services import schedules, sweep
 from fireline.services import worker as worker_service
 from helpers import flows
@@ -663,3 +663,142 @@ def test_a_sweep_builds_the_register_of_overrides_set_before_it_once(cloud: Clou
     # THEN the first built the register with the override, and the second left it as it was
     assert (first.overrides, second.overrides) == (1, 1)
     assert slots.overrides() == {"tenant-a": 3}
+
+
+# --- a trigger whose message never went ---------------------------------------------------
+
+
+class TransitionsFail:
+    """The occurrence store as the trigger's request sees it while DynamoDB fails its
+    writes after the row's put: the settle of a row whose send failed does not land."""
+
+    def __init__(self, inner: ports.OccurrenceStore) -> None:
+        self.inner = inner
+
+    def transition(self, item: Any, *, expected_state: Any) -> bool:
+        raise errors.Unavailable("DynamoDB did not answer (injected)")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class SendRefused:
+    """The work queue refusing every send (SQS unavailable)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def send_batch(self, job_class: str, messages: Any) -> list[str]:
+        raise errors.Unavailable("SQS did not answer (injected)")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def trigger_failing(cloud: Cloud, how: str) -> str:
+    """Trigger an hourly schedule so that its row is written and its message never goes:
+    the request dies before the send, or the send fails and so does the row's settle."""
+    made = cloud.service.create(
+        cloud.tenant,
+        schedules.ScheduleDraft("rate(1 hour)", target={"type": "python", "handler": "count"}),
+    )
+    service = cloud.service
+    if how == "died":
+        cloud.queue.crash = True
+        with pytest.raises(Crash):
+            service.trigger(cloud.tenant, made.schedule_id)
+        cloud.queue.crash = False
+    else:
+        failing = replace_parts(
+            service, SendRefused(cloud.queue), TransitionsFail(cloud.occurrences)
+        )
+        with pytest.raises(errors.Unavailable):
+            failing.trigger(cloud.tenant, made.schedule_id)
+    return made.schedule_id
+
+
+def replace_parts(service: schedules.ScheduleService, queue: Any, occurrences: Any) -> Any:
+    failing = schedules.ScheduleService(
+        schedules=service.schedules,
+        occurrences=occurrences,
+        queue=queue,
+        clock=service.clock,
+        quotas=LIMITS,
+    )
+    return failing
+
+
+def open_rows(cloud: Cloud, schedule_id: str) -> list[occurrence.Occurrence]:
+    return cloud.occurrences.history(cloud.tenant, schedule_id, limit=10).items
+
+
+@pytest.mark.parametrize("how", ["died", "send-and-settle-failed"])
+def test_a_trigger_whose_message_never_went_is_sent_after_the_grace_and_runs_once(
+    cloud: Cloud, how: str
+) -> None:
+    # GIVEN a trigger whose row was written, queued, and whose message never went
+    schedule_id = trigger_failing(cloud, how)
+    (row,) = open_rows(cloud, schedule_id)
+    assert row.state is occurrence.State.QUEUED
+    # WHEN the sweep runs within the grace
+    cloud.clock.advance(minutes(14))
+    early = cloud.sweep.run()
+    # THEN nothing is sent: it may still be on its way
+    assert early.triggers_sent == 0
+    assert cloud.deliver() == 0
+    # WHEN the sweep runs once the grace has passed, twice (two runs, or two sweeps)
+    cloud.clock.advance(minutes(2))
+    first, second = cloud.sweep.run(), cloud.sweep.run()
+    # THEN it is sent once and runs once
+    assert (first.triggers_sent, second.triggers_sent) == (1, 0)
+    assert cloud.deliver() == 1
+    assert cloud.ran == [row.key]
+    assert open_rows(cloud, schedule_id)[0].state is occurrence.State.SUCCEEDED
+    # AND a sweep past the next grace takes the row off the listing, and the one after
+    # reads nothing of it
+    cloud.clock.advance(minutes(16))
+    assert cloud.sweep.run().triggers_cleared == 1
+    cloud.clock.advance(minutes(16))
+    assert cloud.occurrences.awaiting_send(before=cloud.clock.now(), limit=10) == []
+    assert cloud.sweep.run().triggers_sent == 0
+
+
+def test_a_trigger_sent_is_not_listed_and_never_sent_again(cloud: Cloud) -> None:
+    # GIVEN a trigger whose send went
+    made = cloud.service.create(
+        cloud.tenant,
+        schedules.ScheduleDraft("rate(1 hour)", target={"type": "python", "handler": "count"}),
+    )
+    row = cloud.service.trigger(cloud.tenant, made.schedule_id)
+    # THEN it is off the listing at once, and a sweep past the grace sends nothing
+    assert (
+        cloud.occurrences.awaiting_send(before=cloud.clock.now() + timedelta(days=1), limit=10)
+        == []
+    )
+    cloud.clock.advance(minutes(16))
+    assert cloud.sweep.run().triggers_sent == 0
+    assert cloud.deliver() == 1
+    assert cloud.ran == [row.key]
+
+
+def test_a_trigger_in_a_backlog_past_the_grace_gets_a_second_message_and_runs_once(
+    cloud: Cloud,
+) -> None:
+    # GIVEN a trigger whose message went but whose listing was not cleared (the clear
+    # failed), still queued past the grace: its message waits in a backlog
+    made = cloud.service.create(
+        cloud.tenant,
+        schedules.ScheduleDraft("rate(1 hour)", target={"type": "python", "handler": "count"}),
+    )
+    cleared = cloud.occurrences.sent
+    cloud.occurrences.sent = lambda key: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        errors.Unavailable("DynamoDB did not answer (injected)")
+    )
+    row = cloud.service.trigger(cloud.tenant, made.schedule_id)
+    cloud.occurrences.sent = cleared  # type: ignore[method-assign]
+    cloud.clock.advance(minutes(16))
+    # WHEN the sweep sends it again, and both messages are delivered
+    assert cloud.sweep.run().triggers_sent == 1
+    assert cloud.deliver() == 2
+    # THEN it ran once: the claim is conditional on the occurrence key
+    assert cloud.ran == [row.key]

@@ -668,7 +668,7 @@ def test_schedules_table_has_the_sparse_keys_only_due_and_held_indexes(
     assert props["SSESpecification"] == {"SSEEnabled": True}
 
 
-def test_occurrences_table_keeps_history_per_schedule_with_only_the_sparse_dead_index(
+def test_occurrences_table_keeps_history_per_schedule_with_only_sparse_indexes(
     translated: dict[str, Any],
 ) -> None:
     props = translated["Resources"]["OccurrencesTable"]["Properties"]
@@ -677,9 +677,10 @@ def test_occurrences_table_keeps_history_per_schedule_with_only_the_sparse_dead_
         {"AttributeName": "schedule_id", "KeyType": "HASH"},
         {"AttributeName": "occurrence_sk", "KeyType": "RANGE"},
     ]
-    # History needs no index (a Query on schedule_id, newest first). The one index is the
-    # sparse "dead" one: only dead rows carry dead_tenant_id, so it is written only when a
-    # job runs out of attempts, never for the other writes of an occurrence.
+    # History needs no index (a Query on schedule_id, newest first). Both indexes are
+    # sparse: only dead rows carry dead_tenant_id, so "dead" is written only when a job
+    # runs out of attempts; only a trigger's row carries awaiting_send_*, until its send
+    # is confirmed. A scheduled fire's writes touch neither.
     assert props["GlobalSecondaryIndexes"] == [
         {
             "IndexName": "dead",
@@ -688,9 +689,19 @@ def test_occurrences_table_keeps_history_per_schedule_with_only_the_sparse_dead_
                 {"AttributeName": "occurrence_sk", "KeyType": "RANGE"},
             ],
             "Projection": {"ProjectionType": "ALL"},
-        }
+        },
+        {
+            "IndexName": "awaiting_send",
+            "KeySchema": [
+                {"AttributeName": "awaiting_send_shard", "KeyType": "HASH"},
+                {"AttributeName": "awaiting_send_since_ms", "KeyType": "RANGE"},
+            ],
+            "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["occurrence_key"]},
+        },
     ]
     assert sorted(props["AttributeDefinitions"], key=lambda a: a["AttributeName"]) == [
+        {"AttributeName": "awaiting_send_shard", "AttributeType": "S"},
+        {"AttributeName": "awaiting_send_since_ms", "AttributeType": "N"},
         {"AttributeName": "dead_tenant_id", "AttributeType": "S"},
         {"AttributeName": "occurrence_sk", "AttributeType": "S"},
         {"AttributeName": "schedule_id", "AttributeType": "S"},
@@ -1600,6 +1611,15 @@ def test_workers_may_write_a_schedules_quota_mark_and_nothing_else_of_it(
 
 
 SWEEP_MARKS = [*QUOTA_MARK, "held_in", "sweep_sent_ms"]
+# A trigger's listing as awaiting its message: moved or cleared by the sweep (its state
+# only named by the move's condition).
+AWAITING_SEND = [
+    "schedule_id",
+    "occurrence_sk",
+    "awaiting_send_shard",
+    "awaiting_send_since_ms",
+    "state",
+]
 
 
 def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
@@ -1612,11 +1632,16 @@ def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
     scoped = _grants(role, "dynamodb", attributes=SWEEP_MARKS)
 
     # THEN of a schedule it may write a job's quota mark and its resend's time, nothing
+    # else; of an occurrence row, a trigger's listing as awaiting its message, nothing
     # else; it reads the held index, a tenant's jobs (before reducing its count), jobs
-    # and occurrence rows by key, and the slots table's usage items and holders (scan,
-    # query, read, the count's conditional update, a holder's change or delete); it may
-    # put the register of limit overrides, and no other item of the slots table
+    # and occurrence rows by key, the awaiting_send index, and the slots table's usage
+    # items and holders (scan, query, read, the count's conditional update, a holder's
+    # change or delete); it may put the register of limit overrides, and no other item
+    # of the slots table
     assert scoped == {"SchedulesTable": {"dynamodb:UpdateItem"}}
+    assert _grants(role, "dynamodb", attributes=AWAITING_SEND) == {
+        "OccurrencesTable": {"dynamodb:UpdateItem"}
+    }
     assert grants == {
         "SchedulesTable": {
             "dynamodb:GetItem",
@@ -1624,7 +1649,12 @@ def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
             "dynamodb:Query",
             "dynamodb:UpdateItem",
         },
-        "OccurrencesTable": {"dynamodb:GetItem", "dynamodb:BatchGetItem"},
+        "OccurrencesTable": {
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:Query",
+            "dynamodb:UpdateItem",
+        },
         "SlotsTable": {
             "dynamodb:Scan",
             "dynamodb:Query",
@@ -1644,6 +1674,8 @@ def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
             {"Fn::GetAtt": ["SchedulesTable", "Arn"]},
             {"Fn::Sub": "${SchedulesTable.Arn}/index/held"},
         ],
+        # the occurrences table's awaiting_send index only, never its rows' history
+        {"Fn::Sub": "${OccurrencesTable.Arn}/index/awaiting_send"},
         {"Fn::GetAtt": ["SlotsTable", "Arn"]},
     ]
     assert _wildcard_actions(role) & DYNAMODB_WRITES == set()

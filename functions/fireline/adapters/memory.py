@@ -523,17 +523,47 @@ class MemoryOccurrenceStore:
         self._lock = threading.RLock()
         #: Puts refused because the key existed (duplicates the key caught).
         self.duplicates = 0
+        # Rows written before their message was sent, by key: since when (DynamoDB's
+        # sparse awaiting_send index). A transition's put drops the listing, as DynamoDB's
+        # whole-item put does; a claim's and a settle's updates keep it.
+        self._awaiting_send: dict[str, datetime] = {}
 
-    def put_new(self, item: occurrence.Occurrence) -> bool:
+    def put_new(self, item: occurrence.Occurrence, *, awaiting_send: bool = False) -> bool:
         with self._lock:
             if item.key in self._items:
                 self.duplicates += 1
                 return False
+            if awaiting_send:
+                assert item.created_at is not None
+                self._awaiting_send[item.key] = item.created_at
             self._items[item.key] = item
             bisect.insort(
                 self._by_schedule[(item.tenant_id, item.schedule_id)],
                 (item.fire_time, item.version, item.key),
             )
+            return True
+
+    def sent(self, key: str) -> None:
+        with self._lock:
+            self._awaiting_send.pop(key, None)
+
+    def awaiting_send(self, *, before: datetime, limit: int) -> list[ports.AwaitingSend]:
+        with self._lock:
+            listed = sorted(
+                (since, key) for key, since in self._awaiting_send.items() if since < before
+            )
+            return [ports.AwaitingSend(key=key, since=since) for since, key in listed[:limit]]
+
+    def rearm_send(self, key: str, *, since: datetime, now: datetime) -> bool:
+        with self._lock:
+            row = self._items.get(key)
+            if (
+                row is None
+                or row.state is not occurrence.State.QUEUED
+                or self._awaiting_send.get(key) != since
+            ):
+                return False
+            self._awaiting_send[key] = now
             return True
 
     def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:
@@ -725,6 +755,7 @@ class MemoryOccurrenceStore:
                 return False
             occurrence.check_transition(current.state, item.state)
             self._items[item.key] = item
+            self._awaiting_send.pop(item.key, None)
             return True
 
 

@@ -4,6 +4,9 @@ The occurrences table (see infra/template.yaml): (schedule_id, occurrence_sk =
 ``{fire_time_utc}#{version}``): a Query per schedule is its history, newest first, without
 a GSI (a GSI would double every put). Sparse GSI ``dead`` on (dead_tenant_id,
 occurrence_sk): only dead rows carry the attribute, so it lists a tenant's dead letters.
+Sparse GSI ``awaiting_send`` on (awaiting_send_shard, awaiting_send_since_ms): only a row
+written before its message was sent (a trigger's) carries them, until its send is
+confirmed, so the sweep finds a message that never went.
 A row's conditional writes are the fire's idempotency record: its creation, its claim and
 its outcome each land once.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -42,6 +46,11 @@ else:
     DynamoDBClient = Any
 
 DEAD_INDEX = "dead"
+# The sparse "awaiting_send" index: only a row written before its message was sent (a
+# trigger's) carries its attributes, until the send is confirmed; spread over this many
+# partitions of the index by its key.
+AWAITING_SEND_INDEX = "awaiting_send"
+AWAITING_SEND_SHARDS = 8
 
 
 def occurrence_sort_key(fire_time: datetime, version: int) -> str:
@@ -146,16 +155,102 @@ class DynamoOccurrenceStore:
     def _expires_at(self, item: occurrence.Occurrence) -> int:
         return int((item.fire_time + self._retention).timestamp())
 
-    def put_new(self, item: occurrence.Occurrence) -> bool:
+    def put_new(self, item: occurrence.Occurrence, *, awaiting_send: bool = False) -> bool:
+        record = occurrence_to_item(item, self._expires_at(item))
+        if awaiting_send:
+            assert item.created_at is not None
+            record["awaiting_send_shard"] = str(
+                zlib.crc32(item.key.encode()) % AWAITING_SEND_SHARDS
+            )
+            record["awaiting_send_since_ms"] = _ms(item.created_at)
         try:
             with _translated():
                 self._client.put_item(
                     TableName=self._table,
-                    Item=_encode(occurrence_to_item(item, self._expires_at(item))),
+                    Item=_encode(record),
                     # The correctness boundary: racing or retried tickers converge on one row
                     # per occurrence key.
                     ConditionExpression="attribute_not_exists(#sk)",
                     ExpressionAttributeNames={"#sk": "occurrence_sk"},
+                )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def sent(self, key: str) -> None:
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key(key),
+                    UpdateExpression="REMOVE #shard, #since",
+                    # Never creates a row that is gone (expired, or never written).
+                    ConditionExpression="attribute_exists(#sk)",
+                    ExpressionAttributeNames={
+                        "#shard": "awaiting_send_shard",
+                        "#since": "awaiting_send_since_ms",
+                        "#sk": "occurrence_sk",
+                    },
+                )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    def awaiting_send(self, *, before: datetime, limit: int) -> list[ports.AwaitingSend]:
+        found: list[ports.AwaitingSend] = []
+        for shard in range(AWAITING_SEND_SHARDS):
+            start: dict[str, Any] | None = None
+            while len(found) < limit:
+                kwargs: dict[str, Any] = {
+                    "TableName": self._table,
+                    "IndexName": AWAITING_SEND_INDEX,
+                    "KeyConditionExpression": "#shard = :shard AND #since < :before",
+                    "ExpressionAttributeNames": {
+                        "#shard": "awaiting_send_shard",
+                        "#since": "awaiting_send_since_ms",
+                    },
+                    "ExpressionAttributeValues": {
+                        ":shard": {"S": str(shard)},
+                        ":before": {"N": str(_ms(before))},
+                    },
+                    "Limit": limit - len(found),
+                }
+                if start is not None:
+                    kwargs["ExclusiveStartKey"] = start
+                with _translated():
+                    response = self._client.query(**kwargs)
+                for raw in response.get("Items", []):
+                    listed = _decode(raw)
+                    found.append(
+                        ports.AwaitingSend(
+                            key=str(listed["occurrence_key"]),
+                            since=_from_ms(listed["awaiting_send_since_ms"]),
+                        )
+                    )
+                start = response.get("LastEvaluatedKey")
+                if start is None:
+                    break
+        return found
+
+    def rearm_send(self, key: str, *, since: datetime, now: datetime) -> bool:
+        try:
+            with _translated():
+                self._client.update_item(
+                    TableName=self._table,
+                    Key=self._key(key),
+                    UpdateExpression="SET #since = :now",
+                    ConditionExpression="#since = :since AND #state = :queued",
+                    ExpressionAttributeNames={
+                        "#since": "awaiting_send_since_ms",
+                        "#state": "state",
+                    },
+                    ExpressionAttributeValues={
+                        ":now": {"N": str(_ms(now))},
+                        ":since": {"N": str(_ms(since))},
+                        ":queued": {"S": occurrence.State.QUEUED.value},
+                    },
                 )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":

@@ -492,12 +492,19 @@ class ScheduleService:
                 created_at=now,
                 exact=True,
             )
-            if self.occurrences.put_new(row):
+            # Listed as awaiting its message until the send is confirmed: a send that
+            # failed and a settle that failed too, or a process that died between the two
+            # writes, leave the row listed, and the sweep sends it (fireline.services.sweep).
+            if self.occurrences.put_new(row, awaiting_send=True):
                 try:
                     self._send_row(row)
                 except errors.Unavailable:
                     self._unsent(row)
                     raise
+                with contextlib.suppress(errors.Unavailable):
+                    # Sent. A listing a failed clear leaves costs the sweep a read of the
+                    # row and the clear, once the row has waited the sweep's grace.
+                    self.occurrences.sent(row.key)
                 return row
             fire_time -= timedelta(milliseconds=1)
         raise errors.ConflictError(f"schedule {schedule_id} is being triggered too often")

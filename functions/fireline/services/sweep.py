@@ -38,6 +38,16 @@ is about marks. For each marked job:
    :meth:`Sweep._reconcile`), with a write conditional on the count not having changed,
    so a reconcile never makes a count too low.
 
+Each run also sends the triggers whose message never went. A trigger writes its row, queued,
+then sends its message; the row is listed as awaiting it (the occurrences table's sparse
+``awaiting_send`` index) until the send is confirmed. A send that failed with a settle
+that failed too, or a process that died between the two writes, leaves it listed: once
+the listing is older than :data:`GRACE`, the sweep reads the row, and a row still queued
+is marked again (so two sweeps send once between them, and the next send waits the grace
+again) and its message sent; a second message of one that went, in a backlog, is
+harmless, since the claim runs the fire once. A row no longer queued (claimed, settled,
+expired) is taken off the listing.
+
 Each run also makes sure the register of tenant limit overrides is built (see
 ``SlotStore.build_overrides``): a new deployment, or one whose overrides were set before
 the register existed, has it within a run; once built, the check is one read.
@@ -78,6 +88,8 @@ MAX_HELD = 5000
 # Query pages (1 MB each) a count's check against the table may read before it reduces it,
 # in all over the tenant's keys (fireline.domain.model.TENANT_KEY_SHARDS, a page at least each).
 MAX_CHECK_READS = 20
+# Rows awaiting their message one run reads at most (the next run takes the rest).
+MAX_AWAITING_SEND = 500
 
 
 @dataclass
@@ -90,6 +102,8 @@ class SweepReport:
     noted: int = 0
     forgiven: int = 0  # units taken off counts
     unsent: int = 0  # resends that failed (sent by a later run)
+    triggers_sent: int = 0  # triggers whose message never went, sent
+    triggers_cleared: int = 0  # listings of rows no longer awaiting a message, cleared
     complete: bool = True  # False: the run stopped at MAX_SCAN_PAGES
     overrides: int | None = None  # limit overrides in the register (None: not built)
 
@@ -135,8 +149,41 @@ class Sweep:
                 break
         else:
             report.complete = False
+        self._awaiting_send(report)
         logger.info("sweep", extra={"action": "sweep.run", **vars(report)})
         return report
+
+    def _awaiting_send(self, report: SweepReport) -> None:
+        """The triggers listed as awaiting their message for longer than the grace: sent
+        again while queued, taken off the listing otherwise."""
+        now = self.clock.now()
+        listed = self.occurrences.awaiting_send(before=now - self.grace, limit=MAX_AWAITING_SEND)
+        report.items_read += len(listed)
+        for entry in listed:
+            row = self.occurrences.get(entry.key)
+            report.items_read += 1
+            if row is None or row.state is not occurrence.State.QUEUED:
+                with contextlib.suppress(errors.Unavailable):  # the next run clears it
+                    self.occurrences.sent(entry.key)
+                    report.triggers_cleared += 1
+                continue
+            if not self.occurrences.rearm_send(entry.key, since=entry.since, now=now):
+                continue  # claimed, or another sweep's, since the read
+            message = ports.OutboundMessage(body=dispatch.job_message(row))
+            try:
+                dispatch.send(
+                    self.queue,
+                    [dispatch.Outbound(row.job_class, row.key, message)],
+                    dispatch.DispatchReport(),
+                )
+            except errors.Unavailable:
+                report.unsent += 1  # rearmed: the run after the next grace sends it
+                continue
+            report.triggers_sent += 1
+            logger.info(
+                "trigger sent by the sweep",
+                extra={"action": "sweep.trigger_sent", "tenant_id": row.tenant_id, "key": row.key},
+            )
 
     def _register(self) -> int | None:
         """The register of limit overrides, built if it is not yet; the overrides it
