@@ -101,10 +101,14 @@ threads-limits:
 # together rather than one running a long scenario alone at the end.
 BENCH_MODULES := tests/bench/bench_e2e.py $(filter-out tests/bench/bench_e2e.py, \
 	$(sort $(wildcard tests/bench/bench_*.py)))
+# A full run takes hours on two cores: it resumes, skipping each scenario an earlier run
+# completed on the same code (the report stamps each with the code it ran on; a change to
+# the code, the template or the benchmarks starts them all again). FRESH=1 starts over.
 bench: install $(BENCH_STAMP) threads-limits
-	$(BIN)/python -m pytest -q -s -n $${BENCH_WORKERS:-2} --dist load $(BENCH_MODULES) \
-		-o python_files="bench_*.py"
-	$(BIN)/python tests/bench/tables.py
+	$(if $(FRESH),rm -f .bench/report.json .bench/report.md)
+	FIRELINE_BENCH_RESUME=1 $(BIN)/python -m pytest -q -s -rs -n $${BENCH_WORKERS:-2} \
+		--dist load $(BENCH_MODULES) -o python_files="bench_*.py"
+	PYTHONPATH=tests $(BIN)/python -m bench.tables
 
 # The headline end-to-end, scale and cost keys at a tenth of their sizes
 # (FIRELINE_BENCH_SCALE): the same scenarios in minutes rather than hours. Their figures

@@ -6,14 +6,25 @@ benchmarks (and earlier runs) it did not measure this time, so a partial run upd
 what it measured and leaves the rest. report.md is written again from the whole of
 report.json on every record: a summary of the cost per job of every path first, then
 every key's figures flattened to dotted names.
+
+Every key is stamped with the code it ran on (:func:`code_stamp`: the commit, and a hash
+of the files the figures depend on as they are in the working tree), under ``stamps``,
+and every scenario that passed is listed under ``completed`` with its stamp. A run that
+resumes (``make bench``; ``FIRELINE_BENCH_RESUME``) skips the scenarios an earlier run
+completed on the same code: a full run takes longer than a sitting on two cores, and
+continues where the last one stopped, as long as the code is the same.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
+import hashlib
 import json
 import os
 import platform
+import subprocess
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,21 +43,90 @@ COST_COLUMNS = (
 )
 
 
-def record(key: str, figures: Any) -> None:
-    """Store ``figures`` under ``key`` (e.g. "scale.steady_580") and print them. Under a
-    lock on the report: make bench runs its modules in two processes side by side."""
+# What the figures depend on: the product's code and template, the benchmarks, the build.
+STAMPED_PATHS = ("functions", "infra", "statemachines", "tests/bench", "Makefile", "pyproject.toml")
+# Top-level entries of the report that are not figures.
+BOOKKEEPING = ("machine", "stamps", "completed")
+
+
+@functools.cache
+def code_stamp() -> dict[str, str]:
+    """The code this run's figures run on (see :func:`stamp_of`)."""
+    return stamp_of(REPORT.parents[1])
+
+
+def stamp_of(root: Path) -> dict[str, str]:
+    """The code a figure ran on: the commit, and a hash of :data:`STAMPED_PATHS` as they
+    are in the working tree (the index's blob ids and any uncommitted change), so two
+    runs have one stamp exactly when what they ran is the same. ``unknown`` outside git."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
+
+    try:
+        listed = git("ls-files", "-s", "--", *STAMPED_PATHS)
+        changed = git("diff", "HEAD", "--", *STAMPED_PATHS)
+        untracked = git("ls-files", "--others", "--exclude-standard", "--", *STAMPED_PATHS)
+        commit = git("rev-parse", "--short=12", "HEAD").strip()
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unknown", "tree": "unknown"}
+    digest = hashlib.sha1((listed + changed + untracked).encode()).hexdigest()[:16]
+    return {"commit": commit + ("-dirty" if changed or untracked else ""), "tree": digest}
+
+
+def _locked_update(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Apply ``change`` to the report under its lock (make bench runs scenarios in two
+    processes side by side) and write it, with report.md; the report as written."""
     REPORT.parent.mkdir(exist_ok=True)
     with open(REPORT.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         report: dict[str, Any] = json.loads(REPORT.read_text()) if REPORT.exists() else {}
+        change(report)
+        REPORT.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        SUMMARY.write_text(markdown(report))
+        return report
+
+
+def _run_stamp() -> str:
+    """This code at this size: a scenario completed by ``make bench-quick`` (a tenth of
+    the size) never stands for the full-size one."""
+    return f"{code_stamp()['tree']}@scale={os.environ.get('FIRELINE_BENCH_SCALE', '1')}"
+
+
+def completed(nodeid: str) -> None:
+    """Note that the scenario ``nodeid`` passed on this code, at this size."""
+
+    def note(report: dict[str, Any]) -> None:
+        report.setdefault("completed", {})[nodeid] = _run_stamp()
+
+    _locked_update(note)
+
+
+def done_on_this_code(nodeid: str) -> bool:
+    """Whether an earlier run completed the scenario ``nodeid`` on this very code, at
+    this size."""
+    if not REPORT.exists() or code_stamp()["tree"] == "unknown":
+        return False
+    report = json.loads(REPORT.read_text())
+    return bool(report.get("completed", {}).get(nodeid) == _run_stamp())
+
+
+def record(key: str, figures: Any) -> None:
+    """Store ``figures`` under ``key`` (e.g. "scale.steady_580"), stamped with the code
+    they ran on, and print them."""
+
+    def store(report: dict[str, Any]) -> None:
         report[key] = figures
+        report.setdefault("stamps", {})[key] = code_stamp()
         report["machine"] = {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "written_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
-        REPORT.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-        SUMMARY.write_text(markdown(report))
+
+    _locked_update(store)
     print(f"\n{key}: {json.dumps(figures, indent=2, sort_keys=True)}")
 
 
@@ -95,7 +175,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append("")
     lines += ["## Every figure", "", "| key | figure |", "|---|---:|"]
     for key, value in sorted(report.items()):
-        if key == "machine":
+        if key in BOOKKEEPING:
             continue
         for name, figure in _flatten(key, value):
             lines.append(f"| {name} | {_cell(figure)} |")

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bench import report as bench_report
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / ".bench" / "report.json"
 NOT_MEASURED = "not measured"
@@ -68,7 +70,11 @@ def calibration(report: Report, key: str) -> str:
     values = sorted(calibrated.values())
     median_ms = values[len(values) // 2] / 1000
     at = f"scale {num(scale, 2)}" if scale not in (None, 1, 1.0) else "full size"
-    return f"SDK client CPU {median_ms:.2f} ms a call (median of {len(values)} operations), {at}"
+    commit = get(report, "stamps", key, "commit")
+    on = f", on code {commit}" if commit else ""
+    return (
+        f"SDK client CPU {median_ms:.2f} ms a call (median of {len(values)} operations), {at}{on}"
+    )
 
 
 def table(rows: list[tuple[str, str, str]]) -> str:
@@ -555,6 +561,15 @@ def main(report_path: Path = REPORT) -> int:
         print(f"{report_path} is missing: run make bench first", file=sys.stderr)
         return 2
     report = json.loads(report_path.read_text())
+    stale = sorted(
+        key
+        for key, stamp in (report.get("stamps") or {}).items()
+        if stamp.get("tree") != bench_report.code_stamp()["tree"]
+    )
+    if stale:
+        # Written all the same (the report is what was measured), but said: a figure from
+        # other code than this is to be measured again before it is quoted.
+        print(f"keys measured on other code than this: {', '.join(stale)}", file=sys.stderr)
     for name, (path, render) in BLOCKS.items():
         path.write_text(rewrite(path.read_text(), name, render(report)))
         print(f"{path.relative_to(ROOT)}: {name} written from {report_path.name}")
