@@ -223,8 +223,8 @@ class OccurrenceStore(Protocol):
         This conditional put is the correctness boundary of the ticker: racing tickers
         converge on one row per key. ``awaiting_send``: the row is written before its
         message is sent (a trigger); it is listed by :meth:`awaiting_send`, from its
-        ``created_at``, until :meth:`sent` clears it, so a message that never went is
-        found and sent by the sweep.
+        ``created_at``, until :meth:`sent` clears it, so a row whose request failed or
+        died before confirming its send is found and settled by the sweep.
         """
         ...
 
@@ -238,10 +238,12 @@ class OccurrenceStore(Protocol):
         Eventually consistent: a row cleared a moment ago may still be listed."""
         ...
 
-    def rearm_send(self, key: str, *, since: datetime, now: datetime) -> bool:
-        """List the row as awaiting its message from ``now``, only while it is queued and
-        listed from ``since`` (as read): the sweep's mark before it sends, so of two
-        sweeps one sends, and the next send waits the grace again."""
+    def settle_unsent(self, key: str, *, since: datetime, now: datetime) -> bool:
+        """Settle a listed row ``skipped`` ("skipped: not sent") and take it off the
+        listing, only while it is queued and listed from ``since`` (as read): a trigger
+        whose request failed or died before confirming its send runs nothing, as the
+        request's own settle would have made it (a message that went after all finds it
+        settled). False when the row moved on or another sweep settled it first."""
         ...
 
     def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:

@@ -439,26 +439,33 @@ def test_a_row_written_awaiting_its_send_is_listed_from_its_creation_until_sent(
     assert occurrence_store.get(an_occurrence("gone", START).key) is None
 
 
-def test_a_listed_row_is_rearmed_only_while_queued_and_as_read(
+def test_a_listed_row_is_settled_unsent_only_while_queued_and_as_read(
     occurrence_store: ports.OccurrenceStore,
 ) -> None:
-    # GIVEN a row awaiting its send since its creation
+    # GIVEN two rows awaiting their send since their creation
     row = an_occurrence("nightly", START)
+    other = an_occurrence("hourly", START)
     occurrence_store.put_new(row, awaiting_send=True)
+    occurrence_store.put_new(other, awaiting_send=True)
     since = row.created_at
     assert since is not None
     later = START + 20 * MINUTE
-    # WHEN a sweep rearms it as read: it is listed from then on
-    assert occurrence_store.rearm_send(row.key, since=since, now=later)
-    assert occurrence_store.awaiting_send(before=later, limit=10) == []
-    assert [e.since for e in occurrence_store.awaiting_send(before=later + MINUTE, limit=10)] == [
-        later
-    ]
-    # THEN a second sweep that read the old listing is refused
-    assert not occurrence_store.rearm_send(row.key, since=since, now=later + MINUTE)
-    # AND once the row moves on (a put of its next state), it is no longer listed, and
-    # cannot be rearmed
-    running = row.moved(State.RUNNING, attempts=1, started_at=later)
+    # WHEN a sweep settles one as read
+    assert occurrence_store.settle_unsent(row.key, since=since, now=later)
+    # THEN it is skipped as not sent, off the listing, and a second settle is refused
+    settled = occurrence_store.get(row.key)
+    assert settled is not None
+    assert (settled.state, settled.exit_reason, settled.finished_at) == (
+        State.SKIPPED,
+        "skipped: not sent",
+        later,
+    )
+    assert [e.key for e in occurrence_store.awaiting_send(before=later, limit=10)] == [other.key]
+    assert not occurrence_store.settle_unsent(row.key, since=since, now=later)
+    # AND a row listed from another time than read, or moved on, is left as it is
+    assert not occurrence_store.settle_unsent(other.key, since=later, now=later)
+    running = other.moved(State.RUNNING, attempts=1, started_at=later)
     assert occurrence_store.transition(running, expected_state=State.QUEUED)
-    assert occurrence_store.awaiting_send(before=later + MINUTE, limit=10) == []
-    assert not occurrence_store.rearm_send(row.key, since=later, now=later + MINUTE)
+    assert not occurrence_store.settle_unsent(other.key, since=since, now=later)
+    assert occurrence_store.get(other.key) == running
+    assert occurrence_store.awaiting_send(before=later, limit=10) == []

@@ -199,7 +199,7 @@ def test_items_changing_under_every_pass_stop_the_command_at_its_pass_cap_with_e
     # THEN it stops after 3, names the item still changing and exits 1, the item whole
     assert code == 1
     assert json.loads(out) == {"scanned": 3, "moved": 0, "passes": 3, "still_changing": 1}
-    assert "1 schedules changed while being moved in each of 3 passes" in err
+    assert "1 schedules changed while being moved in the last of 3 passes" in err
     assert keys_held(table) == {TENANT}
     # AND a cap below 1 is refused, naming the option, before any pass
     assert migrate(table, "--max-passes", "0") == 2

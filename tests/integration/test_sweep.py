@@ -733,59 +733,56 @@ def open_rows(cloud: Cloud, schedule_id: str) -> list[occurrence.Occurrence]:
 
 
 @pytest.mark.parametrize("how", ["died", "send-and-settle-failed"])
-def test_a_trigger_whose_message_never_went_is_sent_after_the_grace_and_runs_once(
+def test_a_trigger_whose_request_failed_before_its_send_is_settled_after_the_grace(
     cloud: Cloud, how: str
 ) -> None:
-    # GIVEN a trigger whose row was written, queued, and whose message never went
+    # GIVEN a trigger whose row was written, queued, and whose request failed before its
+    # message went (the client was answered with an error, or nothing)
     schedule_id = trigger_failing(cloud, how)
     (row,) = open_rows(cloud, schedule_id)
     assert row.state is occurrence.State.QUEUED
     # WHEN the sweep runs within the grace
     cloud.clock.advance(minutes(14))
     early = cloud.sweep.run()
-    # THEN nothing is sent: it may still be on its way
-    assert early.triggers_sent == 0
-    assert cloud.deliver() == 0
+    # THEN the row is left as it is: its request may still be under way
+    assert (early.triggers_settled, early.triggers_cleared) == (0, 0)
+    assert open_rows(cloud, schedule_id)[0].state is occurrence.State.QUEUED
     # WHEN the sweep runs once the grace has passed, twice (two runs, or two sweeps)
     cloud.clock.advance(minutes(2))
     first, second = cloud.sweep.run(), cloud.sweep.run()
-    # THEN it is sent once and runs once
-    assert (first.triggers_sent, second.triggers_sent) == (1, 0)
-    assert cloud.deliver() == 1
-    assert cloud.ran == [row.key]
-    assert open_rows(cloud, schedule_id)[0].state is occurrence.State.SUCCEEDED
-    # AND a sweep past the next grace takes the row off the listing, and the one after
-    # reads nothing of it
-    cloud.clock.advance(minutes(16))
-    assert cloud.sweep.run().triggers_cleared == 1
-    cloud.clock.advance(minutes(16))
+    # THEN it is settled once, skipped as not sent, as the request's own settle would
+    # have: nothing runs it, nothing is left queued
+    assert (first.triggers_settled, second.triggers_settled) == (1, 0)
+    settled = open_rows(cloud, schedule_id)[0]
+    assert (settled.state, settled.exit_reason) == (occurrence.State.SKIPPED, "skipped: not sent")
+    assert cloud.deliver() == 0 and cloud.ran == []
     assert cloud.occurrences.awaiting_send(before=cloud.clock.now(), limit=10) == []
-    assert cloud.sweep.run().triggers_sent == 0
+    # AND the client's retry is a trigger of its own, which runs once
+    retried = cloud.service.trigger(cloud.tenant, schedule_id)
+    assert cloud.deliver() == 1 and cloud.ran == [retried.key]
 
 
-def test_a_trigger_sent_is_not_listed_and_never_sent_again(cloud: Cloud) -> None:
+def test_a_trigger_sent_is_not_listed_and_never_touched(cloud: Cloud) -> None:
     # GIVEN a trigger whose send went
     made = cloud.service.create(
         cloud.tenant,
         schedules.ScheduleDraft("rate(1 hour)", target={"type": "python", "handler": "count"}),
     )
     row = cloud.service.trigger(cloud.tenant, made.schedule_id)
-    # THEN it is off the listing at once, and a sweep past the grace sends nothing
-    assert (
-        cloud.occurrences.awaiting_send(before=cloud.clock.now() + timedelta(days=1), limit=10)
-        == []
-    )
+    # THEN it is off the listing at once, and a sweep past the grace leaves it alone
+    far = cloud.clock.now() + timedelta(days=1)
+    assert cloud.occurrences.awaiting_send(before=far, limit=10) == []
     cloud.clock.advance(minutes(16))
-    assert cloud.sweep.run().triggers_sent == 0
+    report = cloud.sweep.run()
+    assert (report.triggers_settled, report.triggers_cleared) == (0, 0)
     assert cloud.deliver() == 1
     assert cloud.ran == [row.key]
 
 
-def test_a_trigger_in_a_backlog_past_the_grace_gets_a_second_message_and_runs_once(
+def test_a_sent_trigger_whose_clear_failed_runs_and_is_then_only_taken_off_the_listing(
     cloud: Cloud,
 ) -> None:
-    # GIVEN a trigger whose message went but whose listing was not cleared (the clear
-    # failed), still queued past the grace: its message waits in a backlog
+    # GIVEN a trigger whose message went but whose listing's clear failed
     made = cloud.service.create(
         cloud.tenant,
         schedules.ScheduleDraft("rate(1 hour)", target={"type": "python", "handler": "count"}),
@@ -796,9 +793,29 @@ def test_a_trigger_in_a_backlog_past_the_grace_gets_a_second_message_and_runs_on
     )
     row = cloud.service.trigger(cloud.tenant, made.schedule_id)
     cloud.occurrences.sent = cleared  # type: ignore[method-assign]
+    # WHEN its message is delivered, and the sweep runs past the grace
+    assert cloud.deliver() == 1
     cloud.clock.advance(minutes(16))
-    # WHEN the sweep sends it again, and both messages are delivered
-    assert cloud.sweep.run().triggers_sent == 1
-    assert cloud.deliver() == 2
-    # THEN it ran once: the claim is conditional on the occurrence key
+    report = cloud.sweep.run()
+    # THEN it ran once, and the sweep only took it off the listing
     assert cloud.ran == [row.key]
+    assert (report.triggers_settled, report.triggers_cleared) == (0, 1)
+    assert open_rows(cloud, made.schedule_id)[0].state is occurrence.State.SUCCEEDED
+    assert cloud.occurrences.awaiting_send(before=cloud.clock.now(), limit=10) == []
+
+
+def test_a_listing_the_sweep_cannot_read_is_left_to_the_next_run(cloud: Cloud) -> None:
+    # GIVEN a trigger whose request died before its send, past the grace
+    schedule_id = trigger_failing(cloud, "died")
+    cloud.clock.advance(minutes(16))
+    # WHEN DynamoDB fails the sweep's read of the row
+    read = cloud.occurrences.get
+    cloud.occurrences.get = lambda key, **kw: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        errors.Unavailable("DynamoDB did not answer (injected)")
+    )
+    failing = cloud.sweep.run()
+    cloud.occurrences.get = read  # type: ignore[method-assign]
+    # THEN the run still ends and reports it, and the next run settles the row
+    assert (failing.failed, failing.triggers_settled) == (1, 0)
+    assert cloud.sweep.run().triggers_settled == 1
+    assert open_rows(cloud, schedule_id)[0].state is occurrence.State.SKIPPED

@@ -1611,14 +1611,16 @@ def test_workers_may_write_a_schedules_quota_mark_and_nothing_else_of_it(
 
 
 SWEEP_MARKS = [*QUOTA_MARK, "held_in", "sweep_sent_ms"]
-# A trigger's listing as awaiting its message: moved or cleared by the sweep (its state
-# only named by the move's condition).
+# A trigger's row listed as awaiting its message: settled skipped, or its listing
+# cleared, by the sweep.
 AWAITING_SEND = [
     "schedule_id",
     "occurrence_sk",
     "awaiting_send_shard",
     "awaiting_send_since_ms",
     "state",
+    "exit_reason",
+    "finished_at_ms",
 ]
 
 
@@ -1632,8 +1634,8 @@ def test_the_sweep_reads_what_may_be_stuck_and_writes_only_marks_and_counts(
     scoped = _grants(role, "dynamodb", attributes=SWEEP_MARKS)
 
     # THEN of a schedule it may write a job's quota mark and its resend's time, nothing
-    # else; of an occurrence row, a trigger's listing as awaiting its message, nothing
-    # else; it reads the held index, a tenant's jobs (before reducing its count), jobs
+    # else; of an occurrence row, a listed trigger's settle as skipped and its listing,
+    # nothing else; it reads the held index, a tenant's jobs (before reducing its count), jobs
     # and occurrence rows by key, the awaiting_send index, and the slots table's usage
     # items and holders (scan, query, read, the count's conditional update, a holder's
     # change or delete); it may put the register of limit overrides, and no other item

@@ -554,7 +554,7 @@ class MemoryOccurrenceStore:
             )
             return [ports.AwaitingSend(key=key, since=since) for since, key in listed[:limit]]
 
-    def rearm_send(self, key: str, *, since: datetime, now: datetime) -> bool:
+    def settle_unsent(self, key: str, *, since: datetime, now: datetime) -> bool:
         with self._lock:
             row = self._items.get(key)
             if (
@@ -563,7 +563,13 @@ class MemoryOccurrenceStore:
                 or self._awaiting_send.get(key) != since
             ):
                 return False
-            self._awaiting_send[key] = now
+            self._items[key] = replace(
+                row,
+                state=occurrence.State.SKIPPED,
+                exit_reason=occurrence.NOT_SENT,
+                finished_at=now,
+            )
+            del self._awaiting_send[key]
             return True
 
     def get(self, key: str, *, consistent: bool = True) -> occurrence.Occurrence | None:

@@ -6,7 +6,7 @@ a GSI (a GSI would double every put). Sparse GSI ``dead`` on (dead_tenant_id,
 occurrence_sk): only dead rows carry the attribute, so it lists a tenant's dead letters.
 Sparse GSI ``awaiting_send`` on (awaiting_send_shard, awaiting_send_since_ms): only a row
 written before its message was sent (a trigger's) carries them, until its send is
-confirmed, so the sweep finds a message that never went.
+confirmed, so the sweep finds and settles a trigger whose request failed or died.
 A row's conditional writes are the fire's idempotency record: its creation, its claim and
 its outcome each land once.
 """
@@ -234,19 +234,27 @@ class DynamoOccurrenceStore:
                     break
         return found
 
-    def rearm_send(self, key: str, *, since: datetime, now: datetime) -> bool:
+    def settle_unsent(self, key: str, *, since: datetime, now: datetime) -> bool:
         try:
             with _translated():
                 self._client.update_item(
                     TableName=self._table,
                     Key=self._key(key),
-                    UpdateExpression="SET #since = :now",
+                    UpdateExpression=(
+                        "SET #state = :skipped, #reason = :reason, #finished = :now "
+                        "REMOVE #shard, #since"
+                    ),
                     ConditionExpression="#since = :since AND #state = :queued",
                     ExpressionAttributeNames={
-                        "#since": "awaiting_send_since_ms",
                         "#state": "state",
+                        "#reason": "exit_reason",
+                        "#finished": "finished_at_ms",
+                        "#shard": "awaiting_send_shard",
+                        "#since": "awaiting_send_since_ms",
                     },
                     ExpressionAttributeValues={
+                        ":skipped": {"S": occurrence.State.SKIPPED.value},
+                        ":reason": {"S": occurrence.NOT_SENT},
                         ":now": {"N": str(_ms(now))},
                         ":since": {"N": str(_ms(since))},
                         ":queued": {"S": occurrence.State.QUEUED.value},

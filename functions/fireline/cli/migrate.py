@@ -183,14 +183,14 @@ def _schedule_keys(args: argparse.Namespace) -> int:
         print(json.dumps(totals))
     else:
         print(
-            f"done: {totals['moved']} schedules moved to their keys, "
-            f"{totals['scanned']} items scanned in {totals['passes']} passes"
+            f"{'stopped' if totals['still_changing'] else 'done'}: {totals['moved']} schedules "
+            f"moved to their keys, {totals['scanned']} items scanned in {totals['passes']} passes"
         )
     if totals["still_changing"]:
         print(
-            f"error: {totals['still_changing']} schedules changed while being moved in each of "
-            f"{totals['passes']} passes (--max-passes); run the command again once no older "
-            "version writes them",
+            f"error: {totals['still_changing']} schedules changed while being moved in the "
+            f"last of {totals['passes']} passes (--max-passes); run the command again once "
+            "no older version writes them",
             file=sys.stderr,
         )
         return 1

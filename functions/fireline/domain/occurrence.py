@@ -21,6 +21,9 @@ FIRE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # A trigger-now fires at the instant it was asked, to the millisecond (a scheduled fire is
 # always on a whole second), so each trigger has a key of its own.
 TRIGGER_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+# The reason of a trigger's row whose request failed, or died, before its message's send
+# was confirmed: it runs nothing (fireline.services.schedules, fireline.services.sweep).
+NOT_SENT = "skipped: not sent"
 _VERSION = re.compile(r"[1-9][0-9]*")
 # The two spellings format_fire_time writes, field widths and all: a fire time of this
 # shape that parses is written back exactly as it came, so parse_key needs no round trip

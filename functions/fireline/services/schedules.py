@@ -494,7 +494,8 @@ class ScheduleService:
             )
             # Listed as awaiting its message until the send is confirmed: a send that
             # failed and a settle that failed too, or a process that died between the two
-            # writes, leave the row listed, and the sweep sends it (fireline.services.sweep).
+            # writes, leave the row listed, and the sweep settles it as the request would
+            # have (fireline.services.sweep).
             if self.occurrences.put_new(row, awaiting_send=True):
                 try:
                     self._send_row(row)
@@ -502,8 +503,10 @@ class ScheduleService:
                     self._unsent(row)
                     raise
                 with contextlib.suppress(errors.Unavailable):
-                    # Sent. A listing a failed clear leaves costs the sweep a read of the
-                    # row and the clear, once the row has waited the sweep's grace.
+                    # Sent (the SDK has retried the clear). A listing a failed clear
+                    # leaves is read by the sweep once the row has waited its grace: a
+                    # row claimed by then is only taken off the listing; one whose
+                    # message waits in a backlog longer than that is settled skipped.
                     self.occurrences.sent(row.key)
                 return row
             fire_time -= timedelta(milliseconds=1)
@@ -1008,7 +1011,7 @@ class ScheduleService:
         message that went out after all finds it so and runs nothing, and the client's
         retry is a trigger of its own. Best effort: the request fails either way."""
         skipped = row.moved(
-            occurrence.State.SKIPPED, finished_at=self._now(), exit_reason="skipped: not sent"
+            occurrence.State.SKIPPED, finished_at=self._now(), exit_reason=occurrence.NOT_SENT
         )
         with contextlib.suppress(errors.Unavailable):
             self.occurrences.transition(skipped, expected_state=occurrence.State.QUEUED)

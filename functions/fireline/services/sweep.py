@@ -38,15 +38,19 @@ is about marks. For each marked job:
    :meth:`Sweep._reconcile`), with a write conditional on the count not having changed,
    so a reconcile never makes a count too low.
 
-Each run also sends the triggers whose message never went. A trigger writes its row, queued,
-then sends its message; the row is listed as awaiting it (the occurrences table's sparse
-``awaiting_send`` index) until the send is confirmed. A send that failed with a settle
-that failed too, or a process that died between the two writes, leaves it listed: once
-the listing is older than :data:`GRACE`, the sweep reads the row, and a row still queued
-is marked again (so two sweeps send once between them, and the next send waits the grace
-again) and its message sent; a second message of one that went, in a backlog, is
-harmless, since the claim runs the fire once. A row no longer queued (claimed, settled,
-expired) is taken off the listing.
+Each run also settles the triggers whose request failed or died before confirming its
+send. A trigger writes its row, queued, then sends its message; the row is listed as
+awaiting it (the occurrences table's sparse ``awaiting_send`` index) until the send is
+confirmed. A request whose send fails settles its row skipped and fails; one whose settle
+fails too, or that dies between the two writes, leaves the row listed. Once the listing
+is older than :data:`GRACE`, the sweep reads the row: one still queued is settled
+skipped, as the request would have (conditional on its listing as read, so two sweeps
+settle it once), and a message that went after all finds it so and runs nothing; the
+client was answered with an error, and its retry is a trigger of its own. A row no longer
+queued (claimed, settled, expired) is only taken off the listing. (A request that did
+succeed but whose clear failed, and whose message then waited longer than the grace in a
+backlog, is settled skipped too: the price of never running a trigger whose request
+failed.)
 
 Each run also makes sure the register of tenant limit overrides is built (see
 ``SlotStore.build_overrides``): a new deployment, or one whose overrides were set before
@@ -102,8 +106,9 @@ class SweepReport:
     noted: int = 0
     forgiven: int = 0  # units taken off counts
     unsent: int = 0  # resends that failed (sent by a later run)
-    triggers_sent: int = 0  # triggers whose message never went, sent
+    triggers_settled: int = 0  # triggers whose request failed or died, settled skipped
     triggers_cleared: int = 0  # listings of rows no longer awaiting a message, cleared
+    failed: int = 0  # listed triggers not repaired (DynamoDB unavailable): the next run's
     complete: bool = True  # False: the run stopped at MAX_SCAN_PAGES
     overrides: int | None = None  # limit overrides in the register (None: not built)
 
@@ -154,36 +159,37 @@ class Sweep:
         return report
 
     def _awaiting_send(self, report: SweepReport) -> None:
-        """The triggers listed as awaiting their message for longer than the grace: sent
-        again while queued, taken off the listing otherwise."""
+        """The triggers listed as awaiting their message for longer than the grace:
+        settled skipped while queued, taken off the listing otherwise. Each entry on its
+        own: a failure leaves it to the next run."""
         now = self.clock.now()
-        listed = self.occurrences.awaiting_send(before=now - self.grace, limit=MAX_AWAITING_SEND)
+        try:
+            listed = self.occurrences.awaiting_send(
+                before=now - self.grace, limit=MAX_AWAITING_SEND
+            )
+        except errors.Unavailable:
+            report.failed += 1
+            return
         report.items_read += len(listed)
         for entry in listed:
-            row = self.occurrences.get(entry.key)
-            report.items_read += 1
-            if row is None or row.state is not occurrence.State.QUEUED:
-                with contextlib.suppress(errors.Unavailable):  # the next run clears it
-                    self.occurrences.sent(entry.key)
-                    report.triggers_cleared += 1
-                continue
-            if not self.occurrences.rearm_send(entry.key, since=entry.since, now=now):
-                continue  # claimed, or another sweep's, since the read
-            message = ports.OutboundMessage(body=dispatch.job_message(row))
             try:
-                dispatch.send(
-                    self.queue,
-                    [dispatch.Outbound(row.job_class, row.key, message)],
-                    dispatch.DispatchReport(),
-                )
+                row = self.occurrences.get(entry.key)
+                report.items_read += 1
+                if row is None or row.state is not occurrence.State.QUEUED:
+                    self.occurrences.sent(entry.key)  # claimed, settled or expired since
+                    report.triggers_cleared += 1
+                elif self.occurrences.settle_unsent(entry.key, since=entry.since, now=now):
+                    report.triggers_settled += 1
+                    logger.info(
+                        "trigger settled by the sweep: its request failed before its send",
+                        extra={
+                            "action": "sweep.trigger_settled",
+                            "tenant_id": row.tenant_id,
+                            "key": row.key,
+                        },
+                    )
             except errors.Unavailable:
-                report.unsent += 1  # rearmed: the run after the next grace sends it
-                continue
-            report.triggers_sent += 1
-            logger.info(
-                "trigger sent by the sweep",
-                extra={"action": "sweep.trigger_sent", "tenant_id": row.tenant_id, "key": row.key},
-            )
+                report.failed += 1
 
     def _register(self) -> int | None:
         """The register of limit overrides, built if it is not yet; the overrides it
