@@ -204,3 +204,31 @@ def test_items_changing_under_every_pass_stop_the_command_at_its_pass_cap_with_e
     # AND a cap below 1 is refused, naming the option, before any pass
     assert migrate(table, "--max-passes", "0") == 2
     assert "argument --max-passes: must be at least 1" in capsys.readouterr().err
+
+
+def test_a_pass_resumed_from_a_cursor_is_followed_by_a_whole_pass(
+    table: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN older items off their keys, and a pass interrupted after its first page
+    for schedule_id in IDS:
+        put_on_the_tenant_id(table, a_schedule(schedule_id))
+    client = boto3.client("dynamodb", region_name=REGION)
+    first_page = [
+        _decode(i)["schedule_id"] for i in client.scan(TableName=table, Limit=10)["Items"]
+    ]
+    first = store(table).move_to_tenant_keys(limit=10)
+    assert first.cursor is not None
+    # AND an item of that page put back on the tenant id (as if its move was cancelled)
+    before = next(s for s in first_page if model.tenant_key(TENANT, s) != TENANT)
+    store(table).delete(TENANT, before)
+    put_on_the_tenant_id(table, a_schedule(before))
+    on_the_tenant_id = {"tenant_id": {"S": TENANT}, "schedule_id": {"S": before}}
+    assert "Item" in client.get_item(TableName=table, Key=on_the_tenant_id)
+    # WHEN the command resumes from the cursor
+    assert migrate(table, "--json", "--cursor", first.cursor) == 0
+    totals = json.loads(capsys.readouterr().out)
+    # THEN a whole pass followed the resumed one, and moved the item before the cursor
+    assert totals["passes"] == 2
+    assert keys_held(table) == set(model.tenant_keys(TENANT))
+    assert store(table).get(TENANT, before) == a_schedule(before)
+    assert "Item" not in client.get_item(TableName=table, Key=on_the_tenant_id)

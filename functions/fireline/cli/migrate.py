@@ -42,7 +42,7 @@ misfire policy settles them (late, or skipped with a record) once it is moved. S
 key is the tenant id itself, so about an eighth of the items stay where they are.
 
 It scans the schedules table a page at a time (each page its own requests: resume an
-interrupted pass with ``--cursor``) and moves each item in one transaction (a put on its
+interrupted pass with ``--cursor``, and a whole pass follows the resumed one) and moves each item in one transaction (a put on its
 key, the delete as read), so an item advanced or updated meanwhile is left for the next
 pass, which the command runs until a pass finds nothing changed under it, at most
 ``--max-passes`` (10) passes: items still changing then (an older version still writing
@@ -163,7 +163,9 @@ def _schedule_keys(args: argparse.Namespace) -> int:
     cursor = args.cursor
     while totals["passes"] < args.max_passes:
         # Passes until one finds nothing changed under it: an item advanced while it was
-        # being moved is taken up again by the next.
+        # being moved is taken up again by the next. A pass resumed from --cursor saw only
+        # the rest of the table, so a whole pass follows it whatever it found.
+        partial = cursor is not None
         totals["passes"] += 1
         changed = 0
         while True:
@@ -177,7 +179,7 @@ def _schedule_keys(args: argparse.Namespace) -> int:
             if cursor is None:
                 break
         totals["still_changing"] = changed
-        if not changed:
+        if not changed and not partial:
             break
     if args.json:
         print(json.dumps(totals))
