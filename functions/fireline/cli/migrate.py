@@ -42,11 +42,12 @@ misfire policy settles them (late, or skipped with a record) once it is moved. S
 key is the tenant id itself, so about an eighth of the items stay where they are.
 
 It scans the schedules table a page at a time (each page its own requests: resume an
-interrupted pass with ``--cursor``, and a whole pass follows the resumed one) and moves each item in one transaction (a put on its
-key, the delete as read), so an item advanced or updated meanwhile is left for the next
-pass, which the command runs until a pass finds nothing changed under it, at most
-``--max-passes`` (10) passes: items still changing then (an older version still writing
-them) are named by count, and the command exits 1 for a later run to finish. Idempotent.
+interrupted pass with ``--cursor``, and a whole pass follows the resumed one) and moves
+each item in one transaction (a put on its key, the delete as read), so an item advanced
+or updated meanwhile is left for the next pass, which the command runs until a pass finds
+nothing changed under it, at most ``--max-passes`` (10) passes: items still changing then
+(an older version still writing them) are counted, and the command exits 1 for a later
+run to finish. Idempotent.
 Cost: one read unit per 4 KB scanned, and two write units per KB of each item moved,
 twice (a transaction).
 """
