@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-run browser test lint bench bench-quick threads-limits campaign stories strictness clean run docs localstack-test cdk-synth checkov
+.PHONY: install install-run browser test lint bench bench-quick campaign stories strictness clean run docs localstack-test cdk-synth checkov
 
 install: $(STAMP)
 
@@ -82,17 +82,6 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-# The latency-model simulator runs each simulated thread as a real one: the burst's
-# hundreds of worker invocations hold tens of thousands at once, past the default
-# kernel.pid_max (32,768) of many machines. Raised here where it is low (as root, as CI
-# runs; otherwise say how).
-THREADS_LIMITS := kernel.pid_max=4194304 vm.max_map_count=1048576 kernel.threads-max=1000000
-threads-limits:
-	@if [ "$$(cat /proc/sys/kernel/pid_max)" -lt 262144 ]; then \
-		if [ "$$(id -u)" = 0 ]; then sysctl -q -w $(THREADS_LIMITS); \
-		else echo "the simulator needs more threads: sudo sysctl -w $(THREADS_LIMITS)"; fi; \
-	fi
-
 # Ends by writing the README's and the docs' figure tables from the run's report
 # (tests/bench/tables.py): what they quote is this run's, on this code.
 # Two processes side by side, a scenario each at a time (the simulations are one core's
@@ -104,7 +93,7 @@ BENCH_MODULES := tests/bench/bench_e2e.py $(filter-out tests/bench/bench_e2e.py,
 # A full run takes hours on two cores: it resumes, skipping each scenario an earlier run
 # completed on the same code (the report stamps each with the code it ran on; a change to
 # the code, the template or the benchmarks starts them all again). FRESH=1 starts over.
-bench: install $(BENCH_STAMP) threads-limits
+bench: install $(BENCH_STAMP)
 	$(if $(FRESH),rm -f .bench/report.json .bench/report.md)
 	FIRELINE_BENCH_RESUME=1 $(BIN)/python -m pytest -q -s -rs -n $${BENCH_WORKERS:-2} \
 		--dist load $(BENCH_MODULES) -o python_files="bench_*.py"
@@ -114,7 +103,7 @@ bench: install $(BENCH_STAMP) threads-limits
 # (FIRELINE_BENCH_SCALE): the same scenarios in minutes rather than hours. Their figures
 # say the scale they ran at.
 BENCH_QUICK_SCALE ?= 0.1
-bench-quick: install $(BENCH_STAMP) threads-limits
+bench-quick: install $(BENCH_STAMP)
 	FIRELINE_BENCH_SCALE=$(BENCH_QUICK_SCALE) $(BIN)/python -m pytest -q -s \
 		-n $${BENCH_WORKERS:-2} --dist load \
 		tests/bench/bench_e2e.py tests/bench/bench_scale.py tests/bench/bench_cost.py \

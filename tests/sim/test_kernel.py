@@ -8,6 +8,7 @@ import pytest
 
 from fireline.adapters import memory
 from fireline.domain import errors
+from fireline.services.worker import idempotency
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import network as sim_network
 
@@ -55,6 +56,29 @@ def test_a_processs_threads_share_its_cpu(kernel: sim_kernel.Kernel) -> None:
     # THEN each second of work took two virtual seconds, one after the other
     assert ended == {"first": 2.0, "second": 4.0}
     assert process.cpu_used == 4.0
+
+
+def test_thousands_of_threads_wait_at_once_and_each_keeps_its_own_record_state(
+    kernel: sim_kernel.Kernel,
+) -> None:
+    # GIVEN 20,000 threads, each binding the worker's per-thread record state (what
+    # Powertools' claim reads back) and then waiting, all at once, as a burst's records do
+    layer = idempotency.OccurrenceIdempotency(memory.MemoryOccurrenceStore(), clock=None)  # type: ignore[arg-type]
+    seen: dict[int, object] = {}
+
+    def record(n: int) -> None:
+        layer.bind(lambda: n)
+        kernel.sleep(1.0 + (n % 7) / 10)
+        seen[n] = layer.get_remaining_time_in_millis()
+
+    for n in range(20_000):
+        kernel.spawn(lambda n=n: record(n), name=f"record-{n}")
+    # WHEN they run
+    kernel.run_all()
+    # THEN every one ran, and read back what it bound itself, not what another thread
+    # bound while it waited
+    assert seen == {n: n for n in range(20_000)}
+    assert kernel.idle()
 
 
 def test_a_killed_invocation_stops_where_it_was(kernel: sim_kernel.Kernel) -> None:

@@ -1,11 +1,20 @@
 """A discrete-event kernel that runs real code in virtual time.
 
 The ticker and the workers are ordinary threaded Python. Here each of their threads is a
-real thread, but only one runs at a time: the kernel hands a baton to the thread whose
-virtual wake-up time is earliest, and takes it back when that thread waits (for a
-simulated AWS call, a sleep, or other threads). So the code under test is the production
-code, its interleavings are decided by virtual time alone (deterministic for a seed), and
-a minute of simulated Lambda runs in however long its CPU work takes here.
+greenlet, and only one runs at a time: the kernel switches to the thread whose virtual
+wake-up time is earliest, and takes control back when that thread waits (for a simulated
+AWS call, a sleep, or other threads). So the code under test is the production code, its
+interleavings are decided by virtual time alone (deterministic for a seed), and a minute
+of simulated Lambda runs in however long its CPU work takes here.
+
+Greenlets, not OS threads: a full-size run has tens of thousands of threads waiting at
+once (a record's dispatch thread waits on its target), and hands control over millions
+of times. Between OS threads each hand-over is two context switches and a GIL hand-off,
+and it slowed as the waiting threads grew (30 us with a few hundred, 500 us with twenty
+thousand); a greenlet switch is a microsecond or two. What the code under test sees is
+the same: it may not block on a real lock another simulated thread holds either way (one
+runs at a time), and state it keeps per thread lives in a ContextVar, which each greenlet
+has its own of.
 
 Virtual time advances in two ways:
 
@@ -23,18 +32,14 @@ invocation stops mid-write exactly where it was.
 
 from __future__ import annotations
 
-import _thread
 import heapq
 import itertools
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-# Sim threads are many (a thread per concurrent record of every worker invocation) and
-# shallow: a small stack keeps thousands of them cheap.
-_STACK_BYTES = 512 * 1024
+import greenlet
 
 
 class Killed(BaseException):
@@ -61,6 +66,7 @@ class Process:
     cpu_free_at: float = 0.0  # when this process's CPU finishes the work given to it
     cpu_used: float = 0.0  # virtual CPU seconds used (measured and charged)
     threads: list[SimThread] = field(default_factory=list)
+    sweep_at: int = 4096  # forget its finished threads when it has this many
 
     @property
     def slowdown(self) -> float:
@@ -81,23 +87,16 @@ class SimThread:
         self.done = False
         self.error: BaseException | None = None
         self.result: object = None
-        self._go = _thread.allocate_lock()
-        self._go.acquire()
+        # Ends by returning to the driver (the kernel's run), whoever spawned it.
+        self._glet = greenlet.greenlet(self._main, parent=kernel._driver)
         self._token = 0  # the wake-up that counts; older heap entries are ignored
         self._run_from = 0.0  # virtual time this turn's CPU started
         self._cpu_mark = 0.0  # thread_time() at the start of the measured stretch
         self._measuring = False
         self._charged = 0.0  # fixed virtual CPU charged during this turn
         self._joiners: list[SimThread] = []
-        old = threading.stack_size(_STACK_BYTES)
-        try:
-            self._thread = threading.Thread(target=self._main, name=f"sim-{name}", daemon=True)
-            self._thread.start()
-        finally:
-            threading.stack_size(old)
 
     def _main(self) -> None:
-        self._go.acquire()
         self._begin_turn()
         try:
             if self.process.killed:
@@ -113,7 +112,6 @@ class SimThread:
             for joiner in self._joiners:
                 self.kernel._schedule(joiner, end)
             self._joiners.clear()
-            self.kernel._back.release()
 
     # --- CPU accounting of one turn (the stretch between two waits) ----------------------
 
@@ -158,20 +156,20 @@ class Kernel:
         self._now = 0.0
         self._heap: list[tuple[float, int, int, SimThread]] = []
         self._seq = itertools.count()
-        self._back = _thread.allocate_lock()
-        self._back.acquire()
+        # The greenlet that drives the run (this one): every simulated thread returns to it.
+        self._driver = greenlet.getcurrent()
         self._current: SimThread | None = None
-        self._lock = threading.Lock()
         self.platform = Process("platform")
         self.switches = 0
         self._threads: list[SimThread] = []
+        self._sweep_at = 16384
 
     # --- time ------------------------------------------------------------------------------
 
     def now(self) -> float:
         """Virtual seconds since start, as the running thread sees them (its CPU included)."""
         current = self._current
-        if current is not None and threading.current_thread() is current._thread:
+        if current is not None and greenlet.getcurrent() is current._glet:
             return current.now()
         return self._now
 
@@ -191,10 +189,14 @@ class Kernel:
         owner = process or self.platform
         thread = SimThread(self, fn, owner, name or getattr(fn, "__name__", "thread"))
         # Forget finished threads now and then: a long run spawns hundreds of thousands.
-        if len(owner.threads) > 4096:
+        # Each list is swept when it has doubled since its last sweep, so that tens of
+        # thousands waiting at once do not make every spawn a sweep.
+        if len(owner.threads) > owner.sweep_at:
             owner.threads = [t for t in owner.threads if not t.done]
-        if len(self._threads) > 16384:
+            owner.sweep_at = max(4096, 2 * len(owner.threads))
+        if len(self._threads) > self._sweep_at:
             self._threads = [t for t in self._threads if not t.done]
+            self._sweep_at = max(16384, 2 * len(self._threads))
         owner.threads.append(thread)
         self._threads.append(thread)
         self._schedule(thread, self.now() if at is None else at)
@@ -202,7 +204,7 @@ class Kernel:
 
     def current(self) -> SimThread:
         current = self._current
-        if current is None or threading.current_thread() is not current._thread:
+        if current is None or greenlet.getcurrent() is not current._glet:
             raise RuntimeError("not inside a simulated thread")
         return current
 
@@ -253,15 +255,13 @@ class Kernel:
                 self._schedule(thread, self._now)
 
     def _schedule(self, thread: SimThread, at: float) -> None:
-        with self._lock:
-            thread._token += 1
-            heapq.heappush(self._heap, (at, next(self._seq), thread._token, thread))
+        thread._token += 1
+        heapq.heappush(self._heap, (at, next(self._seq), thread._token, thread))
 
     def _yield(self, thread: SimThread, *, scheduled: bool = True) -> None:
         del scheduled  # the caller has (or has not) put the thread back on the heap
         self._current = None
-        self._back.release()
-        thread._go.acquire()
+        self._driver.switch()
         thread._begin_turn()
         if thread.process.killed:
             raise Killed
@@ -277,8 +277,7 @@ class Kernel:
             self._now = max(self._now, at)
             self._current = thread
             self.switches += 1
-            thread._go.release()
-            self._back.acquire()
+            thread._glet.switch()
             self._current = None
             if thread.error is not None:
                 error, thread.error = thread.error, None
@@ -300,9 +299,9 @@ class Kernel:
             if token != thread._token or thread.done:
                 continue
             self._current = thread
-            thread._go.release()
-            self._back.acquire()
+            thread._glet.switch()
             self._current = None
+            thread.error = None  # a thread that fails on its way out changes nothing
 
     def idle(self) -> bool:
         return not any(token == t._token and not t.done for _, _, token, t in self._heap)

@@ -33,10 +33,11 @@ DynamoDB only through the store wiring gives it.
 
 from __future__ import annotations
 
+import contextvars
 import json
-import threading
 from collections.abc import Callable
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency.exceptions import (
@@ -58,12 +59,34 @@ DEFAULT_HOLD = timedelta(minutes=15)
 _MILLISECOND = timedelta(milliseconds=1)
 
 
+class _PerThread:
+    """Attributes of the calling thread's own, as threading.local keeps them, held in a
+    ContextVar: each thread runs in a context of its own, and so does each simulated
+    thread of fireline.sim (a greenlet, which threading.local cannot tell apart)."""
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_var", contextvars.ContextVar("fireline-record"))
+
+    def _mine(self) -> SimpleNamespace:
+        mine: SimpleNamespace | None = self._var.get(None)
+        if mine is None:
+            mine = SimpleNamespace()
+            self._var.set(mine)
+        return mine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._mine(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._mine(), name, value)
+
+
 class OccurrenceIdempotency(BasePersistenceLayer):
     def __init__(self, occurrences: ports.OccurrenceStore, clock: ports.Clock) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self._occurrences = occurrences
         self._clock = clock
-        self._record = threading.local()
+        self._record = _PerThread()
 
     def bind(
         self, remaining_ms: Callable[[], int] | None, intent: occurrence.Occurrence | None = None
