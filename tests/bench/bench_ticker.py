@@ -39,7 +39,8 @@ def build(count: int, spec: str) -> tuple[ticker.Ticker, memory.FakeClock, memor
         clock=clock,
         owner="bench",
         use_lease=False,
-        config=ticker.TickerConfig(horizon_seconds=10),
+        # Picked up 10 s ahead: the lookahead within the horizon, as TickerConfig requires.
+        config=ticker.TickerConfig(horizon_seconds=10, lookahead_seconds=10),
     )
     return tk, clock, queue
 
