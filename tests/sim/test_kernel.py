@@ -63,7 +63,9 @@ def test_thousands_of_threads_wait_at_once_and_each_keeps_its_own_record_state(
 ) -> None:
     # GIVEN 20,000 threads, each binding the worker's per-thread record state (what
     # Powertools' claim reads back) and then waiting, all at once, as a burst's records do
-    layer = idempotency.OccurrenceIdempotency(memory.MemoryOccurrenceStore(), clock=None)  # type: ignore[arg-type]
+    layer = idempotency.OccurrenceIdempotency(
+        memory.MemoryOccurrenceStore(), clock=memory.FakeClock(START)
+    )
     seen: dict[int, object] = {}
 
     def record(n: int) -> None:
