@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bench.size import SCALE, scaled
+from fireline import wiring
 from fireline.domain import model, occurrence, policies, schedule
 from fireline.services import ticker
 from fireline.sim import calibrate, deployment, lambdas
@@ -37,6 +38,8 @@ HORIZON = ticker.TickerConfig().horizon_seconds
 # running ticker does, and ends when every burst job that will start soon has.
 LEAD_SECONDS = LOOKAHEAD + 30
 AFTER_SECONDS = 60
+# A throttled call goes again as the deployed client's retries make it.
+DEPLOYED_CLIENT_ATTEMPTS = int(wiring.BOTO_CONFIG.retries["max_attempts"])
 STEADY_SCHEDULES = 34_800  # every-minute schedules: 580 fires a second
 BURST = 50_000
 TENANTS = 10_000
@@ -176,6 +179,7 @@ class Run:
             seed=seed,
             sdk=sdk,
             partition_units_per_second=1_000,
+            client_attempts=DEPLOYED_CLIENT_ATTEMPTS,
             schedule_item_units=schedule_item_units,
         )
         # Tenants' limit overrides, in the register as the sweep builds it after a deploy.

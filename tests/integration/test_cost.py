@@ -191,15 +191,18 @@ def test_requests_and_write_units_per_fire_end_to_end(
     assert reads["GetItem consistent"] == succeeded
     assert reads["GetItem eventual"] >= 2 * succeeded
     assert reads["Query consistent"] == 0
-    # AND the tenant's slots are read once per fire when it is limited, never when it is
-    # not (the register of overrides says so, read once per cache period); but the first
-    # take of a tenant whose slots this worker has not taken lately tries a number unread
-    # (where the limit is within the class's share: else that share's slot needs the read)
+    # AND the tenant's slots are read at most once per fire when it is limited, never when
+    # it is not (the register of overrides says so, read once per cache period). Fires
+    # that start within a quarter of a second of each other share one read
+    # (services.worker.slot_views): here the clock stands still while a delivery runs, so
+    # each delivery's fires read once between them, and a slot a finished run left is
+    # handed to the next with no read of its holder's row
     slot_reads = log.requests["Query"] - 16 * ticks
-    if tenant_limit and not class_share:
-        assert succeeded - 5 <= slot_reads < succeeded
+    if tenant_limit:
+        assert 1 <= slot_reads <= succeeded
+        assert reads["GetItem eventual"] < 3 * succeeded
     else:
-        assert slot_reads == (succeeded if tenant_limit else 0)
+        assert slot_reads == 0
     # AND at most 100 bytes of log per fire: a success is a metric, not a line
     assert logged.bytes <= 100 * succeeded
 

@@ -163,6 +163,40 @@ def test_partition_writes_past_the_limit_are_throttled_before_any_effect(
     assert network.throttled["dynamodb.PutItem"] == 3
 
 
+def test_a_throttled_write_goes_again_as_the_clients_retries_do(
+    kernel: sim_kernel.Kernel,
+) -> None:
+    # GIVEN one partition limited to 1 write unit a second, and a client that makes up to
+    # three attempts of a throttled call (the deployed client's standard retries)
+    network = sim_network.Network(kernel, seed=7, partition_units_per_second=1, attempts=3)
+    op = sim_network.Op("dynamodb.PutItem", lambda args, kwargs: ["slots/tenant-a"])
+    applied_at: list[float] = []
+    failed: list[str] = []
+
+    def writer() -> None:
+        for _ in range(2):
+            try:
+                network.call(op, lambda: applied_at.append(kernel.now()), (), {})
+            except errors.Unavailable as exc:
+                failed.append(str(exc))
+
+    kernel.spawn(writer)
+    # WHEN two writes go out back to back
+    kernel.run_all()
+    # THEN the first went through at once; the second was throttled and went again after
+    # the client's waits: it landed once the partition had a unit again (a second on), or
+    # failed after its three attempts, having changed nothing
+    throttled = network.throttled["dynamodb.PutItem"]
+    assert throttled >= 1
+    if failed:
+        assert len(applied_at) == 1 and throttled == 3
+        assert network.throttled_out["dynamodb.PutItem"] == 1
+    else:
+        assert len(applied_at) == 2 and 1 <= throttled <= 2
+        assert applied_at[1] - applied_at[0] >= 0.9
+        assert network.throttled_out["dynamodb.PutItem"] == 0
+
+
 def _latencies(seed: int) -> list[float]:
     k = sim_kernel.Kernel(START)
     network = sim_network.Network(k, seed=seed)

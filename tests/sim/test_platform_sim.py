@@ -65,15 +65,6 @@ def fleet(
     )
 
 
-def most_at_once(starts: dict[str, float], ends: dict[str, float]) -> int:
-    events = sorted([(t, 1) for t in starts.values()] + [(t, -1) for t in ends.values()])
-    running = peak = 0
-    for _, step in events:
-        running += step
-        peak = max(peak, running)
-    return peak
-
-
 # --- the account ---------------------------------------------------------------------------
 
 
@@ -305,7 +296,7 @@ def test_the_in_flight_bound_holds_the_rest_of_a_batch_back(world: sim_world.Wor
     workers.start()
     world.kernel.run(world.seconds(DUE) + 30)
     # THEN never more than 5 waited on their targets at once, and every record ran once
-    assert most_at_once(runner.started, runner.finished) == 5
+    assert runner.most_at_once() == 5
     assert sorted(runner.started) == sorted(keys) and set(runner.runs.values()) == {1}
 
 
@@ -337,7 +328,7 @@ def test_tenant_limits_hold_as_deployed(world: sim_world.World) -> None:
     # records racing for the slots, a record that loses its few takes waits its turn even
     # where a slot is left), and the jobs over it were deferred and ran later, each once
     limit = min(settings.tenant_limit, quota.class_limit(default.class_max_concurrency))
-    assert limit - 3 <= most_at_once(runner.started, runner.finished) <= limit
+    assert limit - 3 <= runner.most_at_once() <= limit
     assert sorted(runner.started) == sorted(keys) and set(runner.runs.values()) == {1}
     states = {world.memory_occurrences.get(k).state for k in keys}  # type: ignore[union-attr]
     assert states == {occurrence.State.SUCCEEDED}
@@ -560,7 +551,7 @@ def test_the_deployed_handler_keeps_its_in_flight_bound_over_a_larger_batch(
     # THEN one invocation ran them, never more than 5 at once, in four waves of a second,
     # each record once and none reported failed
     assert workers.invocations == 1 and workers.record_failures == 0
-    assert most_at_once(runner.started, runner.finished) == 5
+    assert runner.most_at_once() == 5
     assert workers.peaks == {"remote": 5}
     starts = sorted(runner.started.values())
     assert starts[-1] - starts[0] >= 3.0

@@ -5,6 +5,7 @@ on the memory adapters: two workers stand for two containers of a class configur
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from typing import Any
 
 from fireline.domain import occurrence, quota
@@ -356,3 +357,43 @@ def test_a_tenant_with_an_override_above_the_default_runs_in_its_weighted_share_
         f"\n20 containers alive: a tenant with 32 times the default limit ran in "
         f"{big.count(True)}, one at the default in {usual.count(True)}"
     )
+
+
+class _Counted:
+    """The slot store, counting the reads and takes made on it."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def held(self, tenant_id: str, *, consistent: bool = False) -> Any:
+        self.calls["held"] += 1
+        return self._inner.held(tenant_id, consistent=consistent)
+
+    def take(self, *args: Any, **kwargs: Any) -> bool:
+        self.calls["take"] += 1
+        return bool(self._inner.take(*args, **kwargs))
+
+
+def test_a_containers_jobs_of_a_tenant_past_its_share_ask_the_store_once_between_them() -> None:
+    # GIVEN 4 containers alive (a tenant's share: 2 of them), two of which run tenant A
+    system = MemorySystem()
+    counted = _Counted(system.slots)
+    alive = pools_alive(system, 4, slots=counted)
+    assert alive[0].share == 2
+    assert alive[0].enter("tenant-a", REMAINING_MS) and alive[1].enter("tenant-a", REMAINING_MS)
+    counted.calls.clear()
+    # WHEN the third container starts 50 of A's jobs (a burst's, in one invocation)
+    entered = [alive[2].enter("tenant-a", REMAINING_MS) for _ in range(50)]
+    # THEN each is refused, on the first one's read alone: no read or take per job
+    assert entered == [False] * 50
+    assert counted.calls == Counter({"held": 1})
+    # AND a moment on, or in its next invocation, the container asks again
+    system.clock.advance(pool.REFUSED_SECONDS)
+    assert not alive[2].enter("tenant-a", REMAINING_MS)
+    alive[2].end_invocation()
+    assert not alive[2].enter("tenant-a", REMAINING_MS)
+    assert counted.calls == Counter({"held": 3})

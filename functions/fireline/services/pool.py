@@ -52,6 +52,7 @@ from aws_lambda_powertools import Logger
 
 from fireline import ports
 from fireline.domain import model, quota
+from fireline.services import waiting
 
 logger = Logger(service="fireline", child=True)
 
@@ -64,6 +65,20 @@ SLOT_MARGIN_SECONDS = 60
 # free numbers lose some.
 TAKE_ROUNDS = 3
 TAKES_PER_ROUND = 3
+# A tenant this container was refused its share for is refused again, with no call, this
+# long (or until its invocation ends): a burst's records of a tenant past its share,
+# hundreds in one invocation, made a read and a take each on the tenant's key otherwise
+# (its slots' key too: see quota.slot_key).
+REFUSED_SECONDS = 1.0
+MOST_REFUSALS_KEPT = 10_000
+
+
+@dataclass
+class _Taking:
+    """A take of a tenant's invocation slot under way: the container's other jobs of the
+    tenant wait for its answer rather than make their own."""
+
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -85,6 +100,7 @@ class Pool:
         member: str,
         configured: int,
         refresh_seconds: float = REFRESH_SECONDS,
+        poll: bool = False,
     ) -> None:
         self.slots = slots
         self.clock = clock
@@ -98,6 +114,10 @@ class Pool:
         self._scope = quota.pool_scope(job_class)
         self._next_refresh = float("-inf")
         self._entries: dict[str, _Entry] = {}
+        # Takes under way, and tenants refused lately (until the clock's monotonic time).
+        self._taking: dict[str, _Taking] = {}
+        self._refused_until: dict[str, float] = {}
+        self._poll = poll  # waits look on the clock's sleeps (services.waiting)
         self._lock = threading.Lock()
         self._refreshing = threading.Lock()  # one register call at a time (see observe)
 
@@ -165,22 +185,42 @@ class Pool:
         the class's invocations already (nothing is held for this job). ``weight``: the
         tenant's limit over the default limit (see :meth:`share_of`).
 
-        No record waits on another: two of one tenant's jobs starting together each take
-        the slot themselves, and they meet on one number (taken in order, and a slot
-        this container holds is taken again by it: see _take)."""
+        One take at a time per tenant: the container's other jobs of the tenant starting
+        meanwhile wait for its answer, and share the slot it took (or are refused with it,
+        and for REFUSED_SECONDS after, with no call)."""
         if self.size is not None:  # (one not known is read again as an invocation starts)
             self.observe(remaining_ms)
         if self.share == 0:
             return True
+        while True:
+            with self._lock:
+                entry = self._entries.get(tenant_id)
+                if entry is not None and entry.numbers:
+                    entry.count += 1
+                    return True  # held: this job shares it
+                if self._refused_until.get(tenant_id, -math.inf) > self.clock.monotonic():
+                    return False
+                taking = self._taking.get(tenant_id)
+                leads = taking is None
+                if taking is None:
+                    taking = self._taking[tenant_id] = _Taking()
+            if leads:
+                break
+            if not waiting.wait_for(taking.done, self.clock, poll=self._poll):
+                break  # that take is stuck: this job makes its own
+        try:
+            number = self._take(tenant_id, remaining_ms, self.share_of(weight))
+        finally:
+            with self._lock:
+                if self._taking.get(tenant_id) is taking:
+                    del self._taking[tenant_id]
+            taking.done.set()
         with self._lock:
-            entry = self._entries.get(tenant_id)
-            if entry is not None and entry.numbers:
-                entry.count += 1
-                return True  # held: this job shares it
-        number = self._take(tenant_id, remaining_ms, self.share_of(weight))
-        if number is None:
-            return False
-        with self._lock:
+            if number is None:
+                if len(self._refused_until) >= MOST_REFUSALS_KEPT:
+                    self._refused_until.clear()
+                self._refused_until[tenant_id] = self.clock.monotonic() + REFUSED_SECONDS
+                return False
             entry = self._entries.setdefault(tenant_id, _Entry())
             entry.numbers.add(number)
             entry.count += 1
@@ -204,6 +244,8 @@ class Pool:
             idle = [(t, e) for t, e in self._entries.items() if e.count == 0]
             for tenant_id, _ in idle:
                 del self._entries[tenant_id]
+            # A refusal stands for the invocation it was made in: the next one asks again.
+            self._refused_until.clear()
         for tenant_id, entry in idle:
             for number in sorted(entry.numbers):
                 try:

@@ -11,8 +11,11 @@ made from a simulated thread:
    applies the effect (so a racing call can land in between), then waits the other
    half: a call killed on the way back has taken effect without its caller knowing;
 4. may be throttled by a per-partition write limit (1,000 write units a second per
-   partition key, as DynamoDB enforces), failing with ``errors.Unavailable`` before any
-   effect, as a real ThrottlingException does.
+   partition key, as DynamoDB enforces), before any effect, as a real
+   ThrottlingException is. A throttled call goes again as the SDK's standard retry mode
+   does (``attempts`` in all, each after a random wait of up to 1, 2, 4... seconds, each
+   paying its client CPU again), and fails with ``errors.Unavailable`` once the last
+   attempt is throttled too.
 
 The same seed gives the same draws in the same order, and the kernel runs threads in
 virtual-time order, so a run without measured CPU is deterministic.
@@ -128,6 +131,7 @@ class Network:
         sdk: SdkCost | None = None,
         partition_units_per_second: float | None = None,
         fault: Callable[[str, int], str | None] | None = None,
+        attempts: int = 1,
     ) -> None:
         self.kernel = kernel
         self.latency = latency or LatencyModel()
@@ -137,13 +141,33 @@ class Network:
         # the answer is lost: a timeout the caller cannot tell from a failure) |
         # "kill_before" / "kill_after" (the calling invocation dies there)
         self.fault = fault
+        # Attempts a throttled call makes in all (the deployed client's max_attempts:
+        # see fireline.wiring.BOTO_CONFIG); 1: the first throttle fails the call.
+        self.attempts = attempts
         self._rng = random.Random(seed)
         self._buckets: dict[str, tuple[float, float]] = {}  # partition -> (units, at)
         self.requests: Counter[str] = Counter()
-        self.throttled: Counter[str] = Counter()
+        self.throttled: Counter[str] = Counter()  # attempts throttled
+        self.throttled_out: Counter[str] = Counter()  # calls failed: every attempt throttled
+        self.throttled_partitions: Counter[str] = Counter()  # attempts throttled, by partition
         self.faults: Counter[str] = Counter()
 
     def call(
+        self, op: Op, effect: Callable[[], T], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> T:
+        attempt = 1
+        while True:
+            try:
+                return self._attempt(op, effect, args, kwargs)
+            except _Throttled as exc:
+                if attempt >= self.attempts:
+                    self.throttled_out[op.name] += 1
+                    raise errors.Unavailable(f"{op.name} throttled (simulated)") from exc
+                # The SDK's standard mode: a random wait of up to 2 ** (attempt - 1) s.
+                self.kernel.sleep(self._rng.random() * 2 ** (attempt - 1))
+                attempt += 1
+
+    def _attempt(
         self, op: Op, effect: Callable[[], T], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> T:
         k = self.kernel
@@ -157,15 +181,14 @@ class Network:
         if failure == "kill_before":
             k.kill(k.current().process)
             raise sim_kernel.Killed
-        if failure == "before" or (
-            op.writes is not None and self._throttled(op.writes(args, kwargs))
-        ):
-            if failure == "before":
-                self.faults[op.name] += 1
-            else:
-                self.throttled[op.name] += 1
+        if failure == "before":
+            self.faults[op.name] += 1
             k.sleep(half)
             raise errors.Unavailable(f"{op.name} failed (simulated)")
+        if op.writes is not None and self._throttled(op.writes(args, kwargs)):
+            self.throttled[op.name] += 1
+            k.sleep(half)
+            raise _Throttled
         try:
             with k.unmeasured():  # the server's work, not the Lambda's
                 result = effect()
@@ -192,11 +215,16 @@ class Network:
             # bucket's last refill adds nothing (it never drains it below empty).
             left = min(rate, left + max(0.0, now - at) * rate)
             if left < units:
+                self.throttled_partitions[partition] += 1
                 return True
             levels[partition] = (left - units, max(at, now))
         for partition, level in levels.items():
             self._buckets[partition] = level
         return False
+
+
+class _Throttled(Exception):
+    """One attempt throttled (Network.call retries it, or fails with Unavailable)."""
 
 
 class Latent:

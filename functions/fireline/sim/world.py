@@ -20,7 +20,7 @@ from fireline.adapters import memory
 from fireline.domain import model, occurrence, schedule, signing
 from fireline.services import dispatch, targets
 from fireline.services import worker as worker_service
-from fireline.services.worker import gathered
+from fireline.services.worker import gathered, slot_views
 from fireline.sim import kernel as sim_kernel
 from fireline.sim import lambdas
 from fireline.sim import network as sim_network
@@ -76,6 +76,9 @@ class World:
     latency: sim_network.LatencyModel = field(default_factory=sim_network.LatencyModel)
     sdk: sim_network.SdkCost = field(default_factory=sim_network.SdkCost)
     partition_units_per_second: float | None = None
+    # Attempts a throttled call makes in all, as the deployed client's retries do (see
+    # sim.network); 1 where a simulation counts each throttle as a failure.
+    client_attempts: int = 1
     # Write units of one schedule item (a unit per KB), what an advance costs its partition.
     schedule_item_units: int = 1
 
@@ -88,6 +91,7 @@ class World:
             latency=self.latency,
             sdk=self.sdk,
             partition_units_per_second=self.partition_units_per_second,
+            attempts=self.client_attempts,
         )
         self.memory_schedules = memory.MemoryScheduleStore(self.shards)
         self.memory_occurrences = memory.MemoryOccurrenceStore()
@@ -316,6 +320,18 @@ class SimTargets(targets.TargetRunner):
         self.runs: Counter[str] = Counter()
         self.waited = 0.0  # virtual seconds spent waiting on targets, all records
 
+    def most_at_once(self) -> int:
+        """The most targets that were running at one moment (from their first start to
+        their first end)."""
+        events = sorted(
+            [(t, 1) for t in self.started.values()] + [(t, -1) for t in self.finished.values()]
+        )
+        running = peak = 0
+        for _, step in events:
+            running += step
+            peak = max(peak, running)
+        return peak
+
     def _http(self, target: dict[str, Any], context: targets.JobContext, timeout: float) -> Any:
         k = self.kernel
         key = context.occurrence_key
@@ -369,6 +385,7 @@ def worker_for(
         ),
         # Simulated threads wait only on the kernel's clock.
         reads=gathered.GatheredReads(world.clock, poll=True),
+        slot_views=slot_views.SlotViews(world.clock, poll=True),
     )
 
 

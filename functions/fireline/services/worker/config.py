@@ -26,6 +26,10 @@ TIME_SLACK_SECONDS = 3.0
 REQUEUE_FOR_TIME_DELAY_SECONDS = 0
 # ...at most this many times for one fire, then it runs with what it is given.
 MOST_REQUEUES_FOR_TIME = 3
+# A run at its tenant's limit waits this long in its invocation for a slot to free (see
+# SlotKeeping._in_turn) before it is deferred: a busy tenant's second-long jobs
+# free slots every moment, where a deferral puts its run 10 to 20 s back.
+SLOT_WAIT_SECONDS = 3.0
 # How long a worker keeps the register of tenant limit overrides before reading it again
 # (see Worker._take_slot): a limit set on a tenant that runs unlimited applies, at the
 # latest, to the runs that start this long after the change.
@@ -37,6 +41,7 @@ class WorkerConfig:
     job_class: str = "default"
     tenant_limit: int = quota.DEFAULT_LIMIT
     defer_seconds: int = DEFER_SECONDS
+    slot_wait_seconds: float = SLOT_WAIT_SECONDS
     # A message visible before its fire time is held until then, up to this long: the
     # clocks' margin, and for a class the ticker spreads bursts of, the burst lead (see
     # :func:`early_hold_for`).

@@ -18,7 +18,7 @@ gathering saves calls, never changes an answer, and is never a new way for a rec
 
 The round stays open on the clock's sleep. A record that joined waits for the round's
 answer on an event (a real wait: a fake clock's sleep would move time for everyone), for
-at most ``WAIT_LIMIT_SECONDS``, then reads on its own; in the simulator, whose threads may
+at most ``waiting.WAIT_LIMIT_SECONDS``, then reads on its own; in the simulator, whose threads may
 wait only on its clock, it looks for the answer on the clock's sleeps instead (``poll``).
 """
 
@@ -29,16 +29,10 @@ from dataclasses import dataclass, field
 
 from fireline import ports
 from fireline.domain import model
+from fireline.services import waiting
 
 # How long a round stays open for other records to join it: a few of a burst's claims.
 GATHER_SECONDS = 0.003
-# The longest a joined record waits for its round's answer before it reads on its own (a
-# request that slow has been retried by the SDK already).
-WAIT_LIMIT_SECONDS = 10.0
-# Polling (the simulator): a joined record looks for its round's answer after this long,
-# then twice as long, up to the most: a handful of wake-ups while the request is out.
-FIRST_LOOK_SECONDS = 0.001
-LONGEST_LOOK_SECONDS = 0.005
 # DynamoDB's most keys a BatchGetItem takes: a fuller round opens the next.
 MOST_KEYS = 100
 
@@ -104,13 +98,4 @@ class GatheredReads:
 
     def _await(self, current: _Round) -> bool:
         """Wait for the round's answer: True once it is there, False past the limit."""
-        if not self._poll:
-            return current.done.wait(WAIT_LIMIT_SECONDS)
-        wait, waited = FIRST_LOOK_SECONDS, 0.0
-        while not current.done.is_set():
-            if waited >= WAIT_LIMIT_SECONDS:
-                return False
-            self._clock.sleep(wait)
-            waited += wait
-            wait = min(LONGEST_LOOK_SECONDS, wait * 2)
-        return True
+        return waiting.wait_for(current.done, self._clock, poll=self._poll)

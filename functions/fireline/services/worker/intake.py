@@ -31,7 +31,8 @@ from fireline.services.worker.config import (
 from fireline.services.worker.idempotency import OccurrenceIdempotency
 from fireline.services.worker.outcomes import Result
 from fireline.services.worker.prefetch import NOTHING_PREFETCHED, Prefetch
-from fireline.services.worker.state import BackfillPacer, NoMetrics, Tally
+from fireline.services.worker.slot_views import FRESH_SECONDS, SlotViews
+from fireline.services.worker.state import BackfillPacer, NoMetrics, RecordsUnderWay, Tally
 
 logger = Logger(service="fireline", child=True)
 
@@ -65,6 +66,7 @@ class Worker(steps.Steps):
         tracing: tracing_service.Tracing | None = None,
         backfills: BackfillPacer | None = None,
         reads: gathered.GatheredReads | None = None,
+        slot_views: SlotViews | None = None,
     ) -> None:
         self.schedules = schedules
         self.occurrences = occurrences
@@ -89,6 +91,13 @@ class Worker(steps.Steps):
         # The longest an invocation of this worker has had at its start (see
         # _note_invocation); until one is seen, nothing is decided on it.
         self._longest_invocation_ms = 0
+        self._under_way = RecordsUnderWay()
+        # This container's view of each busy tenant's slots, shared by its records. A long
+        # job's runner starts one job at a time, and its slots come back with outcomes
+        # other functions handle: it reads them for each start.
+        self._slot_views = slot_views or SlotViews(
+            self.clock, fresh_seconds=0.0 if long_jobs is not None else FRESH_SECONDS
+        )
         # The class's invocations as really running, and each tenant's share of them:
         # for a class whose jobs run in the worker's own invocations (a long job runs in
         # its runner's, which the configured size counts).
@@ -100,6 +109,7 @@ class Worker(steps.Steps):
                 member=self.config.pool_member,
                 configured=self.config.class_max_concurrency,
                 refresh_seconds=self.config.pool_refresh_seconds,
+                poll=self._slot_views.polls,
             )
             if self.config.pool_member
             and self.config.class_max_concurrency > 0
@@ -156,7 +166,8 @@ class Worker(steps.Steps):
         ended: list[_Ended | None] = [None] * len(bodies)
 
         def run(index: int, body: dict[str, Any]) -> Result:
-            result, ended[index] = self._process(body, remaining_ms, prefetched)
+            with self._under_way.running():
+                result, ended[index] = self._process(body, remaining_ms, prefetched)
             return result
 
         calls = [functools.partial(run, index, body) for index, body in enumerate(bodies)]

@@ -6,16 +6,18 @@ run is deferred, never run over a limit, never dropped."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from aws_lambda_powertools import Logger
 
 from fireline.domain import errors, model, occurrence, policies, quota
-from fireline.services.worker import state
+from fireline.services.worker import slot_views, state
 from fireline.services.worker.config import BUFFER_HOLD_DEFERRALS
 
 logger = Logger(service="fireline", child=True)
+T = TypeVar("T")
 
 
 # Why a run waits for a tenant slot (the reason its deferral logs).
@@ -26,7 +28,14 @@ AT_LIMIT = "tenant limit"
 RUN_CLAIM_WINDOW_SECONDS = 5
 AT_CLASS_SHARE = "tenant share of the class"
 AT_INVOCATION_SHARE = "tenant share of the class's running invocations"
+THROTTLED = "tenant slots throttled"
+# How often a run waiting for a tenant slot looks again (jittered by half either way):
+# the life of a container's view of the tenant's slots, so a look finds a fresh one.
+SLOT_LOOK_SECONDS = slot_views.FRESH_SECONDS
 
+# A run holding a tenant slot taken this long ago has most likely finished (most jobs
+# take seconds): such holders' rows are read first when a slot is to be handed on.
+LIKELY_OVER_SECONDS = 2
 # Tenants a worker remembers taking slots of (see SlotKeeping._note_slots_taken).
 SLOTS_REMEMBERED = 10_000
 
@@ -168,11 +177,46 @@ class SlotKeeping(state.WorkerState):
             self._note_slots_taken(tenant_id, now, held_for)
         return taken
 
+    def _in_turn(self, attempt: Callable[[], T | str], until: float) -> T | str:
+        """``attempt()`` now (a tenant slot's take, the tenant's entry in the pool), and
+        while it says why the run must wait (a str: at the tenant's limit, its share of the
+        class or of the class's invocations) or is throttled, again every
+        SLOT_LOOK_SECONDS or so until ``until`` (the clock's monotonic time), as long as
+        another record of the invocation is at work (see state.RecordsUnderWay: the wait
+        never holds an invocation that would have returned). A tenant at its limit frees
+        slots as its runs end, a second apart for second-long jobs, where a deferral
+        waits 10 to 20 s on the queue. A look costs nothing until this container's view
+        of the tenant's slots is stale (services.worker.slot_views), or its pool's
+        refusal (services.pool.REFUSED_SECONDS): the container's waiting records of one
+        tenant make one read a look between them, not one each. Past the wait: why the
+        run must wait longer (deferred), or the throttle's error."""
+        while True:
+            failure: errors.Unavailable | None = None
+            try:
+                answer = attempt()
+            except errors.Unavailable as exc:
+                failure, answer = exc, THROTTLED
+            if not isinstance(answer, str):
+                return answer
+            pause = SLOT_LOOK_SECONDS * (0.5 + self.rng.random())
+            if self.clock.monotonic() + pause > until or not self._under_way.others_at_work():
+                if failure is not None:
+                    raise failure
+                return answer
+            self.metrics.add_metric("SlotWaited", "Count", 1)
+            with self._under_way.waiting():
+                self.clock.sleep(pause)
+
     def _take_read(
         self, tenant_id: str, key: str, held_for: timedelta, now: datetime
     ) -> tuple[int, ...] | str:
-        """_take_slot's take on a read of the tenant's slots."""
-        held, override = self.slots.held(tenant_id, consistent=False)
+        """_take_slot's take on a read of the tenant's slots: this container's view of
+        them (services.worker.slot_views), read once for the records that need it at
+        about the same time, each handed numbers none of the others is."""
+        view = self._slot_views.view(
+            tenant_id, lambda: self.slots.held(tenant_id, consistent=False)
+        )
+        held, override = view.held, view.override
         limit = self.config.tenant_limit if override is None else override
         if limit == quota.UNLIMITED:
             return ()
@@ -188,20 +232,17 @@ class SlotKeeping(state.WorkerState):
         if share and share < limit:
             # The class's share first: it is the tighter bound, so a run past it is told
             # so before it writes the tenant slot it would have to give back.
-            numbers = quota.class_band(self._class_index, share)
-            in_band = [s for s in held if s.number in set(numbers)]
-            band = quota.free_in_band(held, numbers, now_ms)
-            in_class = self._take_one(tenant_id, key, band, in_band, now_ms, expires)
+            band = quota.class_band(self._class_index, share)
+            in_class = self._take_one(
+                tenant_id, key, view, range(band[0], band[-1] + 1), now_ms, expires
+            )
             if in_class is None:
                 return AT_CLASS_SHARE
-        mine = [s for s in held if s.number < limit]
         # The class share's slot is this run's only if the limit's is too: refused or
         # failed, it goes back (else it would count a run that never started against the
         # tenant's share until it expired).
         try:
-            number = self._take_one(
-                tenant_id, key, quota.free_slots(held, limit, now_ms), mine, now_ms, expires
-            )
+            number = self._take_one(tenant_id, key, view, range(limit), now_ms, expires)
         except Exception:
             if in_class is not None:
                 self._give_back_quietly(tenant_id, in_class, key)
@@ -239,6 +280,10 @@ class SlotKeeping(state.WorkerState):
             return None
         number = self.rng.randrange(limit)
         expires = now_ms + int(held_for.total_seconds() * 1000)
+        # Noted before the take: this container's other records of the tenant starting
+        # at this moment (a burst's) take on its view of the slots, not a number each at
+        # random, most of which a tenant that busy holds.
+        self._note_slots_taken(tenant_id, now, held_for)
         try:
             taken = self.slots.take(tenant_id, number, key, now_ms=now_ms, expires_at_ms=expires)
         except Exception as exc:  # the read and its takes decide instead (and may fail)
@@ -248,7 +293,6 @@ class SlotKeeping(state.WorkerState):
             )
             return None
         self.metrics.add_metric("SlotTakenUnread" if taken else "SlotTakeUnreadRefused", "Count", 1)
-        self._note_slots_taken(tenant_id, now, held_for)
         return number if taken else None
 
     def _note_slots_taken(self, tenant_id: str, now: datetime, held_for: timedelta) -> None:
@@ -303,35 +347,51 @@ class SlotKeeping(state.WorkerState):
         self,
         tenant_id: str,
         key: str,
-        free: list[int],
-        held: list[quota.Slot],
+        view: slot_views.View,
+        numbers: range,
         now_ms: int,
         expires: int,
     ) -> int | None:
-        """A slot number of ``free`` (none held, or expired), else one of ``held`` whose
-        holder's run is over, handed on. A run that finishes does not give its slot back
-        (that would be a write per job): the slot stays with the finished holder, and
-        the next run that needs it takes it over, conditional on that holder, in the
-        same one write a take of a free slot costs. The limit stays exact: a slot is
-        handed on only when its holder's row is terminal (succeeded, skipped or
-        cancelled), which no run ever leaves; a run that ends any other way (a failure
-        to retry, dead, a crash) gives its slot back, or lets it expire."""
-        self.rng.shuffle(free)
-        for number in free[:3]:  # a few tries; losing every race means it is busy: defer
-            if self.slots.take(tenant_id, number, key, now_ms=now_ms, expires_at_ms=expires):
+        """A slot number of ``numbers``, each one no other record of this container was
+        handed (see ``view``): one a run of this container finished holding, handed on;
+        else one free in the view (none held, or expired); else one held whose holder's
+        row reads over, handed on. A run that finishes does not give its slot back (that
+        would be a write per job): the slot stays with the finished holder, and the
+        next run that needs it takes it over, conditional on that holder, in the same
+        one write a take of a free slot costs. The limit stays exact: a slot is handed
+        on only when its holder's row is terminal (succeeded, skipped or cancelled),
+        which no run ever leaves; a run that ends any other way (a failure to retry,
+        dead, a crash) gives its slot back, or lets it expire."""
+        # Ended in this container since the read: taken over with no read (or, given
+        # back, taken as free).
+        for number, holder in self._slot_views.take_ended(view, numbers):
+            if self.slots.take(
+                tenant_id, number, key, now_ms=now_ms, expires_at_ms=expires, replacing=holder
+            ):
                 return number
-        live = [s for s in held if not s.free(now_ms) and s.holder != key]
-        self.rng.shuffle(live)
-        for slot in live[:3]:
-            if self._finished(slot.holder) and self.slots.take(
+        # A holder whose slot was taken longer ago than LIKELY_OVER_SECONDS has most
+        # likely finished (its slot expires its deadline and a margin after its take).
+        found = self._slot_views.candidates(
+            view,
+            numbers,
+            now_ms=now_ms,
+            older_than_ms=expires - LIKELY_OVER_SECONDS * 1000,
+            rng=self.rng,
+            containers=self._pool.size if self._pool is not None and self._pool.size else 1,
+        )
+        # A few tries, within this container's share of them; none left, or losing every
+        # race, means the tenant is busy: the caller waits, or defers.
+        for number in self._slot_views.hand_out(view, found):
+            holder = found.holders.get(number)
+            if (holder is None or self._finished(holder)) and self.slots.take(
                 tenant_id,
-                slot.number,
+                number,
                 key,
                 now_ms=now_ms,
                 expires_at_ms=expires,
-                replacing=slot.holder,
+                replacing=holder,
             ):
-                return slot.number
+                return number
         return None
 
     def _run_holder_gone(
@@ -435,6 +495,7 @@ class SlotKeeping(state.WorkerState):
     def _give_back_quietly(self, owner: str, number: int, key: str) -> None:
         try:
             self.slots.give_back(owner, number, key)
+            self._slot_views.given_back(owner, number)
         except Exception as exc:  # whatever failed, the slot's holder check or expiry frees it
             logger.warning(
                 "slot not given back",

@@ -6,9 +6,10 @@ every record still runs on one object, whose stores a caller may swap (tests do)
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from fireline import ports
@@ -18,6 +19,7 @@ from fireline.services import tracing as tracing_service
 from fireline.services.worker.config import WorkerConfig
 from fireline.services.worker.gathered import GatheredReads
 from fireline.services.worker.idempotency import OccurrenceIdempotency
+from fireline.services.worker.slot_views import SlotViews
 
 
 class NoMetrics:
@@ -49,6 +51,45 @@ class Tally:
             counts, self._counts = self._counts, {}
         for name, total in counts.items():
             self.inner.add_metric(name, "Count", total)
+
+
+class RecordsUnderWay:
+    """The records of this container's invocation under way, and how many of them wait
+    in it for a tenant slot (see SlotKeeping._in_turn). A record waits only
+    while another record of its invocation is at work: its wait never keeps an
+    invocation running that would otherwise have returned, and so never takes an
+    invocation from another tenant's records (a record alone, or beside waiting ones, is
+    deferred at once, as ever). A container runs one invocation at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._waiting = 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._lock:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        with self._lock:
+            self._waiting += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waiting -= 1
+
+    def others_at_work(self) -> bool:
+        """Is a record under way, besides the caller, that is not waiting?"""
+        with self._lock:
+            return self._running - self._waiting > 1
 
 
 class BackfillPacer(Protocol):
@@ -92,4 +133,6 @@ class WorkerState:
     _pool: pool.Pool | None
     _idempotency: OccurrenceIdempotency
     _reads: GatheredReads
+    _slot_views: SlotViews
+    _under_way: RecordsUnderWay
     _guarded_run: Callable[..., Any]

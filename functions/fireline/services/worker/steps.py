@@ -14,7 +14,7 @@ from fireline.services import claims
 from fireline.services import long_jobs as long_jobs_service
 from fireline.services import tracing as tracing_service
 from fireline.services.worker import run
-from fireline.services.worker.config import SLOT_MARGIN_SECONDS
+from fireline.services.worker.config import SLOT_MARGIN_SECONDS, STOP_MARGIN_SECONDS
 from fireline.services.worker.outcomes import Busy, Result
 from fireline.services.worker.prefetch import Prefetch
 from fireline.services.worker.slots import AT_INVOCATION_SHARE, HANDED_ON, Reused
@@ -82,17 +82,34 @@ class Steps(run.Running):
         shared = self._pool is not None and (
             self._registered_limit(item.tenant_id) != quota.UNLIMITED
         )
+        # A run at its tenant's limit or share waits here for its turn while the
+        # invocation still gives the job its deadline after the wait (then it is
+        # deferred, as ever): see _in_turn.
+        spare = remaining_ms() / 1000 - STOP_MARGIN_SECONDS - deadline
+        wait_until = self.clock.monotonic() + min(self.config.slot_wait_seconds, spare)
         try:
-            entered = not shared or self._enter_pool(item.tenant_id, remaining_ms())
+            entered = not shared or self._in_turn(
+                lambda: self._enter_pool(item.tenant_id, remaining_ms()) or AT_INVOCATION_SHARE,
+                wait_until,
+            )
         except Exception:
             self._give_back_slots(item, key, (), took_run)
             raise
-        if not entered:
+        if isinstance(entered, str):
             self._give_back_slots(item, key, (), took_run)
-            return self._defer(body, row, AT_INVOCATION_SHARE, stored=stored)
+            return self._defer(body, row, entered, stored=stored)
         try:
             return self._run_in_slots(
-                body, row, item, deadline, held_for, now, took_run, remaining_ms, stored=stored
+                body,
+                row,
+                item,
+                deadline,
+                held_for,
+                now,
+                took_run,
+                remaining_ms,
+                stored=stored,
+                wait_until=wait_until,
             )
         finally:
             if shared:
@@ -110,13 +127,22 @@ class Steps(run.Running):
         remaining_ms: Callable[[], int],
         *,
         stored: bool,
+        wait_until: float,
     ) -> Result:
         """The run, once its overlap allows it (the run slot ``took_run``) and its share
         of the class's invocations: the tenant slots, then the run or the long job's
         start."""
         key = row.key
+        first = row.attempts == 0
+
+        def take() -> tuple[int, ...] | str:
+            nonlocal first
+            taken = self._take_slot(item.tenant_id, key, held_for, self.clock.now(), first=first)
+            first = False  # a number at random, unread, was refused: the view's next
+            return taken
+
         try:
-            slot = self._take_slot(item.tenant_id, key, held_for, now, first=row.attempts == 0)
+            slot = self._in_turn(take, wait_until)
         except Exception:
             # Not running after all: a run slot kept would skip the schedule's next fires
             # as "overlap" while nothing runs, until it expired.
@@ -136,8 +162,12 @@ class Steps(run.Running):
         finally:
             # A run that ended otherwise (a failure to retry, dead, an error) gives its
             # tenant slots back; a finished one leaves them to be handed on (see
-            # _take_one). Its run slot is given back either way.
+            # _take_one), first to this container's next run of the tenant. Its run slot
+            # is given back either way.
             handed_on = outcome is not None and outcome["state"] in HANDED_ON
+            if handed_on:
+                for number in slot:
+                    self._slot_views.finished(item.tenant_id, number, key)
             left_to_holder = outcome is None and isinstance(slot, Reused)
             self._give_back_slots(item, key, () if handed_on or left_to_holder else slot, took_run)
         if self._idempotency.claimed is None:
