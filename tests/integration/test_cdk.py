@@ -220,7 +220,7 @@ def test_props_replace_their_template_parameters_with_the_apps_values(
     jobs, bursts = mappings["DefaultQueue"], mappings["DefaultBurstQueue"]
     assert (jobs["BatchSize"], jobs["MaximumBatchingWindowInSeconds"]) == (
         {"Ref": "WorkerBatchSize"},
-        1,
+        3,
     )
     assert (bursts["BatchSize"], bursts["MaximumBatchingWindowInSeconds"]) == (
         {"Ref": "BurstBatchSize"},

@@ -20,6 +20,7 @@ import pytest
 
 from fireline.local import deploy
 from fireline.local.cloud import LocalCloud, LocalOptions
+from fireline.services import dispatch
 from helpers.local_cloud import (
     KEY,
     OTHER_KEY,
@@ -64,8 +65,9 @@ def test_the_workers_mappings_are_played_with_the_deployed_batch_size_and_window
         return found
 
     # THEN the default and short workers take batches of the template's size, gathered
-    # for a second, and the long class's worker ten at a time, as soon as they come
-    assert of("DefaultQueue") == of("ShortQueue") == (256, 1.0)
+    # for the batching window the ticker sends their fires that far ahead for, and the
+    # long class's worker ten at a time, as soon as they come
+    assert of("DefaultQueue") == of("ShortQueue") == (256, dispatch.BATCHING_WINDOW_SECONDS)
     assert of("-LongQueue") == (10, 0.0)
 
 

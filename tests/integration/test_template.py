@@ -23,7 +23,7 @@ from samtranslator.translator.transform import transform
 from fireline.adapters import slots_dynamodb
 from fireline.domain import model
 from fireline.local import runtime
-from fireline.services import ticker, worker
+from fireline.services import dispatch, ticker, worker
 
 ROOT = Path(__file__).parents[2]
 TEMPLATE = ROOT / "infra" / "template.yaml"
@@ -91,14 +91,14 @@ ENVIRONMENT = {
 # job class -> (queue, dead-letter queue, visibility timeout = 6 x the class's worker timeout)
 QUEUE_CLASSES = {
     "default": ("DefaultQueue", "DefaultDeadLetterQueue", 6 * 240),
-    "short": ("ShortQueue", "ShortDeadLetterQueue", 6 * 30),
+    "short": ("ShortQueue", "ShortDeadLetterQueue", 6 * 40),
     "long": ("LongQueue", "LongDeadLetterQueue", 6 * 60),
 }
 # worker -> (job class, timeout in seconds, memory in MB, maximum concurrency of its event
 # source mapping). The long class's worker only starts executions and records outcomes.
 WORKERS = {
     "DefaultWorkerFunction": ("default", 240, 1769, 50),
-    "ShortWorkerFunction": ("short", 30, 1769, 100),
+    "ShortWorkerFunction": ("short", 40, 1769, 100),
     "LongWorkerFunction": ("long", 60, 256, 10),
 }
 # The long runner runs one attempt of a long job, handed out by the state machine.
@@ -169,7 +169,11 @@ EVENT_SOURCE_MAPPINGS = {
             "FunctionName": {"Ref": worker},
             "EventSourceArn": {"Fn::GetAtt": [QUEUE_CLASSES[job_class][0], "Arn"]},
             **(
-                {"BatchSize": {"Ref": "WorkerBatchSize"}, "MaximumBatchingWindowInSeconds": 1}
+                {
+                    "BatchSize": {"Ref": "WorkerBatchSize"},
+                    # As long as the ticker makes the class's fires visible early.
+                    "MaximumBatchingWindowInSeconds": dispatch.BATCHING_WINDOW_SECONDS,
+                }
                 if worker in BATCHED_WORKERS
                 else {"BatchSize": 10, "MaximumBatchingWindowInSeconds": 0}
             ),

@@ -569,13 +569,22 @@ def is_running(system: System, key: str) -> bool:
     return row is not None and row.state is occurrence.State.RUNNING
 
 
+def wait_until_running(system: System, key: str) -> None:
+    """Until the fire's run has claimed it: a run that ended another way (deferred,
+    failed) fails the test here rather than leave it waiting for ever."""
+    for _ in range(3000):
+        if is_running(system, key):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{key} never ran")
+
+
 def test_forbid_skips_a_fire_while_the_previous_run_is_running(system: System) -> None:
     _, gate = overlap_schedule(system, "forbid")
     tk = system.ticker(use_lease=False)
     first = next_message(system, tk)
     holder = run_in_thread(system, first)
-    while not is_running(system, first["occurrence_key"]):
-        time.sleep(0.01)
+    wait_until_running(system, first["occurrence_key"])
     # WHEN the next fire arrives while the first still runs
     second = next_message(system, tk)
     result = system.worker().handle(second, remaining_ms=remaining)
@@ -592,8 +601,7 @@ def test_buffer_one_holds_one_fire_and_skips_the_next(system: System) -> None:
     tk = system.ticker(use_lease=False)
     first = next_message(system, tk)
     holder = run_in_thread(system, first)
-    while not is_running(system, first["occurrence_key"]):
-        time.sleep(0.01)
+    wait_until_running(system, first["occurrence_key"])
     second = next_message(system, tk)
     # the second waits (deferred, still queued) behind the running one...
     assert system.worker().handle(second, remaining_ms=remaining) is Result.DEFERRED

@@ -14,7 +14,7 @@ import pytest
 
 from fireline.adapters import memory
 from fireline.domain import errors, occurrence
-from fireline.services import schedules, ticker
+from fireline.services import dispatch, schedules, ticker
 from helpers.memory_system import MemorySystem
 
 
@@ -101,7 +101,8 @@ def test_a_fire_sent_by_a_tick_at_the_phase_is_visible_that_much_before_its_time
     # that second, 0.15 s, more (sends at any phase: anything up to 1.1 s more)
     visible = system.queue.next_visible_at("default")
     assert visible is not None
-    assert (config.send_phase, config.batching_window_seconds) == (0.85, 1.0)
+    assert config.send_phase == 0.85
+    assert config.batching_window_seconds == dispatch.BATCHING_WINDOW_SECONDS
     assert (fire - visible).total_seconds() == pytest.approx(
         1 - config.send_phase + config.batching_window_seconds
     )
@@ -117,10 +118,10 @@ def test_a_fire_sent_by_a_tick_at_the_phase_is_visible_that_much_before_its_time
         # a round at the tick's phase with a fire due 0.6 s ago: visible at once
         (0.6, -0.6, 0.0),
         # a round whose reads ran past the send phase: sent at once, so a fire on the
-        # next whole second but two is visible a second on, 2.05 s before its time (the
-        # batching window and 1.05 s: its delay, counted from 0.1 s on, crosses into the
-        # next second)
-        (0.95, 3.05, 1.0),
+        # whole second two and a batching window on is visible a second on, the
+        # batching window and 1.05 s before its time (its delay, counted from 0.1 s on,
+        # crosses into the next second)
+        (0.95, 2.05 + dispatch.BATCHING_WINDOW_SECONDS, 1.0),
     ],
 )
 def test_a_round_sends_at_once_when_holding_would_make_a_fire_later_or_its_phase_has_passed(

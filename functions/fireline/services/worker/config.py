@@ -43,9 +43,10 @@ class WorkerConfig:
     defer_seconds: int = DEFER_SECONDS
     slot_wait_seconds: float = SLOT_WAIT_SECONDS
     # A message visible before its fire time is held until then, up to this long: the
-    # clocks' margin, and for a class the ticker spreads bursts of, the burst lead (see
-    # :func:`early_hold_for`).
-    early_hold_seconds: float = EARLY_HOLD_SECONDS
+    # clocks' margin, for a class whose fires the ticker makes visible early (the
+    # default class's, as here) the batching window, and for a class the ticker spreads
+    # bursts of, the burst lead (see :func:`early_hold_for`).
+    early_hold_seconds: float = EARLY_HOLD_SECONDS + dispatch.BATCHING_WINDOW_SECONDS
     # The class's maximum concurrency (its workers' invocations; the long class: its
     # runners'). A tenant runs at most quota.class_limit of the class's jobs at once (this
     # times in_flight), so the rest is left to other tenants; its share of the
