@@ -85,14 +85,16 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 # Ends by writing the README's and the docs' figure tables from the run's report
 # (tests/bench/tables.py): what they quote is this run's, on this code.
 # Two processes side by side, a scenario each at a time (the simulations are one core's
-# work each; the report is written under a lock). The full-size end-to-end runs, an hour
-# of one core each, go first (bench_e2e.py's longest first), so the two processes end
-# together rather than one running a long scenario alone at the end.
+# work each; the report is written under a lock). The full-size end-to-end runs, the
+# longest (up to half an hour of one core each), go first (bench_e2e.py's longest
+# first), so the two processes end together rather than one running a long scenario
+# alone at the end.
 BENCH_MODULES := tests/bench/bench_e2e.py $(filter-out tests/bench/bench_e2e.py, \
 	$(sort $(wildcard tests/bench/bench_*.py)))
-# A full run takes hours on two cores: it resumes, skipping each scenario an earlier run
-# completed on the same code (the report stamps each with the code it ran on; a change to
-# the code, the template or the benchmarks starts them all again). FRESH=1 starts over.
+# A full run takes under an hour on two cores; it resumes, skipping each scenario an
+# earlier run completed on the same code (the report stamps each with the code it ran
+# on; a change to the code, the template or the benchmarks starts them all again).
+# FRESH=1 starts over.
 bench: install $(BENCH_STAMP)
 	$(if $(FRESH),rm -f .bench/report.json .bench/report.md)
 	FIRELINE_BENCH_RESUME=1 $(BIN)/python -m pytest -q -s -rs -n $${BENCH_WORKERS:-2} \
@@ -100,8 +102,9 @@ bench: install $(BENCH_STAMP)
 	PYTHONPATH=tests $(BIN)/python -m bench.tables
 
 # The headline end-to-end, scale and cost keys at a tenth of their sizes
-# (FIRELINE_BENCH_SCALE): the same scenarios in minutes rather than hours. Their figures
-# say the scale they ran at.
+# (FIRELINE_BENCH_SCALE): the same scenarios in minutes. Their figures say the scale they
+# ran at, and go to a report of their own (.bench/report-scale-0.1.json), never over the
+# full-size figures the docs quote.
 BENCH_QUICK_SCALE ?= 0.1
 bench-quick: install $(BENCH_STAMP)
 	FIRELINE_BENCH_SCALE=$(BENCH_QUICK_SCALE) $(BIN)/python -m pytest -q -s \

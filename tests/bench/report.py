@@ -1,5 +1,6 @@
 """The benchmark report: figures under stable dotted keys in .bench/report.json, and
-the same as readable tables in .bench/report.md.
+the same as readable tables in .bench/report.md (a run at a reduced size: in
+.bench/report-scale-<scale>.json and .md).
 
 Each benchmark records its figures as it goes; the file keeps the keys of earlier
 benchmarks (and earlier runs) it did not measure this time, so a partial run updates
@@ -29,7 +30,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPORT = Path(__file__).resolve().parents[2] / ".bench" / "report.json"
+from bench.size import SCALE
+
+
+# A run at a reduced size (make bench-quick) keeps its figures in a report of its own:
+# they never replace the full-size figures the docs' tables quote.
+def path_for(scale: float) -> Path:
+    """The report a run at ``scale`` writes."""
+    name = "report.json" if scale == 1 else f"report-scale-{scale:g}.json"
+    return Path(__file__).resolve().parents[2] / ".bench" / name
+
+
+REPORT = path_for(SCALE)
 SUMMARY = REPORT.with_suffix(".md")
 # The cost summary's columns: (heading, figure under each cost.<path> key).
 COST_COLUMNS = (
@@ -92,7 +104,7 @@ def _locked_update(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
 def _run_stamp() -> str:
     """This code at this size: a scenario completed by ``make bench-quick`` (a tenth of
     the size) never stands for the full-size one."""
-    return f"{code_stamp()['tree']}@scale={os.environ.get('FIRELINE_BENCH_SCALE', '1')}"
+    return f"{code_stamp()['tree']}@scale={SCALE:g}"
 
 
 def completed(nodeid: str) -> None:

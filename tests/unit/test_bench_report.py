@@ -56,7 +56,7 @@ def test_a_scenario_is_done_only_on_the_same_code_at_the_same_size(
     monkeypatch.setattr(report, "REPORT", tmp_path / "report.json")
     monkeypatch.setattr(report, "SUMMARY", tmp_path / "report.md")
     monkeypatch.setattr(report, "code_stamp", lambda: {"commit": "abc", "tree": "t1"})
-    monkeypatch.delenv("FIRELINE_BENCH_SCALE", raising=False)
+    monkeypatch.setattr(report, "SCALE", 1.0)
     scenario = "tests/bench/bench_e2e.py::test_the_largest_tenant"
     # GIVEN nothing run yet
     assert not report.done_on_this_code(scenario)
@@ -69,13 +69,16 @@ def test_a_scenario_is_done_only_on_the_same_code_at_the_same_size(
     assert written["stamps"]["e2e.big_tenant"] == {"commit": "abc", "tree": "t1"}
     assert "stamps" not in (tmp_path / "report.md").read_text()
     # AND not at a tenth of the size, nor on other code
-    monkeypatch.setenv("FIRELINE_BENCH_SCALE", "0.1")
+    monkeypatch.setattr(report, "SCALE", 0.1)
     assert not report.done_on_this_code(scenario)
-    monkeypatch.delenv("FIRELINE_BENCH_SCALE")
+    monkeypatch.setattr(report, "SCALE", 1.0)
     monkeypatch.setattr(report, "code_stamp", lambda: {"commit": "abd", "tree": "t2"})
     assert not report.done_on_this_code(scenario)
     # AND a scenario run quick on that code does not stand for the full one
-    monkeypatch.setenv("FIRELINE_BENCH_SCALE", "0.1")
+    monkeypatch.setattr(report, "SCALE", 0.1)
     report.completed(scenario)
-    monkeypatch.delenv("FIRELINE_BENCH_SCALE")
+    monkeypatch.setattr(report, "SCALE", 1.0)
     assert not report.done_on_this_code(scenario)
+    # AND a run at a reduced size writes a report of its own, never the full-size one
+    assert report.path_for(1.0).name == "report.json"
+    assert report.path_for(0.1).name == "report-scale-0.1.json"
