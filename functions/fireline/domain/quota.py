@@ -63,11 +63,6 @@ def override_bytes(tenant_id: str, limit: int) -> int:
     return len((OVERRIDE_PREFIX + tenant_id).encode()) + len(str(limit)) // 2 + 2
 
 
-def free_slots(held: list[Slot], limit: int, now_ms: int) -> list[int]:
-    """Slot numbers a new job may take: never held, or held past their expiry."""
-    return free_in_band(held, list(range(limit)), now_ms)
-
-
 def holding(held: list[Slot], holder: str, now_ms: int) -> Slot | None:
     """The slot ``holder`` already has (a redelivered message keeps its slot)."""
     return next((s for s in held if s.holder == holder and not s.free(now_ms)), None)
@@ -101,12 +96,6 @@ def class_band(class_index: int, share: int) -> list[int]:
     """The slot numbers of a class's share (see CLASS_BAND)."""
     base = CLASS_BAND * (class_index + 1)
     return list(range(base, base + share))
-
-
-def free_in_band(held: list[Slot], band: list[int], now_ms: int) -> list[int]:
-    """The numbers of ``band`` that no live slot holds."""
-    taken = {slot.number for slot in held if not slot.free(now_ms)}
-    return [n for n in band if n not in taken]
 
 
 # A tenant's share of the class's invocations as really running (see

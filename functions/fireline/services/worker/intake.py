@@ -354,7 +354,8 @@ class Worker(steps.Steps):
         self._note_invocation(remaining_ms)
         self._refresh_overrides()
         try:
-            result, ended = self._process(body, remaining_ms, prefetched)
+            with self._under_way.running():
+                result, ended = self._process(body, remaining_ms, prefetched)
             if ended is not None:
                 self.schedules.release(ended.tenant_id, ended.schedule_id, quota.Quota.ACTIVE_JOBS)
             return result

@@ -97,7 +97,6 @@ class SlotViews:
         self._fresh_seconds = fresh_seconds
         self._lock = threading.Lock()
         self._views: dict[str, View] = {}
-        self.reads = 0  # reads made (for tests and figures)
 
     @property
     def polls(self) -> bool:
@@ -222,7 +221,6 @@ class SlotViews:
 
     def _read(self, view: View, read: Read) -> None:
         try:
-            self.reads += 1
             view.held, view.override = read()
         except Exception as exc:  # each record that waited for it raises it too
             view.failure = exc
